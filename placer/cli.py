@@ -1,0 +1,181 @@
+"""Command line: a thin shell over the Python API (CONTRACT section 4).
+
+Exit codes: 0 success, 2 bad input, 3 infeasible, 4 time limit with no plan, 1 internal.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from placer.errors import InputError, PlacerError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="placer: plan multi-site AI training jobs.")
+err = Console(stderr=True)
+out = Console()
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Map placer errors to exit codes; never show a traceback for bad input."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PlacerError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except typer.Exit:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if os.environ.get("PLACER_DEBUG"):
+                raise
+            err.print(f"[red]internal error:[/red] {type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)", soft_wrap=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+@app.command()
+@_guard
+def validate(instances: Annotated[list[Path], typer.Argument(help="instance files")]) -> None:
+    """Check instance files: schema, cross-field rules, catalog and model references."""
+    from placer.io import load_instance
+
+    bad = 0
+    for p in instances:
+        try:
+            prob = load_instance(p)
+            out.print(f"[green]ok[/green] {p} ({prob.name}: {len(prob.instance.sites)} sites, model {prob.model.name})", highlight=False)
+        except InputError as exc:
+            bad += 1
+            err.print(f"[red]invalid[/red] {exc}", highlight=False, soft_wrap=True)
+    if bad:
+        raise typer.Exit(2)
+
+
+@app.command()
+@_guard
+def solve(
+    instance: Path,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
+    backend: Annotated[str | None, typer.Option(help="cpsat | milp | brute")] = None,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds")] = None,
+    threads: Annotated[int | None, typer.Option(help="solver threads")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the plan only, to stdout")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="print the catalog and defaults in use")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
+) -> None:
+    """Find the best plan; write plan.json, bom.csv and report.md."""
+    from placer.io import load_instance, write_atomic, write_json
+    from placer.outputs.bom import bom_csv
+    from placer.outputs.report import markdown_report, print_summary
+    from placer.solve.driver import solve as run
+
+    if backend is not None and backend not in {"cpsat", "milp", "brute"}:
+        raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")
+    if time_limit is not None and time_limit <= 0:
+        raise InputError(f"--time-limit: must be > 0, got {time_limit}")
+    prob = load_instance(instance)
+    if explain:
+        err.print_json(json.dumps({"catalog": prob.catalog.model_dump(), "instance": prob.instance.model_dump(mode="json")}))
+    progress = None if quiet else (lambda msg: err.print(f"[dim]{msg}[/dim]", highlight=False))
+    res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
+    plan_data = res.plan.model_dump(mode="json", exclude_none=True)
+    if as_json:
+        sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
+        return
+    folder = output or Path("out") / prob.name
+    write_json(folder / "plan.json", plan_data)
+    write_atomic(folder / "bom.csv", bom_csv(prob, res.plan))
+    write_atomic(folder / "report.md", markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
+    print_summary(out, prob, res.plan, res.evaluation, f"{res.status} ({res.backend}, {res.seconds:.2f} s, gap {res.gap:.1e})")
+    out.print(f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}", highlight=False)
+
+
+@app.command()
+@_guard
+def evaluate(
+    instance: Path,
+    plan: Path,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    simulate: Annotated[bool, typer.Option("--simulate", help="also run the 1F1B event simulator")] = False,
+) -> None:
+    """Check a plan against every limit and compute its step time, power and cost.
+
+    Exit 0 when the plan is feasible, 3 when it breaks a limit (all violations listed)."""
+    from placer.evaluate import evaluate as run
+    from placer.io import load_instance, load_plan
+    from placer.outputs.report import print_summary
+
+    prob = load_instance(instance)
+    p = load_plan(plan)
+    ev = run(prob, p)
+    sim = _simulate(prob, ev) if simulate else None
+    if as_json:
+        data = ev.to_dict()
+        if sim is not None:
+            data["simulation"] = sim
+        sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+    else:
+        print_summary(out, prob, p, ev, "feasible" if ev.feasible else "INFEASIBLE")
+        if sim is not None:
+            out.print(f"1F1B simulation of the critical chain: {sim['pipeline_s']:.4f} s (closed form {sim['closed_form_s']:.4f} s, diff {sim['rel_diff']:.2e})")
+    if not ev.feasible:
+        raise typer.Exit(3)
+
+
+def _simulate(prob: Any, ev: Any) -> dict[str, float] | None:
+    from placer.perf.pipeline import simulate_1f1b
+    from placer.perf.step import PerfModel
+
+    if ev.step is None or ev.step.critical_chain is None:
+        return None
+    perf = PerfModel(prob)
+    cfg, chain = ev.config, ev.step.critical_chain
+    st = [perf.stage_times(cfg, prob.instance.site(s).gpu)[k] for k, s in enumerate(chain)]
+    lat, tx = zip(*[perf.boundary(cfg, a, b) for a, b in zip(chain, chain[1:], strict=False)], strict=False) if len(chain) > 1 else ((), ())
+    sim = simulate_1f1b([t.fwd for t in st], [t.bwd for t in st], list(lat), list(tx), cfg.num_micro_batches)
+    closed = perf.chain_time(cfg, chain)
+    return {"pipeline_s": sim.makespan_s, "closed_form_s": closed, "rel_diff": abs(sim.makespan_s - closed) / closed}
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, tuple | set):
+        return list(o)
+    return str(o)
+
+
+@app.command()
+@_guard
+def schema(
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write to a file")] = None,
+    kind: Annotated[str, typer.Option(help="instance | model | plan")] = "instance",
+) -> None:
+    """Print the JSON Schema (defaults and the built-in catalog included)."""
+    from placer.io import write_atomic
+    from placer.schema_export import schema_json
+
+    if kind not in {"instance", "model", "plan"}:
+        raise InputError(f"--kind: expected instance, model or plan, got '{kind}'")
+    text = schema_json(kind)
+    if output:
+        write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The inter-site network: route graph, paths, latency, wave capacity and optic choice.
+
+Traffic between two sites follows the shortest path by fiber km over the route graph
+(deterministic: ties broken by route order in the instance); its latency is the path's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+
+from placer.io import Problem
+from placer.perf.comm import fiber_one_way_s, wave_payload_bytes_per_s
+from placer.schema import Route
+
+RouteKey = tuple[str, str]
+
+
+def route_key(a: str, b: str) -> RouteKey:
+    return (a, b) if a <= b else (b, a)
+
+
+@dataclass(frozen=True)
+class Network:
+    problem: Problem
+
+    @cached_property
+    def routes(self) -> dict[RouteKey, Route]:
+        return {r.key: r for r in self.problem.instance.routes}
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        g = nx.Graph()
+        g.add_nodes_from(s.name for s in self.problem.instance.sites)
+        for r in self.problem.instance.routes:
+            g.add_edge(*r.sites, km=r.km)
+        return g
+
+    def latency_s(self, key: RouteKey) -> float:
+        r = self.routes[key]
+        if r.latency_ms is not None:
+            return r.latency_ms / 1000.0
+        return fiber_one_way_s(r.km, self.problem.catalog.network.fiber_us_per_km)
+
+    @cached_property
+    def _paths(self) -> dict[str, dict[str, list[str]]]:
+        return dict(nx.all_pairs_dijkstra_path(self.graph, weight="km"))
+
+    def path(self, a: str, b: str) -> list[RouteKey] | None:
+        """Routes on the shortest path from a to b; None when disconnected; [] when a == b."""
+        if a == b:
+            return []
+        nodes = self._paths.get(a, {}).get(b)
+        if nodes is None:
+            return None
+        return [route_key(u, v) for u, v in zip(nodes, nodes[1:], strict=False)]
+
+    def path_latency_s(self, a: str, b: str) -> float:
+        p = self.path(a, b)
+        if p is None:
+            return math.inf
+        return sum(self.latency_s(k) for k in p)
+
+    # -------------------------------------------------------------- optics and capacity
+
+    def reaching_optics(self, key: RouteKey) -> list[str]:
+        km = self.routes[key].km
+        return [o for o, spec in self.problem.catalog.optics.items() if spec.reach_km >= km]
+
+    def default_optic(self, key: RouteKey) -> str | None:
+        """The optic placer buys on a route: among those that reach, the highest line rate,
+        then the lowest cost per Gbps (incl. the two router ports), then the name."""
+        cat = self.problem.catalog
+        opts = self.reaching_optics(key)
+        if not opts:
+            return None
+
+        def rank(o: str) -> tuple[float, float, str]:
+            spec = cat.optics[o]
+            per_wave = 2 * spec.module_cost_usd + 2 * cat.costs.router_port_usd
+            return (-spec.line_rate_gbps, per_wave / spec.line_rate_gbps, o)
+
+        return min(opts, key=rank)
+
+    def max_waves(self, key: RouteKey, optic: str | None = None) -> int:
+        """Waves the route can carry: fiber pairs x DWDM channels, capped by max_waves."""
+        optic = optic or self.default_optic(key)
+        if optic is None:
+            return 0
+        r = self.routes[key]
+        n = r.fiber_pairs * self.problem.catalog.channels_per_pair(optic)
+        return min(n, r.max_waves) if r.max_waves is not None else n
+
+    def capacity_Bps(self, key: RouteKey, waves: int, optic: str | None = None) -> float:
+        """Usable bytes/s per direction: existing capacity plus new waves, times the payload
+        efficiency (catalog `network.wave_payload_efficiency`)."""
+        r = self.routes[key]
+        eff = self.problem.catalog.network.wave_payload_efficiency
+        rate = 0.0
+        if waves:
+            optic = optic or self.default_optic(key)
+            rate = self.problem.catalog.optics[optic].line_rate_gbps if optic else 0.0
+        return wave_payload_bytes_per_s(r.capacity_gbps + waves * rate, eff)
+
+    def fiber_pairs_lit(self, key: RouteKey, waves: int, optic: str | None = None) -> int:
+        optic = optic or self.default_optic(key)
+        if not waves or optic is None:
+            return 0
+        return math.ceil(waves / self.problem.catalog.channels_per_pair(optic))
+
+    def amplifiers_per_pair(self, key: RouteKey) -> int:
+        """In-line amplifiers per lit pair: one per span beyond the first."""
+        spacing = self.problem.catalog.network.amplifier_spacing_km
+        return max(0, math.ceil(self.routes[key].km / spacing) - 1)
+
+    def wave_cost_usd(self, optic: str) -> float:
+        cat = self.problem.catalog
+        return 2 * cat.optics[optic].module_cost_usd + 2 * cat.costs.router_port_usd
+
+    def pair_cost_usd(self, key: RouteKey) -> float:
+        cat = self.problem.catalog.costs
+        return 2 * cat.mux_usd + self.amplifiers_per_pair(key) * cat.amplifier_usd
+
+    def link_capex_usd(self, key: RouteKey, waves: int, optic: str | None = None) -> float:
+        optic = optic or self.default_optic(key)
+        if not waves or optic is None:
+            return 0.0
+        return waves * self.wave_cost_usd(optic) + self.fiber_pairs_lit(key, waves, optic) * self.pair_cost_usd(key)

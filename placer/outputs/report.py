@@ -1,0 +1,138 @@
+"""Human-readable outputs: the rich console summary and report.md."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from placer.evaluate import Evaluation
+from placer.io import Problem
+from placer.schema import Plan
+
+
+def _placement_rows(plan: Plan) -> list[tuple[int, str]]:
+    rows = []
+    for g in plan.replica_groups:
+        blocks: list[str] = []
+        start = 0
+        for k in range(1, len(g.stage_sites) + 1):
+            if k == len(g.stage_sites) or g.stage_sites[k] != g.stage_sites[start]:
+                blocks.append(f"{g.stage_sites[start]} (stages {start}-{k - 1})" if k - 1 > start else f"{g.stage_sites[start]} (stage {start})")
+                start = k
+        rows.append((g.count, " -> ".join(blocks)))
+    return rows
+
+
+def binding_constraints(problem: Problem, ev: Evaluation) -> list[str]:
+    """Resources at (or within 1% of) their limit in the plan."""
+    out = []
+    inst = problem.instance
+    for s in inst.sites:
+        if s.power_mw is not None and ev.power_mw.get(s.name, 0) >= 0.99 * s.power_mw:
+            out.append(f"power at {s.name}: {ev.power_mw[s.name]:.2f} of {s.power_mw:g} MW")
+        if s.gpus and ev.gpus_by_site.get(s.name, 0) >= 0.99 * s.gpus:
+            out.append(f"GPUs at {s.name}: {ev.gpus_by_site[s.name]} of {s.gpus}")
+    if inst.objective.max_cost_usd is not None and ev.capex_usd >= 0.99 * inst.objective.max_cost_usd:
+        out.append(f"link budget: ${ev.capex_usd:,.0f} of ${inst.objective.max_cost_usd:,.0f}")
+    if inst.objective.max_step_time_s is not None and ev.step_time_s >= 0.99 * inst.objective.max_step_time_s:
+        out.append(f"step time: {ev.step_time_s:.3f} of {inst.objective.max_step_time_s:g} s")
+    step = ev.step
+    if step is not None:
+        for key, t in sorted({**step.route_dp_s, **step.route_pp_s}.items()):
+            if t > 0 and (t >= 0.99 * step.wan_s - 1e-12 or t >= 0.99 * step.pipe_s):
+                out.append(f"route {key[0]}-{key[1]} bandwidth: {t:.3f} s of traffic per step")
+    return out
+
+
+def markdown_report(problem: Problem, plan: Plan, ev: Evaluation, solver: dict[str, Any] | None = None) -> str:
+    par = plan.parallelism
+    lines = [f"# placer plan: {problem.name}", ""]
+    if problem.instance.description:
+        lines += [problem.instance.description.strip(), ""]
+    lines += [
+        "## Parallelism",
+        "",
+        f"- model `{problem.model.name}`, global batch {problem.instance.job.global_batch} x {problem.model.seq_len} tokens",
+        f"- tensor {par.tp} x pipeline {par.pp} x data {par.dp} = {par.tp * par.pp * par.dp} GPUs; micro-batch {par.micro_batch}, {ev.config.num_micro_batches} micro-batches per step",
+        f"- layers per stage: {list(plan.stage_layers)}",
+        f"- data-parallel sync: {ev.sync_mode}",
+        "",
+        "## Placement (replicas -> sites hosting their stages)",
+        "",
+        "| replicas | stages by site |",
+        "|---:|---|",
+    ]
+    lines += [f"| {n} | {row} |" for n, row in _placement_rows(plan)]
+    lines += ["", "## Links", "", "| route | km | waves | optic | fiber pairs lit | capex USD |", "|---|---:|---:|---|---:|---:|"]
+    routes = {r.key: r for r in problem.instance.routes}
+    for link in ev.links:
+        key = tuple(sorted(link["sites"]))
+        lines.append(f"| {key[0]}-{key[1]} | {routes[key].km:g} | {link['waves']} | {link['optic']} | {link['fiber_pairs_lit']} | {link['capex_usd']:,.0f} |")
+    if not ev.links:
+        lines.append("| (no new waves) | | | | | |")
+    lines += ["", "## Step time", "", "| component | seconds |", "|---|---:|"]
+    for k, v in ev.breakdown.items():
+        lines.append(f"| {k} | {v:.4f} |")
+    lines += [
+        f"| **step time** | **{ev.step_time_s:.4f}** |",
+        "",
+        f"- tokens/s: {ev.tokens_per_s:,.0f}; MFU: {ev.mfu:.1%}",
+        "",
+        "## Power and cost per site",
+        "",
+        "| site | GPUs used | nodes | power MW | limit MW |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for s in problem.instance.sites:
+        lim = f"{s.power_mw:g}" if s.power_mw is not None else "unlimited"
+        lines.append(f"| {s.name} | {ev.gpus_by_site.get(s.name, 0)} | {ev.nodes_by_site.get(s.name, 0)} | {ev.power_mw.get(s.name, 0):.3f} | {lim} |")
+    lines += ["", f"Link capex: ${ev.capex_usd:,.0f}", "", "## Binding constraints", ""]
+    lines += [f"- {b}" for b in binding_constraints(problem, ev)] or ["- none within 1% of its limit"]
+    if ev.violations:
+        lines += ["", "## Violations", ""] + [f"- {v}" for v in ev.violations]
+    if solver:
+        lines += [
+            "",
+            "## Solver",
+            "",
+            f"- backend {solver.get('backend')}, status {solver.get('status')}, {solver.get('seconds')} s",
+            f"- objective {solver.get('objective')}, bound {solver.get('bound')}, gap {solver.get('gap', 0):.2e}",
+            f"- configurations: {solver.get('configs_total')} enumerated, {solver.get('configs_solved')} solved exactly, the rest pruned by bound",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def print_summary(console: Console, problem: Problem, plan: Plan, ev: Evaluation, title: str) -> None:
+    par = plan.parallelism
+    console.print(f"[bold]{title}[/bold]: {problem.name}  tp={par.tp} pp={par.pp} dp={par.dp} mb={par.micro_batch} sync={ev.sync_mode}")
+    t = Table(title="placement")
+    t.add_column("replicas", justify="right")
+    t.add_column("stages by site")
+    for n, row in _placement_rows(plan):
+        t.add_row(str(n), row)
+    console.print(t)
+    b = Table(title="step time")
+    b.add_column("component")
+    b.add_column("seconds", justify="right")
+    for k, v in ev.breakdown.items():
+        b.add_row(k, f"{v:.4f}")
+    b.add_row("[bold]step time[/bold]", f"[bold]{ev.step_time_s:.4f}[/bold]")
+    console.print(b)
+    s = Table(title="sites")
+    for col in ("site", "GPUs", "power MW", "limit MW"):
+        s.add_column(col, justify="right" if col != "site" else "left")
+    for site in problem.instance.sites:
+        s.add_row(site.name, str(ev.gpus_by_site.get(site.name, 0)), f"{ev.power_mw.get(site.name, 0):.3f}", f"{site.power_mw:g}" if site.power_mw is not None else "-")
+    console.print(s)
+    links = defaultdict(int)
+    for link in ev.links:
+        links[f"{link['sites'][0]}-{link['sites'][1]} ({link['optic']})"] += link["waves"]
+    console.print("links: " + (", ".join(f"{k}: {v} waves" for k, v in links.items()) or "none") + f"; capex ${ev.capex_usd:,.0f}")
+    console.print(f"tokens/s {ev.tokens_per_s:,.0f}  MFU {ev.mfu:.1%}")
+    if ev.violations:
+        console.print("[red]violations:[/red]")
+        for v in ev.violations:
+            console.print(f"  - {v}")

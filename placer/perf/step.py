@@ -1,0 +1,321 @@
+"""Step time of a training job for a parallel configuration, a placement and links.
+
+The single source of truth for step time: the evaluator calls it on any plan, and the
+formulations (placer.solve) are built from the very same per-stage, per-chain and
+per-route quantities that this module exposes. Model (reference/performance-model.md):
+
+    T = T_pipe + T_dp
+    T_pipe = max( max over replica chains of the 1F1B time of that chain,
+                  max over routes of the cross-site activation bytes / route capacity )
+    T_dp   = T_intra + T_wan                         (synchronous)
+           = T_intra + T_wan / H                     (diloco, outer sync every H steps)
+           = T_intra + max(0, T_wan / H - T_pipe)    (streaming-diloco, overlapped)
+
+* Stage times use the GPU of the stage's own site; TP all-reduces run on NVLink
+  (2 forward + 2 backward per layer, +2 with full recompute), not overlapped.
+* Pipeline messages are b*s*h bf16 values per micro-batch, scattered over the tp ranks'
+  NICs (serialization) plus the one-way latency of the path between the two sites.
+* Data-parallel sync is hierarchical per stage k: reduce-scatter inside each site, an
+  all-reduce between the K_k sites that host stage k on the full stage gradient (each pair
+  of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on shortest paths),
+  all-gather inside. Inside a site the ring phases use the (d-1)/d factor of the whole
+  data-parallel group, an upper bound of the local (n-1)/n that keeps the optimization
+  linear; T_intra is paid by stages that have two or more replicas in some site.
+  The WAN phase pays the bandwidth of its busiest route plus two one-way path latencies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cache
+
+from placer.io import Problem
+from placer.network import Network, RouteKey
+from placer.perf import comm
+from placer.perf.flops import (
+    BYTES_BF16,
+    model_flops_per_step,
+    stage_flops,
+    stage_params,
+)
+from placer.perf.pipeline import one_f_one_b_time
+from placer.schema import GpuSpec
+
+Chain = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Config:
+    """A parallel configuration: degrees, micro-batching, layer split and sync policy."""
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    num_micro_batches: int
+    stage_layers: tuple[int, ...]
+    sync_mode: str = "synchronous"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def label(self) -> str:
+        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}-{self.sync_mode}"
+
+
+def balanced_stage_layers(layers: int, pp: int) -> tuple[int, ...]:
+    """Even split; the remainder goes to the middle stages because the first and last
+    stages also carry the embedding and the LM head."""
+    base, extra = divmod(layers, pp)
+    out = [base] * pp
+    order = sorted(range(pp), key=lambda k: (k in (0, pp - 1), abs(k - (pp - 1) / 2), k))
+    for k in order[:extra]:
+        out[k] += 1
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class StageTime:
+    fwd: float  # seconds per micro-batch, incl. TP communication
+    bwd: float
+    fwd_compute: float
+    bwd_compute: float
+
+
+@dataclass
+class StepResult:
+    step_time_s: float
+    pipe_s: float
+    dp_s: float
+    breakdown: dict[str, float]
+    critical_chain: Chain | None
+    route_pp_load: dict[RouteKey, float] = field(default_factory=dict)
+    route_dp_load: dict[RouteKey, float] = field(default_factory=dict)
+    route_pp_s: dict[RouteKey, float] = field(default_factory=dict)
+    route_dp_s: dict[RouteKey, float] = field(default_factory=dict)
+    wan_s: float = 0.0
+    intra_s: float = 0.0
+    unreachable: list[tuple[str, str]] = field(default_factory=list)
+
+
+class PerfModel:
+    """Per-problem cache of everything step time depends on."""
+
+    def __init__(self, problem: Problem, network: Network | None = None):
+        self.problem = problem
+        self.model = problem.model
+        self.catalog = problem.catalog
+        self.net = network or Network(problem)
+        self.job = problem.instance.job
+        self._stage_times = cache(self._stage_times_uncached)
+        self._chain_time = cache(self._chain_time_uncached)
+
+    # ------------------------------------------------------------------ hardware rates
+
+    def site_gpu(self, site: str) -> GpuSpec:
+        return self.catalog.gpus[self.problem.instance.site(site).gpu]
+
+    def peak_flops(self, gpu: GpuSpec) -> float:
+        peak = gpu.peak_tflops_bf16 * 1e12
+        return peak * (2.0 if self.job.precision == "fp8" else 1.0)
+
+    def nic_Bps(self, gpu: GpuSpec) -> float:
+        return gpu.nic_gbps * 1e9 / 8 * self.catalog.network.nic_efficiency
+
+    def nvlink_Bps(self, gpu: GpuSpec) -> float:
+        """Per-direction NVLink bandwidth (the catalog gives bidirectional GB/s)."""
+        return gpu.nvlink_gbps_bidir / 2 * 1e9 * self.catalog.network.nvlink_efficiency
+
+    # ------------------------------------------------------------------ per stage
+
+    def message_bytes(self, cfg: Config) -> float:
+        """One pipeline message: b*s*h activations (or their gradients) in bf16."""
+        return cfg.micro_batch * self.model.seq_len * self.model.hidden * BYTES_BF16
+
+    def stage_times(self, cfg: Config, gpu_key: str) -> tuple[StageTime, ...]:
+        return self._stage_times(cfg.tp, cfg.pp, cfg.micro_batch, cfg.stage_layers, gpu_key)
+
+    def _stage_times_uncached(
+        self, tp: int, pp: int, b: int, stage_layers: tuple[int, ...], gpu_key: str
+    ) -> tuple[StageTime, ...]:
+        gpu = self.catalog.gpus[gpu_key]
+        rate = self.peak_flops(gpu) * gpu.efficiency(self.model.hidden) * tp
+        ar = comm.ring_allreduce_s(tp, b * self.model.seq_len * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu))
+        n_bwd_ar = 4 if self.job.recompute == "full" else 2
+        out = []
+        for k, layers in enumerate(stage_layers):
+            f = stage_flops(self.model, layers, k == pp - 1, b, self.job.recompute)
+            fc, bc = f.forward / rate, f.backward / rate
+            out.append(StageTime(fc + 2 * layers * ar, bc + n_bwd_ar * layers * ar, fc, bc))
+        return tuple(out)
+
+    # ------------------------------------------------------------------ per chain
+
+    def boundary(self, cfg: Config, a: str, b: str) -> tuple[float, float]:
+        """(latency, transmit) of one pipeline message from a stage at site a to site b."""
+        gpu_a, gpu_b = self.site_gpu(a), self.site_gpu(b)
+        nic = min(self.nic_Bps(gpu_a), self.nic_Bps(gpu_b)) * cfg.tp
+        transmit = self.message_bytes(cfg) / nic
+        lat = self.catalog.network.intra_site_latency_s if a == b else self.net.path_latency_s(a, b)
+        return lat, transmit
+
+    def chain_time(self, cfg: Config, chain: Chain, with_comm: bool = True) -> float:
+        return self._chain_time(cfg, chain, with_comm)
+
+    def _chain_time_uncached(self, cfg: Config, chain: Chain, with_comm: bool) -> float:
+        fwd, bwd, lat, tx = [], [], [], []
+        for k, site in enumerate(chain):
+            st = self.stage_times(cfg, self.problem.instance.site(site).gpu)[k]
+            fwd.append(st.fwd)
+            bwd.append(st.bwd)
+            if k + 1 < len(chain):
+                la, t = self.boundary(cfg, site, chain[k + 1]) if with_comm else (0.0, 0.0)
+                lat.append(la)
+                tx.append(t)
+        if any(math.isinf(x) for x in lat):
+            return math.inf
+        return one_f_one_b_time(fwd, bwd, lat, tx, cfg.num_micro_batches)
+
+    def chain_crossings(self, chain: Chain) -> dict[RouteKey, int]:
+        """How many pipeline boundaries of one chain use each route."""
+        out: dict[RouteKey, int] = defaultdict(int)
+        for a, b in zip(chain, chain[1:], strict=False):
+            if a != b:
+                for key in self.net.path(a, b) or []:
+                    out[key] += 1
+        return dict(out)
+
+    def pp_bytes_per_crossing(self, cfg: Config) -> float:
+        """Bytes one boundary crossing puts on each direction of a route per step."""
+        return cfg.num_micro_batches * self.message_bytes(cfg)
+
+    # ------------------------------------------------------------------ data parallel
+
+    def stage_grad_bytes(self, cfg: Config, k: int) -> float:
+        """Gradient bytes of stage k per tp rank (bf16)."""
+        n = stage_params(self.model, cfg.stage_layers[k], k == 0, k == cfg.pp - 1)
+        return n * BYTES_BF16 / cfg.tp
+
+    def stage_wan_bytes(self, cfg: Config, k: int) -> float:
+        """S_k: the full stage's gradient (all tp ranks) at the sync's bits per value."""
+        n = stage_params(self.model, cfg.stage_layers[k], k == 0, k == cfg.pp - 1)
+        return n * self.job.sync.bits / 8
+
+    def intra_sync_s(self, cfg: Config, k: int, site: str) -> float:
+        """Both intra-site ring phases of stage k (reduce-scatter + all-gather = one ring
+        all-reduce's cost) over the data-parallel group's (d-1)/d factor."""
+        gpu = self.site_gpu(site)
+        return comm.ring_allreduce_s(
+            cfg.dp, self.stage_grad_bytes(cfg, k), self.nic_Bps(gpu), self.catalog.network.intra_site_latency_s
+        )
+
+    # ------------------------------------------------------------------ whole step
+
+    def step(
+        self,
+        cfg: Config,
+        groups: list[tuple[int, Chain]],
+        waves: dict[RouteKey, int],
+        optics: dict[RouteKey, str | None] | None = None,
+    ) -> StepResult:
+        net = self.net
+        optics = optics or {}
+        # pipeline: slowest chain and the routes' activation throughput
+        chain_t = {c: self.chain_time(cfg, c) for _, c in groups}
+        crit = max(chain_t, key=lambda c: (chain_t[c], c))
+        pp_load: dict[RouteKey, float] = defaultdict(float)
+        unreachable: list[tuple[str, str]] = []
+        for count, chain in groups:
+            for a, b in zip(chain, chain[1:], strict=False):
+                if a != b and net.path(a, b) is None:
+                    unreachable.append((a, b))
+            for key, n in self.chain_crossings(chain).items():
+                pp_load[key] += count * n * self.pp_bytes_per_crossing(cfg)
+        cap = {key: net.capacity_Bps(key, waves.get(key, 0), optics.get(key)) for key in net.routes}
+        route_pp_s = {k: _div(v, cap[k]) for k, v in pp_load.items()}
+        t_pipe = max([chain_t[crit], *route_pp_s.values()])
+
+        # data parallel: hierarchical per stage
+        hosts: list[dict[str, int]] = [defaultdict(int) for _ in range(cfg.pp)]
+        for count, chain in groups:
+            for k, site in enumerate(chain):
+                hosts[k][site] += count
+        t_intra = 0.0
+        dp_load: dict[RouteKey, float] = defaultdict(float)
+        wan_lat = 0.0
+        for k in range(cfg.pp):
+            h = hosts[k]
+            if any(n >= 2 for n in h.values()):
+                t_intra = max(t_intra, max(self.intra_sync_s(cfg, k, s) for s, n in h.items() if n >= 2))
+            sites = sorted(h)
+            if len(sites) >= 2:
+                demand = 2 * self.stage_wan_bytes(cfg, k) / len(sites)
+                for i, a in enumerate(sites):
+                    for b in sites[i + 1 :]:
+                        path = net.path(a, b)
+                        if path is None:
+                            unreachable.append((a, b))
+                            continue
+                        for key in path:
+                            dp_load[key] += demand
+                        wan_lat = max(wan_lat, 2 * net.path_latency_s(a, b))
+        route_dp_s = {k: _div(v, cap[k]) for k, v in dp_load.items()}
+        t_wan = (max(route_dp_s.values()) + wan_lat) if route_dp_s else 0.0
+        if unreachable:
+            t_wan = math.inf
+        h_steps = self.job.sync.every_steps
+        if cfg.sync_mode == "synchronous":
+            t_dp = t_intra + t_wan
+        elif cfg.sync_mode == "diloco":
+            t_dp = t_intra + t_wan / h_steps
+        else:
+            t_dp = t_intra + max(0.0, t_wan / h_steps - t_pipe)
+        total = t_pipe + t_dp
+
+        # additive breakdown of the critical chain (CONTRACT: compute, bubble, tp, pp, dp)
+        times = [self.stage_times(cfg, self.problem.instance.site(s).gpu)[k] for k, s in enumerate(crit)]
+        m = cfg.num_micro_batches
+        compute = m * max(t.fwd_compute + t.bwd_compute for t in times)
+        with_tp = m * max(t.fwd + t.bwd for t in times)
+        no_comm = self.chain_time(cfg, crit, with_comm=False)
+        breakdown = {
+            "compute_s": compute,
+            "tp_comm_s": with_tp - compute,
+            "bubble_s": no_comm - with_tp,
+            "pp_comm_s": t_pipe - no_comm,
+            "dp_sync_s": t_dp,
+        }
+        return StepResult(
+            step_time_s=total,
+            pipe_s=t_pipe,
+            dp_s=t_dp,
+            breakdown=breakdown,
+            critical_chain=crit,
+            route_pp_load=dict(pp_load),
+            route_dp_load=dict(dp_load),
+            route_pp_s=route_pp_s,
+            route_dp_s=route_dp_s,
+            wan_s=t_wan,
+            intra_s=t_intra,
+            unreachable=sorted(set(unreachable)),
+        )
+
+    # ------------------------------------------------------------------ throughput
+
+    def tokens_per_step(self) -> int:
+        return self.job.global_batch * self.model.seq_len
+
+    def mfu(self, step_time_s: float, gpus_by_site: dict[str, int]) -> float:
+        peak = sum(n * self.peak_flops(self.site_gpu(s)) for s, n in gpus_by_site.items())
+        if step_time_s <= 0 or peak <= 0 or math.isinf(step_time_s):
+            return 0.0
+        return model_flops_per_step(self.model, self.job.global_batch) / (step_time_s * peak)
+
+
+def _div(load: float, capacity: float) -> float:
+    if load <= 0:
+        return 0.0
+    return load / capacity if capacity > 0 else math.inf

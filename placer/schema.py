@@ -1,0 +1,349 @@
+"""Input and output data model (CONTRACT sections 1-3 and 5).
+
+Strict, frozen pydantic v2 models in the Calliope style: unknown keys are errors, every
+default is visible in `placer schema`. Cross-field checks that need the catalog or the
+model library (GPU keys, model names) happen in `placer.io` after the catalog is merged.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+SyncMode = Literal["synchronous", "diloco", "streaming-diloco"]
+Precision = Literal["bf16", "fp16", "fp8"]
+Recompute = Literal["none", "selective", "full"]
+Backend = Literal["cpsat", "milp", "brute"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ----------------------------------------------------------------------------- catalog
+
+
+class GpuSpec(Strict):
+    peak_tflops_bf16: float = Field(gt=0, description="dense BF16 peak, TFLOP/s")
+    hbm_gb: float = Field(gt=0)
+    tdp_w: float = Field(gt=0)
+    all_in_w: float = Field(gt=0, description="IT power per GPU incl. host, NICs, switches, W")
+    nvlink_gbps_bidir: float = Field(gt=0, description="scale-up bandwidth, GB/s bidirectional")
+    nic_gbps: float = Field(gt=0, description="scale-out NIC line rate per GPU, Gbit/s")
+    gpus_per_node: int = Field(ge=1, description="scale-up (NVLink) domain size")
+    matmul_efficiency: float = Field(gt=0, le=1, description="achievable fraction of peak for large matmuls")
+    efficiency_half_hidden: float = Field(
+        default=0.0, ge=0, description="hidden size at which efficiency is half its maximum (smaller models use the GPU less well)"
+    )
+
+    def efficiency(self, hidden: int) -> float:
+        """Achievable fraction of peak: e_max * h / (h + h_half), calibrated on SC21 Table 1."""
+        return self.matmul_efficiency * hidden / (hidden + self.efficiency_half_hidden)
+    source: str
+
+
+class OpticSpec(Strict):
+    line_rate_gbps: float = Field(gt=0)
+    reach_km: float = Field(gt=0)
+    module_w: float = Field(ge=0)
+    grid_ghz: float = Field(gt=0)
+    module_cost_usd: float = Field(ge=0)
+    source: str
+
+
+class NetworkSpec(Strict):
+    fiber_us_per_km: float = Field(gt=0)
+    c_band_ghz: float = Field(gt=0)
+    wave_payload_efficiency: float = Field(gt=0, le=1)
+    amplifier_spacing_km: float = Field(gt=0)
+    intra_site_latency_s: float = Field(ge=0)
+    nic_efficiency: float = Field(gt=0, le=1)
+    nvlink_efficiency: float = Field(gt=0, le=1)
+    source: str
+
+
+class CostSpec(Strict):
+    router_port_usd: float = Field(ge=0)
+    mux_usd: float = Field(ge=0)
+    amplifier_usd: float = Field(ge=0)
+    amplifier_w: float = Field(ge=0)
+    energy_usd_per_mwh: float = Field(ge=0)
+    amortization_years: float = Field(gt=0)
+    source: str
+
+
+class MemorySpec(Strict):
+    reserve_gb: float = Field(ge=0)
+    source: str
+
+
+class Catalog(Strict):
+    gpus: dict[str, GpuSpec]
+    optics: dict[str, OpticSpec]
+    network: NetworkSpec
+    costs: CostSpec
+    memory: MemorySpec
+
+    def channels_per_pair(self, optic: str) -> int:
+        """DWDM channels one fiber pair carries for this optic's grid spacing."""
+        return int(self.network.c_band_ghz // self.optics[optic].grid_ghz)
+
+
+# ----------------------------------------------------------------------------- model
+
+
+class ModelSpec(Strict):
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    layers: int = Field(ge=1)
+    hidden: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    kv_heads: int | None = Field(default=None, ge=1, description="GQA; null = heads")
+    ffn_hidden: int | None = Field(default=None, ge=1, description="null = 4 * hidden")
+    gated_ffn: bool = False
+    vocab: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    tied_embeddings: bool = False
+    description: str | None = None
+    source: str | None = None
+    published_params_b: float | None = Field(
+        default=None, gt=0, description="published parameter count, billions (for tests)"
+    )
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelSpec:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
+        return self
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+
+# ----------------------------------------------------------------------------- instance
+
+
+class Site(Strict):
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    gpu: str = Field(description="key of the GPU catalog")
+    gpus: int = Field(ge=0, description="accelerators available to this job")
+    gpus_per_node: int | None = Field(default=None, ge=1, description="default: GPU catalog")
+    power_mw: float | None = Field(default=None, ge=0, description="null = unlimited")
+    pue: float = Field(default=1.2, ge=1.0)
+
+
+class Route(Strict):
+    sites: tuple[str, str]
+    km: float = Field(gt=0, description="fiber route length")
+    latency_ms: float | None = Field(default=None, ge=0, description="one-way; default km * 4.9 us")
+    fiber_pairs: int = Field(default=1, ge=0)
+    capacity_gbps: float = Field(default=0, ge=0, description="existing capacity per direction")
+    max_waves: int | None = Field(default=None, ge=0)
+    fiber_usd_per_pair_km_year: float | None = Field(
+        default=None, ge=0, description="optional fiber lease price (opex) per lit pair-km-year"
+    )
+
+    @field_validator("sites")
+    @classmethod
+    def _distinct(cls, v: tuple[str, str]) -> tuple[str, str]:
+        if v[0] == v[1]:
+            raise ValueError(f"a route joins two different sites, got [{v[0]}, {v[1]}]")
+        return v
+
+    @property
+    def key(self) -> tuple[str, str]:
+        a, b = self.sites
+        return (a, b) if a <= b else (b, a)
+
+
+class Sync(Strict):
+    mode: SyncMode | list[SyncMode] = "synchronous"
+    every_steps: int = Field(default=1, ge=1, description="outer sync interval H (diloco modes)")
+    bits: int = Field(default=16, ge=1, le=32, description="bits per value across sites")
+
+    @property
+    def modes(self) -> list[SyncMode]:
+        return list(self.mode) if isinstance(self.mode, list) else [self.mode]
+
+    @field_validator("mode")
+    @classmethod
+    def _nonempty(cls, v: Any) -> Any:
+        if isinstance(v, list) and not v:
+            raise ValueError("list of sync modes must not be empty")
+        return v
+
+
+class Parallelism(Strict):
+    tp: list[int] | None = None
+    pp: list[int] | None = None
+    dp: list[int] | None = None
+    micro_batch: list[int] | None = None
+
+    @field_validator("tp", "pp", "dp", "micro_batch")
+    @classmethod
+    def _positive(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None:
+            if not v:
+                raise ValueError("candidate list must not be empty (use null for all)")
+            if min(v) < 1:
+                raise ValueError(f"candidates must be >= 1, got {min(v)}")
+        return v
+
+
+class Job(Strict):
+    model: str | ModelSpec
+    global_batch: int = Field(ge=1, description="sequences per optimizer step")
+    seq_len: int | None = Field(default=None, ge=1)
+    precision: Precision = "bf16"
+    gpus: int | None = Field(default=None, ge=1, description="exact GPU count; null = any")
+    recompute: Recompute = "selective"
+    zero1: bool = Field(default=True, description="shard optimizer state over dp (ZeRO-1)")
+    sync: Sync = Sync()
+    parallelism: Parallelism = Parallelism()
+
+
+class Objective(Strict):
+    minimize: Literal["step_time", "cost", "cost_per_token"] = "step_time"
+    max_step_time_s: float | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _cost_needs_time(self) -> Objective:
+        if self.minimize == "cost" and self.max_step_time_s is None:
+            raise ValueError("minimize: cost needs max_step_time_s (otherwise buying nothing is optimal)")
+        return self
+
+
+class Resilience(Strict):
+    survive: list[Literal["wave", "fiber_pair", "nic"]] = []
+    collective: Literal["ring", "optcc"] = "optcc"
+    max_slowdown: float = Field(default=0.05, ge=0)
+    nic_failure_rate: float | None = Field(default=None, ge=0, le=1)
+
+
+class SolverOptions(Strict):
+    backend: Backend = "cpsat"
+    time_limit_s: float = Field(default=60, gt=0)
+    threads: int | None = Field(default=None, ge=1)
+    seed: int = 0
+    max_sites_per_replica: int = Field(
+        default=2, ge=1, description="pipeline chains visit at most this many sites"
+    )
+    options: dict[str, Any] = Field(default_factory=dict, description="passed to the backend")
+
+
+class Instance(Strict):
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    description: str | None = None
+    sites: list[Site] = Field(min_length=1)
+    routes: list[Route] = []
+    job: Job
+    objective: Objective = Objective()
+    resilience: Resilience | None = None
+    solver: SolverOptions = SolverOptions()
+    catalog: dict[str, Any] = Field(default_factory=dict, description="additions/overrides")
+
+    @model_validator(mode="after")
+    def _topology(self) -> Instance:
+        names = [s.name for s in self.sites]
+        seen: set[str] = set()
+        for i, n in enumerate(names):
+            if n in seen:
+                raise ValueError(f"sites[{i}].name: duplicate site name '{n}'")
+            seen.add(n)
+        keys: dict[tuple[str, str], int] = {}
+        for i, r in enumerate(self.routes):
+            for end in r.sites:
+                if end not in seen:
+                    raise ValueError(f"routes[{i}].sites: unknown site '{end}' (known: {', '.join(names)})")
+            if r.key in keys:
+                raise ValueError(f"routes[{i}].sites: duplicate of routes[{keys[r.key]}] ({r.key[0]}-{r.key[1]})")
+            keys[r.key] = i
+        return self
+
+    def site(self, name: str) -> Site:
+        for s in self.sites:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+class PlanParallelism(Strict):
+    tp: int = Field(ge=1)
+    pp: int = Field(ge=1)
+    dp: int = Field(ge=1)
+    micro_batch: int = Field(ge=1)
+    num_micro_batches: int | None = Field(default=None, ge=1)
+
+
+class ReplicaGroup(Strict):
+    count: int = Field(ge=1)
+    stage_sites: list[str] = Field(min_length=1)
+
+
+class Link(Strict):
+    sites: tuple[str, str]
+    waves: int = Field(ge=0)
+    optic: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        a, b = self.sites
+        return (a, b) if a <= b else (b, a)
+
+
+class SolverInfo(Strict):
+    backend: str
+    seconds: float
+    gap: float
+    bound_step_time_s: float | None = None
+    status: str | None = None
+    configs_total: int | None = None
+    configs_solved: int | None = None
+    objective: float | None = None
+    bound: float | None = None
+
+
+class Plan(Strict):
+    instance: str | None = None
+    status: Literal["optimal", "feasible", "infeasible", "time_limit"] | None = None
+    parallelism: PlanParallelism
+    stage_layers: list[int] = Field(min_length=1)
+    replica_groups: list[ReplicaGroup] = Field(min_length=1)
+    links: list[Link] = []
+    sync_mode: SyncMode | None = Field(default=None, description="chosen sync policy")
+    step_time_s: float | None = None
+    breakdown: dict[str, float] | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    cost: dict[str, float] | None = None
+    power_mw: dict[str, float] | None = None
+    solver: SolverInfo | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> Plan:
+        p = self.parallelism
+        if len(self.stage_layers) != p.pp:
+            raise ValueError(f"stage_layers: {len(self.stage_layers)} entries, parallelism.pp is {p.pp}")
+        if min(self.stage_layers) < 1:
+            raise ValueError("stage_layers: every stage needs at least one layer")
+        total = sum(g.count for g in self.replica_groups)
+        if total != p.dp:
+            raise ValueError(f"replica_groups: counts sum to {total}, parallelism.dp is {p.dp}")
+        for i, g in enumerate(self.replica_groups):
+            if len(g.stage_sites) != p.pp:
+                raise ValueError(
+                    f"replica_groups[{i}].stage_sites: {len(g.stage_sites)} entries, parallelism.pp is {p.pp}"
+                )
+        return self

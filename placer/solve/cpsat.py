@@ -1,0 +1,204 @@
+"""CP-SAT formulation of one configuration's placement and link problem (OR-Tools).
+
+The same decisions and constraint families as placer.solve.milp, written for an integer
+solver: time is counted in ticks of `tau` seconds (tau = upper bound / 1e9, so the time
+grid is finer than a part per billion of the answer), loads in bytes, and each wave
+option's capacity as an integer number of (bytes / Q) per tick, with Q chosen so that no
+product exceeds int64. A route constraint reads `cap_i * T >= Q * load` enforced when the
+route runs option i. The plan found is re-evaluated exactly by placer.evaluate.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from placer.solve.data import InnerData, InnerSolution
+
+INT_LIMIT = 4e18  # stay well inside int64 for coefficient x domain products
+TIME_TICKS = 10**9
+
+
+class CpsatInner:
+    def __init__(self, data: InnerData, objective: str, upper_bound_s: float, cutoff: float | None = None):
+        self.d = data
+        self.objective = objective
+        self.cutoff = cutoff
+        self.ub = max(upper_bound_s, 1e-6)
+        self.tau = self.ub / TIME_TICKS
+        self.m = cp_model.CpModel()
+        self._build()
+
+    def ticks(self, seconds: float) -> int:
+        return math.ceil(seconds / self.tau - 1e-6)
+
+    def _build(self) -> None:
+        d, M = self.d, self.m
+        cfg = d.cfg
+        D = cfg.dp
+        C = range(len(d.chains))
+        TT = TIME_TICKS + 1
+        n = {c: M.NewIntVar(0, D, f"n[{c}]") for c in C}
+        u = {c: M.NewBoolVar(f"u[{c}]") for c in C}
+        self.n = n
+        M.Add(sum(n.values()) == D).WithName("replicas.total")
+        T_pipe = M.NewIntVar(0, TT, "T_pipe")
+        for c in C:
+            M.Add(n[c] <= D * u[c]).WithName(f"chain.use[{c}]")
+            tc = self.ticks(d.chain_time[c])
+            if tc > TT:
+                M.Add(u[c] == 0)
+            else:
+                M.Add(T_pipe >= tc).OnlyEnforceIf(u[c]).WithName(f"pipe.chain[{c}]")
+        x = {(s, k): sum(n[c] for c in C if d.chains[c][k] == s) for k in range(cfg.pp) for s in d.stage_sites[k]}
+        nodes = {s: M.NewIntVar(0, d.site_nodes[s], f"nodes[{s}]") for s in d.sites}
+        for s in d.sites:
+            used = sum(x[(s, k)] for k in range(cfg.pp) if (s, k) in x)
+            M.Add(d.site_groups_per_node[s] * nodes[s] >= used).WithName(f"site.nodes[{s}]")
+        y = {(r, i): M.NewBoolVar(f"y[{r}][{i}]") for r in d.routes for i in range(len(d.wave_options[r]))}
+        self.y = y
+        for r in d.routes:
+            M.AddExactlyOne(y[(r, i)] for i in range(len(d.wave_options[r])))
+        capex = sum(round(opt.capex_usd) * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
+        self.capex = capex
+        self.total_waves = sum(opt.waves * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
+        for s in d.sites:
+            limit = d.site_power_w[s]
+            if limit is None:
+                continue
+            # milliwatts x 1000 (PUE has three decimals at most in practice); rounded up: conservative
+            coef_node = math.ceil(d.site_pue[s] * d.site_node_w[s] * 1000)
+            optics = sum(math.ceil(d.site_pue[s] * opt.module_w * 1000) * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r]))
+            M.Add(coef_node * nodes[s] + optics <= math.floor(limit * 1000 * (1 + 1e-9))).WithName(f"site.power[{s}]")
+        if d.max_cost_usd is not None:
+            M.Add(capex <= math.floor(d.max_cost_usd)).WithName("budget")
+        # route capacities in integer units: cap_i * T_ticks >= Q * load_bytes
+        max_cap_tick = max((opt.capacity_Bps * self.tau for r in d.routes for opt in d.wave_options[r]), default=1.0)
+        self.Q = max(1.0, INT_LIMIT / (max(max_cap_tick, 1e-30) * TT) / 1e3)
+        self.Q = min(self.Q, 1e6)
+        pp_bytes = round(d.pp_bytes_per_crossing)
+        for r in d.routes:
+            maxc = max((cr.get(r, 0) for cr in d.chain_cross), default=0)
+            if maxc == 0:
+                continue
+            load = sum(n[c] * d.chain_cross[c].get(r, 0) for c in C if d.chain_cross[c].get(r, 0)) * pp_bytes
+            self._route_time(T_pipe, load, r, "route.pp")
+        T_intra = M.NewIntVar(0, TT, "T_intra")
+        T_dpbw = M.NewIntVar(0, TT, "T_dpbw")
+        T_lat = M.NewIntVar(0, TT, "T_lat")
+        h: dict[tuple[str, int], Any] = {}
+        dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
+        for k in range(cfg.pp):
+            hosts = d.stage_sites[k]
+            for s in hosts:
+                h[(s, k)] = hv = M.NewBoolVar(f"h[{s}][{k}]")
+                M.Add(x[(s, k)] <= D * hv)
+                M.Add(x[(s, k)] >= hv)
+                if D >= 2 and d.intra[(k, s)] > 0:
+                    g = M.NewBoolVar(f"g[{s}][{k}]")
+                    M.Add(x[(s, k)] <= 1 + (D - 1) * g)
+                    M.Add(T_intra >= self.ticks(d.intra[(k, s)])).OnlyEnforceIf(g).WithName(f"dp.intra[{s}][{k}]")
+            if len(hosts) < 2:
+                continue
+            S_k = d.wan_bytes[k]
+            shares = [0] + [round(2 * S_k / K) if K >= 2 else 0 for K in range(1, len(hosts) + 1)]
+            n_hosts = M.NewIntVar(1, len(hosts), f"K[{k}]")
+            M.Add(n_hosts == sum(h[(s, k)] for s in hosts))
+            share = M.NewIntVar(0, max(shares), f"share[{k}]")
+            M.AddElement(n_hosts, shares, share)
+            for a, b in d.disconnected:
+                if a in hosts and b in hosts:
+                    M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not()])
+            for a, b in d.pairs:
+                if a not in hosts or b not in hosts:
+                    continue
+                bp = M.NewBoolVar(f"b[{a},{b}][{k}]")
+                M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not(), bp])
+                dem = M.NewIntVar(0, max(shares), f"D[{a},{b}][{k}]")
+                M.Add(dem >= share).OnlyEnforceIf(bp).WithName(f"dp.pair[{a},{b}][{k}]")
+                M.Add(T_lat >= self.ticks(2 * d.pair_latency[(a, b)])).OnlyEnforceIf(bp)
+                for r in d.pair_routes[(a, b)]:
+                    dp_load[r].append(dem)
+        for r in d.routes:
+            if dp_load[r]:
+                self._route_time(T_dpbw, sum(dp_load[r]), r, "route.dp")
+        T_wan = T_dpbw + T_lat
+        H = d.every_steps
+        T = M.NewIntVar(0, TT, "T")
+        self.T = T
+        if d.sync_mode == "synchronous":
+            M.Add(T == T_pipe + T_intra + T_wan)
+        elif d.sync_mode == "diloco":
+            # T * H == H * (T_pipe + T_intra) + T_wan, rounded up to the tick grid
+            M.Add(H * T >= H * (T_pipe + T_intra) + T_wan)
+            M.Add(H * T < H * (T_pipe + T_intra) + T_wan + H)
+        else:
+            exposed = M.NewIntVar(0, TT, "T_exposed")
+            M.Add(H * exposed >= T_wan - H * T_pipe)
+            M.Add(T == T_pipe + T_intra + exposed)
+        if d.max_step_time_s is not None:
+            M.Add(T <= math.floor(d.max_step_time_s / self.tau * (1 + 1e-9)))
+        if self.cutoff is not None:
+            if self.objective == "step_time":
+                M.Add(T <= self.ticks(self.cutoff) + 1)
+            else:
+                M.Add(capex <= math.floor(self.cutoff))
+        self.sites_used = {s: M.NewBoolVar(f"site_used[{s}]") for s in d.sites}
+        for s in d.sites:
+            M.Add(nodes[s] <= d.site_nodes[s] * self.sites_used[s])
+        M.Minimize(T if self.objective == "step_time" else capex)
+
+    def _route_time(self, T_var: Any, load: Any, r: Any, family: str) -> None:
+        for i, opt in enumerate(self.d.wave_options[r]):
+            yv = self.y[(r, i)]
+            if opt.capacity_Bps <= 0:
+                self.m.Add(load == 0).OnlyEnforceIf(yv).WithName(f"{family}[{r}][{i}]")
+                continue
+            cap = opt.capacity_Bps * self.tau * self.Q  # integer units per tick
+            cap_int = max(1, math.floor(cap))
+            q_int = max(1, round(self.Q))
+            self.m.Add(cap_int * T_var >= q_int * load).OnlyEnforceIf(yv).WithName(f"{family}[{r}][{i}]")
+
+    def add_hint(self, counts: dict[int, int], waves: dict[Any, int]) -> None:
+        for c, v in self.n.items():
+            self.m.AddHint(v, counts.get(c, 0))
+        for (r, i), yv in self.y.items():
+            self.m.AddHint(yv, 1 if self.d.wave_options[r][i].waves == waves.get(r, 0) else 0)
+
+    def solve(self, time_limit_s: float, threads: int | None, seed: int, options: dict[str, Any]) -> InnerSolution | None:
+        solver = cp_model.CpSolver()
+        p = solver.parameters
+        p.max_time_in_seconds = max(0.01, time_limit_s)
+        p.num_workers = threads or 0
+        p.random_seed = seed
+        for key, value in options.items():
+            if hasattr(p, key):
+                setattr(p, key, value)
+        st = solver.Solve(self.m)
+        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        optimal = st == cp_model.OPTIMAL
+        scale = self.tau if self.objective == "step_time" else 1.0
+        value = solver.ObjectiveValue() * scale
+        bound = solver.BestObjectiveBound() * scale
+        first = self._extract(solver)
+        t_first = solver.Value(self.T) * self.tau
+        # tie-break: same objective value, then fewer waves, then fewer sites
+        main = self.T if self.objective == "step_time" else self.capex
+        self.m.Add(main <= round(solver.ObjectiveValue()))
+        for v in self.n.values():
+            self.m.AddHint(v, solver.Value(v))
+        self.m.Minimize(self.total_waves * (len(self.d.sites) + 1) + sum(self.sites_used.values()))
+        st2 = solver.Solve(self.m)
+        if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            counts, waves = first
+            return InnerSolution(counts, waves, value, bound, optimal, step_time_s=t_first)
+        counts, waves = self._extract(solver)
+        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=solver.Value(self.T) * self.tau)
+
+    def _extract(self, solver: cp_model.CpSolver) -> tuple[dict[int, int], dict[Any, int]]:
+        counts = {c: solver.Value(v) for c, v in self.n.items() if solver.Value(v) > 0}
+        waves = {r: self.d.wave_options[r][i].waves for (r, i), yv in self.y.items() if solver.Value(yv)}
+        return counts, waves

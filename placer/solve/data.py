@@ -1,0 +1,172 @@
+"""Coefficients of the inner problem of one configuration, shared by every backend.
+
+Everything here is computed by the performance model (placer.perf.step) and the
+network (placer.network), so the formulations and the evaluator read the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from placer.evaluate import site_gpus_per_node, tp_groups_per_node
+from placer.io import Problem
+from placer.network import RouteKey
+from placer.perf.step import Chain, Config, PerfModel
+from placer.schema import Plan
+
+
+@dataclass(frozen=True)
+class WaveOption:
+    waves: int
+    capacity_Bps: float
+    capex_usd: float
+    module_w: float  # coherent module power at each end
+
+
+@dataclass
+class InnerData:
+    cfg: Config
+    chains: list[Chain]
+    chain_time: list[float]
+    chain_cross: list[dict[RouteKey, int]]
+    pp_bytes_per_crossing: float
+    sites: list[str]
+    site_groups: dict[str, int]  # TP groups the site can host (node granularity)
+    site_groups_per_node: dict[str, int]
+    site_nodes: dict[str, int]
+    site_node_w: dict[str, float]  # all-in W of one node
+    site_pue: dict[str, float]
+    site_power_w: dict[str, float | None]
+    routes: list[RouteKey]
+    route_optic: dict[RouteKey, str | None]
+    wave_options: dict[RouteKey, list[WaveOption]]
+    intra: dict[tuple[int, str], float]  # (stage, site) -> intra-site sync seconds
+    wan_bytes: list[float]  # S_k
+    pairs: list[tuple[str, str]]
+    pair_routes: dict[tuple[str, str], list[RouteKey]]
+    pair_latency: dict[tuple[str, str], float]
+    disconnected: list[tuple[str, str]]
+    sync_mode: str
+    every_steps: int
+    max_step_time_s: float | None
+    max_cost_usd: float | None
+    stage_sites: list[list[str]] = field(default_factory=list)  # sites that may host stage k
+
+    @property
+    def n_stages(self) -> int:
+        return self.cfg.pp
+
+
+def build_inner(problem: Problem, perf: PerfModel, cfg: Config, chains: list[Chain]) -> InnerData:
+    inst, cat, net = problem.instance, problem.catalog, perf.net
+    sites = [s.name for s in inst.sites]
+    budget = inst.objective.max_cost_usd
+    groups, gpn_groups, nodes, node_w, pue, power = {}, {}, {}, {}, {}, {}
+    for s in inst.sites:
+        gpn = site_gpus_per_node(problem, s.name)
+        gpn_groups[s.name] = tp_groups_per_node(gpn, cfg.tp) if cfg.tp <= gpn else 0
+        nodes[s.name] = s.gpus // gpn
+        groups[s.name] = nodes[s.name] * gpn_groups[s.name]
+        node_w[s.name] = gpn * cat.gpus[s.gpu].all_in_w
+        pue[s.name] = s.pue
+        power[s.name] = None if s.power_mw is None else s.power_mw * 1e6
+    routes = sorted(net.routes)
+    optic, options = {}, {}
+    for r in routes:
+        o = net.default_optic(r)
+        optic[r] = o
+        opts = [WaveOption(0, net.capacity_Bps(r, 0), 0.0, 0.0)]
+        if o is not None:
+            for v in range(1, net.max_waves(r, o) + 1):
+                capex = net.link_capex_usd(r, v, o)
+                if budget is not None and capex > budget * (1 + 1e-9):
+                    break
+                opts.append(WaveOption(v, net.capacity_Bps(r, v, o), capex, v * cat.optics[o].module_w))
+        options[r] = opts
+    intra = {(k, s): perf.intra_sync_s(cfg, k, s) for k in range(cfg.pp) for s in sites}
+    pairs, pair_routes, pair_lat, disconnected = [], {}, {}, []
+    for i, a in enumerate(sites):
+        for b in sites[i + 1 :]:
+            p = net.path(a, b)
+            if p is None:
+                disconnected.append((a, b))
+            else:
+                pairs.append((a, b))
+                pair_routes[(a, b)] = p
+                pair_lat[(a, b)] = net.path_latency_s(a, b)
+    stage_sites = [sorted({c[k] for c in chains}) for k in range(cfg.pp)]
+    return InnerData(
+        cfg=cfg,
+        chains=chains,
+        chain_time=[perf.chain_time(cfg, c) for c in chains],
+        chain_cross=[perf.chain_crossings(c) for c in chains],
+        pp_bytes_per_crossing=perf.pp_bytes_per_crossing(cfg),
+        sites=sites,
+        site_groups=groups,
+        site_groups_per_node=gpn_groups,
+        site_nodes=nodes,
+        site_node_w=node_w,
+        site_pue=pue,
+        site_power_w=power,
+        routes=routes,
+        route_optic=optic,
+        wave_options=options,
+        intra=intra,
+        wan_bytes=[perf.stage_wan_bytes(cfg, k) for k in range(cfg.pp)],
+        pairs=pairs,
+        pair_routes=pair_routes,
+        pair_latency=pair_lat,
+        disconnected=disconnected,
+        sync_mode=cfg.sync_mode,
+        every_steps=inst.job.sync.every_steps,
+        max_step_time_s=inst.objective.max_step_time_s,
+        max_cost_usd=budget,
+        stage_sites=stage_sites,
+    )
+
+
+@dataclass
+class InnerSolution:
+    """A backend's answer for one configuration."""
+
+    counts: dict[int, int]  # chain index -> replicas
+    waves: dict[RouteKey, int]
+    objective: float  # in the objective's unit (s or USD)
+    bound: float
+    optimal: bool
+    step_time_s: float | None = None  # the backend's own step-time value
+
+
+def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan:
+    cfg = data.cfg
+    groups = [
+        {"count": n, "stage_sites": list(data.chains[i])}
+        for i, n in sorted(sol.counts.items(), key=lambda kv: (-kv[1], data.chains[kv[0]]))
+        if n > 0
+    ]
+    links = [
+        {"sites": list(r), "waves": w, "optic": data.route_optic[r]}
+        for r, w in sorted(sol.waves.items())
+        if w > 0
+    ]
+    return Plan.model_validate(
+        {
+            "instance": problem.name,
+            "parallelism": {
+                "tp": cfg.tp,
+                "pp": cfg.pp,
+                "dp": cfg.dp,
+                "micro_batch": cfg.micro_batch,
+                "num_micro_batches": cfg.num_micro_batches,
+            },
+            "stage_layers": list(cfg.stage_layers),
+            "replica_groups": groups,
+            "links": links,
+            "sync_mode": cfg.sync_mode,
+        }
+    )
+
+
+def finite(x: float, cap: float = 1e9) -> float:
+    return x if math.isfinite(x) else cap

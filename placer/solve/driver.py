@@ -1,0 +1,244 @@
+"""Outer search: configurations in lower-bound order, an exact inner solve for each,
+pruning by bound against the incumbent, and evaluation of every plan before it is kept.
+
+Optimality: a configuration is either solved to optimality by the backend or pruned
+because its lower bound (the fastest chain it admits, plus the intra-site sync that the
+pigeonhole principle forces) is no better than the incumbent. The reported bound is the
+smallest objective any unresolved configuration could still reach.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from placer.errors import InfeasibleError, ModelMismatchError, TimeLimitError
+from placer.evaluate import Evaluation, completed_plan, evaluate
+from placer.io import Problem
+from placer.perf.step import Config, PerfModel
+from placer.schema import Plan
+from placer.solve.brute import brute_inner
+from placer.solve.cpsat import CpsatInner
+from placer.solve.data import InnerData, InnerSolution, build_inner, solution_plan
+from placer.solve.explain import explain_infeasible
+from placer.solve.greedy import greedy
+from placer.solve.milp import MilpInner
+from placer.solve.space import SpaceReport, chain_types, enumerate_configs
+
+AGREEMENT_REL = 1e-5  # backend objective vs evaluator (CP-SAT works on a 1e-9 time grid)
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Candidate:
+    cfg: Config
+    lower_bound: float
+    data: InnerData | None = None
+
+
+@dataclass
+class SolveResult:
+    plan: Plan
+    evaluation: Evaluation
+    status: str
+    objective: float
+    bound: float
+    gap: float
+    seconds: float
+    backend: str
+    configs_total: int
+    configs_solved: int
+    log: list[str] = field(default_factory=list)
+
+
+def _objective_value(objective: str, ev: Evaluation) -> float:
+    return ev.step_time_s if objective == "step_time" else ev.capex_usd
+
+
+def _tiebreak(objective: str, ev: Evaluation, cfg: Config) -> tuple[Any, ...]:
+    waves = sum(link["waves"] for link in ev.links)
+    sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
+    return (round(_objective_value(objective, ev), 9), waves, sites, cfg.label())
+
+
+def solve(
+    problem: Problem,
+    backend: str | None = None,
+    time_limit_s: float | None = None,
+    threads: int | None = None,
+    progress: Progress | None = None,
+) -> SolveResult:
+    inst = problem.instance
+    opts = inst.solver
+    backend = backend or opts.backend
+    time_limit_s = time_limit_s if time_limit_s is not None else opts.time_limit_s
+    threads = threads if threads is not None else opts.threads
+    objective = inst.objective.minimize
+    if objective == "cost_per_token":
+        from placer.solve.cost_per_token import solve_cost_per_token
+
+        return solve_cost_per_token(problem, backend, time_limit_s, threads, progress)
+    say = progress or (lambda _msg: None)
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit_s
+    perf = PerfModel(problem)
+    report = SpaceReport()
+    configs = enumerate_configs(problem, report)
+    log: list[str] = []
+
+    # lower bounds and chain types
+    cands: list[Candidate] = []
+    for cfg in configs:
+        chains = chain_types(problem, perf, cfg, report)
+        if not chains:
+            report.drop("no stage placement fits in GPU memory")
+            continue
+        lb_pipe = min(perf.chain_time(cfg, c) for c in chains)
+        n_sites = len({s for c in chains for s in c})
+        lb_intra = 0.0
+        if cfg.dp > n_sites:  # some site must hold two replicas of every stage
+            lb_intra = max(min(perf.intra_sync_s(cfg, k, s) for s in {c[k] for c in chains}) for k in range(cfg.pp))
+        lb = lb_pipe + lb_intra if objective == "step_time" else 0.0
+        if inst.objective.max_step_time_s is not None and lb_pipe + lb_intra > inst.objective.max_step_time_s:
+            report.drop("lower bound above max_step_time_s")
+            continue
+        cands.append(Candidate(cfg, lb))
+    cands.sort(key=lambda c: (c.lower_bound, c.cfg.label()))
+    say(f"{len(configs)} configurations, {len(cands)} after memory and bound pruning")
+
+    best: tuple[tuple[Any, ...], Plan, Evaluation, Config] | None = None
+
+    def consider(data: InnerData, sol: InnerSolution, source: str) -> None:
+        nonlocal best
+        plan = solution_plan(problem, data, sol)
+        ev = evaluate(problem, plan, perf)
+        if not ev.feasible:
+            if source in {"greedy", "greedy-nowaves"}:
+                return
+            raise ModelMismatchError(
+                f"{backend} returned a plan the evaluator rejects ({data.cfg.label()}): "
+                + "; ".join(str(v) for v in ev.violations)
+            )
+        if source not in {"greedy", "greedy-nowaves"} and sol.step_time_s is not None:
+            diff = abs(ev.step_time_s - sol.step_time_s)
+            if diff > AGREEMENT_REL * ev.step_time_s + 1e-9:
+                raise ModelMismatchError(
+                    f"{backend} step time {sol.step_time_s:.9g} s != evaluator {ev.step_time_s:.9g} s "
+                    f"for {data.cfg.label()}"
+                )
+        key = _tiebreak(objective, ev, data.cfg)
+        if best is None or key < best[0]:
+            best = (key, plan, ev, data.cfg)
+            say(f"incumbent {source} {data.cfg.label()}: {_fmt(objective, key[0])}")
+
+    # greedy incumbent over the most promising configurations
+    for cand in cands[: max(8, len(cands) // 4)]:
+        cand.data = build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+        g = greedy(cand.data)
+        if g is not None:
+            consider(cand.data, g, "greedy")
+            consider(cand.data, InnerSolution(g.counts, {}, math.inf, 0.0, False), "greedy-nowaves")
+
+    solved = 0
+    open_bounds: list[float] = []
+    timed_out = False
+    for i, cand in enumerate(cands):
+        inc = best[0][0] if best else None
+        if objective == "step_time" and inc is not None and cand.lower_bound >= inc * (1 - 1e-9):
+            break  # sorted by bound: every remaining configuration is pruned
+        if objective == "cost" and inc is not None and inc <= 0:
+            break
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            timed_out = True
+            open_bounds.extend(c.lower_bound for c in cands[i:])
+            break
+        data = cand.data or build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+        sol = _solve_inner(problem, perf, data, backend, objective, inc, remaining, threads, opts, best)
+        solved += 1
+        if sol is None:
+            continue
+        if not sol.optimal:
+            open_bounds.append(sol.bound)
+        consider(data, sol, backend)
+
+    seconds = time.perf_counter() - t0
+    if best is None:
+        if timed_out:
+            raise TimeLimitError(f"time limit {time_limit_s:g} s reached before any feasible plan was found")
+        raise InfeasibleError(explain_infeasible(problem, perf, report, cands))
+    _, plan, ev, cfg = best
+    value = _objective_value(objective, ev)
+    bound = min([value, *open_bounds])
+    gap = 0.0 if value <= 0 else max(0.0, (value - bound) / value)
+    status = "optimal" if gap <= 1e-9 and not timed_out else ("time_limit" if timed_out else "feasible")
+    bound_T = bound if objective == "step_time" else None
+    final = completed_plan(
+        problem,
+        plan,
+        ev,
+        status=status,
+        solver={
+            "backend": backend,
+            "seconds": round(seconds, 3),
+            "gap": gap,
+            "bound_step_time_s": bound_T if bound_T is not None else ev.step_time_s,
+            "status": status,
+            "configs_total": len(configs),
+            "configs_solved": solved,
+            "objective": value,
+            "bound": bound,
+        },
+    )
+    return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved, log)
+
+
+def _solve_inner(
+    problem: Problem,
+    perf: PerfModel,
+    data: InnerData,
+    backend: str,
+    objective: str,
+    incumbent: float | None,
+    remaining: float,
+    threads: int | None,
+    opts: Any,
+    best: Any,
+) -> InnerSolution | None:
+    if backend == "brute":
+        return brute_inner(problem, perf, data, objective)
+    if backend == "milp":
+        model = MilpInner(data, objective, cutoff=incumbent)
+        return model.solve(remaining, threads, dict(opts.options))
+    ub = incumbent if (objective == "step_time" and incumbent is not None) else None
+    if ub is None:
+        ub = _upper_bound_time(data)
+    model_c = CpsatInner(data, objective, ub * 1.001 + 1e-6, cutoff=incumbent)
+    if best is not None and best[3] == data.cfg:
+        pass
+    return model_c.solve(remaining, threads, problem.instance.solver.seed, dict(opts.options))
+
+
+def _upper_bound_time(data: InnerData) -> float:
+    """A step time no feasible plan of this configuration exceeds (for the CP-SAT grid)."""
+    if data.max_step_time_s is not None:
+        return data.max_step_time_s
+    t_pipe = max(data.chain_time)
+    t_intra = max(data.intra.values(), default=0.0)
+    wan = 0.0
+    for r in data.routes:
+        cap = min((o.capacity_Bps for o in data.wave_options[r] if o.capacity_Bps > 0), default=0.0)
+        if cap > 0:
+            pp = data.cfg.dp * max((cr.get(r, 0) for cr in data.chain_cross), default=0) * data.pp_bytes_per_crossing
+            dp = sum(data.wan_bytes) * len(data.pairs)
+            wan = max(wan, (pp + dp) / cap)
+    lat = 2 * max(data.pair_latency.values(), default=0.0)
+    return t_pipe + t_intra + wan + lat + 1.0
+
+
+def _fmt(objective: str, v: float) -> str:
+    return f"{v:.6g} s" if objective == "step_time" else f"${v:,.0f}"

@@ -1,0 +1,67 @@
+"""Why an instance has no feasible plan: the binding resource and the shortfall."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from placer.evaluate import site_gpus_per_node
+from placer.io import Problem
+from placer.perf.step import PerfModel
+from placer.solve.space import SpaceReport, site_group_capacity
+
+
+def explain_infeasible(problem: Problem, perf: PerfModel, report: SpaceReport, cands: list[Any]) -> str:
+    inst, cat = problem.instance, problem.catalog
+    lines: list[str] = [f"instance '{inst.name}' has no feasible plan."]
+    total_gpus = sum(s.gpus for s in inst.sites)
+    if inst.job.gpus is not None and inst.job.gpus > total_gpus:
+        lines.append(f"GPUs: job.gpus = {inst.job.gpus}, the sites offer {total_gpus}: short by {inst.job.gpus - total_gpus} GPUs.")
+    if not cands:
+        if math.isfinite(report.best_memory_gap_gb) and report.dropped.get("no stage placement fits in GPU memory"):
+            lines.append(f"memory: no configuration fits; the closest ({report.memory_example}).")
+        for reason, n in sorted(report.dropped.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {n} configuration(s) dropped: {reason}")
+    # power: how many GPUs can the power budgets feed, vs the smallest configuration
+    smallest = min((c.cfg.gpus for c in cands), default=None)
+    if smallest is not None:
+        tp = min(c.cfg.tp for c in cands)
+        feedable = 0
+        short_site = []
+        for s in inst.sites:
+            gpn = site_gpus_per_node(problem, s.name)
+            node_w = gpn * cat.gpus[s.gpu].all_in_w * s.pue
+            nodes = s.gpus // gpn
+            if s.power_mw is not None:
+                fed = min(nodes, math.floor(s.power_mw * 1e6 / node_w + 1e-9))
+                if fed < nodes:
+                    short_site.append(f"{s.name} feeds {fed} of {nodes} nodes ({s.power_mw:g} MW; {(nodes - fed) * node_w / 1e6:.2f} MW more would power all)")
+                nodes = fed
+            feedable += nodes * (gpn // tp) * tp if tp <= gpn else 0
+        if feedable < smallest:
+            lines.append(
+                f"power: the smallest configuration needs {smallest} GPUs, the power limits feed {feedable}: "
+                f"short by {smallest - feedable} GPUs (~{(smallest - feedable) * max(cat.gpus[s.gpu].all_in_w * s.pue for s in inst.sites) / 1e6:.2f} MW). "
+                + "; ".join(short_site)
+            )
+        groups = sum(site_group_capacity(problem, s.name, tp) for s in inst.sites)
+        if groups * tp < smallest:
+            lines.append(f"GPUs: the smallest configuration needs {smallest} GPUs in TP groups of {tp}; the sites hold {groups * tp}.")
+    # routes that carry nothing: no optic reaches and no existing capacity
+    for r in inst.routes:
+        if perf.net.default_optic(r.key) is None and r.capacity_gbps == 0:
+            longest = max(o.reach_km for o in cat.optics.values())
+            lines.append(f"reach: route {r.sites[0]}-{r.sites[1]} is {r.km:g} km; no optic reaches (longest {longest:g} km) and it has no existing capacity, so it carries nothing.")
+    if inst.objective.max_step_time_s is not None and cands:
+        best_lb = min(c.lower_bound for c in cands) if inst.objective.minimize == "step_time" else None
+        lines.append(
+            f"step time: no plan meets max_step_time_s = {inst.objective.max_step_time_s:g} s"
+            + (f" (best lower bound {best_lb:.4g} s)" if best_lb else "")
+            + " within the budget and power limits."
+        )
+    if inst.objective.max_cost_usd is not None:
+        lines.append(f"budget: link capex is limited to ${inst.objective.max_cost_usd:,.0f}.")
+    if len(lines) == 1:
+        for reason, n in sorted(report.dropped.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {n} configuration(s) dropped: {reason}")
+    return "\n".join(lines)

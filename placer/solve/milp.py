@@ -1,0 +1,207 @@
+"""MILP formulation of one configuration's placement and link problem (PuLP + HiGHS).
+
+Decisions: replicas per chain type, waves per route (one-hot over the route's possible
+wave counts, which are small integers, so that 1/capacity is linear), which sites host
+each stage (binary), and how many sites host it (one-hot, so that each hosting pair's
+share 2 S_k / K_k of the WAN all-reduce is linear). Constraint families carry namespaced
+names (`pipe.chain[..]`, `dp.pair[..]`, `route.pp[..]`, `site.power[..]`), as in linopy.
+Units: seconds, GB and GB/s keep the coefficients within a few orders of magnitude.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pulp
+
+from placer.solve.data import InnerData, InnerSolution
+
+GBYTE = 1e9
+
+
+def _name(*parts: Any) -> str:
+    return "_".join(str(p).replace("-", "m").replace(".", "p") for p in parts)
+
+
+class MilpInner:
+    def __init__(self, data: InnerData, objective: str, cutoff: float | None = None):
+        self.d = data
+        self.objective = objective
+        self.cutoff = cutoff
+        self.prob = pulp.LpProblem("placer", pulp.LpMinimize)
+        self._build()
+
+    # ------------------------------------------------------------------ model
+
+    def _build(self) -> None:
+        d, P = self.d, self.prob
+        cfg = d.cfg
+        D = cfg.dp
+        C = range(len(d.chains))
+        add = P.addConstraint
+        n = {c: pulp.LpVariable(f"n_{c}", 0, D, cat="Integer") for c in C}
+        u = {c: pulp.LpVariable(f"u_{c}", cat="Binary") for c in C}
+        self.n = n
+        add(pulp.lpSum(n.values()) == D, "replicas.total")
+        T_pipe = pulp.LpVariable("T_pipe", 0)
+        for c in C:
+            add(n[c] <= D * u[c], _name("chain.use", c))
+            add(T_pipe >= d.chain_time[c] * u[c], _name("pipe.chain", c))
+        # placement per (site, stage)
+        x = {(s, k): pulp.lpSum(n[c] for c in C if d.chains[c][k] == s) for k in range(cfg.pp) for s in d.stage_sites[k]}
+        nodes = {s: pulp.LpVariable(_name("nodes", s), 0, d.site_nodes[s], cat="Integer") for s in d.sites}
+        self.nodes = nodes
+        for s in d.sites:
+            used = pulp.lpSum(x[(s, k)] for k in range(cfg.pp) if (s, k) in x)
+            add(d.site_groups_per_node[s] * nodes[s] >= used, _name("site.nodes", s))
+        # waves: one-hot over wave options
+        y = {(r, i): pulp.LpVariable(_name("y", *r, i), cat="Binary") for r in d.routes for i in range(len(d.wave_options[r]))}
+        self.y = y
+        for r in d.routes:
+            add(pulp.lpSum(y[(r, i)] for i in range(len(d.wave_options[r]))) == 1, _name("route.waves", *r))
+        capex = pulp.lpSum(opt.capex_usd * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
+        self.capex = capex
+        self.total_waves = pulp.lpSum(opt.waves * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
+        # power per site: node all-in power plus coherent modules, times PUE
+        for s in d.sites:
+            if d.site_power_w[s] is None:
+                continue
+            optics = pulp.lpSum(opt.module_w * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r]))
+            add(d.site_pue[s] * (d.site_node_w[s] * nodes[s] + optics) <= d.site_power_w[s], _name("site.power", s))
+        if d.max_cost_usd is not None:
+            add(capex <= d.max_cost_usd, "budget")
+        # pipeline activations on routes
+        for r in d.routes:
+            load = pulp.lpSum(n[c] * d.chain_cross[c].get(r, 0) for c in C) * (d.pp_bytes_per_crossing / GBYTE)
+            max_load = D * max((cr.get(r, 0) for cr in d.chain_cross), default=0) * d.pp_bytes_per_crossing / GBYTE
+            if max_load <= 0:
+                continue
+            self._route_time(T_pipe, load, max_load, r, "route.pp")
+        # data-parallel hosting
+        T_intra = pulp.LpVariable("T_intra", 0)
+        T_dpbw = pulp.LpVariable("T_dpbw", 0)
+        T_lat = pulp.LpVariable("T_lat", 0)
+        h: dict[tuple[str, int], pulp.LpVariable] = {}
+        dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
+        dp_max: dict[Any, float] = {r: 0.0 for r in d.routes}
+        for k in range(cfg.pp):
+            hosts = d.stage_sites[k]
+            for s in hosts:
+                h[(s, k)] = hv = pulp.LpVariable(_name("h", s, k), cat="Binary")
+                add(x[(s, k)] <= D * hv, _name("dp.host_ub", s, k))
+                add(x[(s, k)] >= hv, _name("dp.host_lb", s, k))
+                if D >= 2 and d.intra[(k, s)] > 0:
+                    g = pulp.LpVariable(_name("g", s, k), cat="Binary")
+                    add(x[(s, k)] <= 1 + (D - 1) * g, _name("dp.intra_on", s, k))
+                    add(T_intra >= d.intra[(k, s)] * g, _name("dp.intra", s, k))
+            if len(hosts) < 2:
+                continue
+            z = {K: pulp.LpVariable(_name("z", k, K), cat="Binary") for K in range(1, len(hosts) + 1)}
+            add(pulp.lpSum(z.values()) == 1, _name("dp.k_onehot", k))
+            add(pulp.lpSum(K * z[K] for K in z) == pulp.lpSum(h[(s, k)] for s in hosts), _name("dp.k_count", k))
+            S_k = d.wan_bytes[k] / GBYTE
+            share = pulp.lpSum((2 * S_k / K) * z[K] for K in z if K >= 2)
+            for a, b in d.disconnected:
+                if a in hosts and b in hosts:
+                    add(h[(a, k)] + h[(b, k)] <= 1, _name("dp.disconnected", a, b, k))
+            for a, b in d.pairs:
+                if a not in hosts or b not in hosts:
+                    continue
+                bp = pulp.LpVariable(_name("b", a, b, k), cat="Binary")
+                add(bp >= h[(a, k)] + h[(b, k)] - 1, _name("dp.pair_on", a, b, k))
+                dem = pulp.LpVariable(_name("D", a, b, k), 0)
+                add(dem >= share - S_k * (1 - bp), _name("dp.pair", a, b, k))
+                add(T_lat >= 2 * d.pair_latency[(a, b)] * bp, _name("dp.pair_latency", a, b, k))
+                for r in d.pair_routes[(a, b)]:
+                    dp_load[r].append(dem)
+                    dp_max[r] += S_k
+        for r in d.routes:
+            if dp_load[r]:
+                self._route_time(T_dpbw, pulp.lpSum(dp_load[r]), dp_max[r], r, "route.dp")
+        T_wan = T_dpbw + T_lat
+        if d.sync_mode == "synchronous":
+            T_dp = T_intra + T_wan
+        elif d.sync_mode == "diloco":
+            T_dp = T_intra + (1.0 / d.every_steps) * T_wan
+        else:
+            exposed = pulp.LpVariable("T_exposed", 0)
+            add(exposed >= (1.0 / d.every_steps) * T_wan - T_pipe, "dp.streaming_overlap")
+            T_dp = T_intra + exposed
+        T = pulp.LpVariable("T", 0)
+        add(T == T_pipe + T_dp, "step.time")
+        self.T = T
+        if d.max_step_time_s is not None:
+            add(T <= d.max_step_time_s, "objective.max_step_time")
+        if self.cutoff is not None:
+            if self.objective == "step_time":
+                add(T <= self.cutoff, "objective.cutoff")
+            else:
+                add(capex <= self.cutoff, "objective.cutoff")
+        self.sites_used = {s: pulp.LpVariable(_name("site_used", s), cat="Binary") for s in d.sites}
+        for s in d.sites:
+            add(nodes[s] <= d.site_nodes[s] * self.sites_used[s], _name("site.used", s))
+        P.setObjective(T if self.objective == "step_time" else capex)
+
+    def _route_time(self, T_var: Any, load: Any, max_load: float, r: Any, family: str) -> None:
+        """T_var >= load / capacity(waves): one big-M row per wave option of the route."""
+        for i, opt in enumerate(self.d.wave_options[r]):
+            yv = self.y[(r, i)]
+            if opt.capacity_Bps <= 0:
+                self.prob.addConstraint(load <= max_load * (1 - yv), _name(family, *r, i))
+            else:
+                cap = opt.capacity_Bps / GBYTE
+                self.prob.addConstraint(T_var >= (1.0 / cap) * load - (max_load / cap) * (1 - yv), _name(family, *r, i))
+
+    # ------------------------------------------------------------------ solve
+
+    def solve(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> InnerSolution | None:
+        opt_value = self._solve_once(time_limit_s, threads, options)
+        if opt_value is None:
+            return None
+        value, bound, optimal = opt_value
+        # tie-break: same objective, then fewer waves, then fewer sites
+        tol = 1e-9 * max(1.0, abs(value))
+        main = self.T if self.objective == "step_time" else self.capex
+        tie = self.prob.addConstraint(main <= value + tol, "objective.tiebreak")
+        del tie
+        self.prob.setObjective(self.total_waves * (len(self.d.sites) + 1) + pulp.lpSum(self.sites_used.values()))
+        again = self._solve_once(time_limit_s, threads, options)
+        counts = {c: int(round(v.value())) for c, v in self.n.items() if v.value() and round(v.value()) > 0}
+        waves = {}
+        for r in self.d.routes:
+            for i, opt in enumerate(self.d.wave_options[r]):
+                if self.y[(r, i)].value() and self.y[(r, i)].value() > 0.5:
+                    waves[r] = opt.waves
+        del again
+        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=self.T.value())
+
+    def _solve_once(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> tuple[float, float, bool] | None:
+        which = options.get("milp_solver", "highs")
+        t0 = time.perf_counter()
+        if which == "cbc":
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads)
+        else:
+            kwargs = {k: v for k, v in options.items() if k != "milp_solver"}
+            solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
+        status = self.prob.solve(solver)
+        del t0
+        if status != pulp.LpStatusOptimal or self.prob.objective.value() is None:
+            sol_status = getattr(self.prob, "sol_status", None)
+            if sol_status == pulp.LpSolutionIntegerFeasible:
+                v = float(self.prob.objective.value())
+                return v, self._bound(solver, v), False
+            return None
+        v = float(self.prob.objective.value())
+        optimal = self.prob.sol_status == pulp.LpSolutionOptimal if hasattr(self.prob, "sol_status") else True
+        return v, self._bound(solver, v) if not optimal else v, optimal
+
+    @staticmethod
+    def _bound(solver: Any, value: float) -> float:
+        model = getattr(solver, "solverModel", None)
+        try:
+            b = model.getInfo().mip_dual_bound  # type: ignore[union-attr]
+            return float(b) if math.isfinite(b) else value
+        except Exception:  # noqa: BLE001 - not every PuLP solver exposes a bound
+            return value
