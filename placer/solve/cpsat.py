@@ -51,7 +51,7 @@ class CpsatInner:
             if tc > TT:
                 M.Add(u[c] == 0)
             else:
-                M.Add(T_pipe >= tc).OnlyEnforceIf(u[c]).WithName(f"pipe.chain[{c}]")
+                M.Add(T_pipe >= tc).WithName(f"pipe.chain[{c}]").OnlyEnforceIf(u[c])
         x = {(s, k): sum(n[c] for c in C if d.chains[c][k] == s) for k in range(cfg.pp) for s in d.stage_sites[k]}
         nodes = {s: M.NewIntVar(0, d.site_nodes[s], f"nodes[{s}]") for s in d.sites}
         for s in d.sites:
@@ -99,7 +99,7 @@ class CpsatInner:
                 if D >= 2 and d.intra[(k, s)] > 0:
                     g = M.NewBoolVar(f"g[{s}][{k}]")
                     M.Add(x[(s, k)] <= 1 + (D - 1) * g)
-                    M.Add(T_intra >= self.ticks(d.intra[(k, s)])).OnlyEnforceIf(g).WithName(f"dp.intra[{s}][{k}]")
+                    M.Add(T_intra >= self.ticks(d.intra[(k, s)])).WithName(f"dp.intra[{s}][{k}]").OnlyEnforceIf(g)
             if len(hosts) < 2:
                 continue
             S_k = d.wan_bytes[k]
@@ -117,7 +117,7 @@ class CpsatInner:
                 bp = M.NewBoolVar(f"b[{a},{b}][{k}]")
                 M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not(), bp])
                 dem = M.NewIntVar(0, max(shares), f"D[{a},{b}][{k}]")
-                M.Add(dem >= share).OnlyEnforceIf(bp).WithName(f"dp.pair[{a},{b}][{k}]")
+                M.Add(dem >= share).WithName(f"dp.pair[{a},{b}][{k}]").OnlyEnforceIf(bp)
                 M.Add(T_lat >= self.ticks(2 * d.pair_latency[(a, b)])).OnlyEnforceIf(bp)
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
@@ -154,12 +154,12 @@ class CpsatInner:
         for i, opt in enumerate(self.d.wave_options[r]):
             yv = self.y[(r, i)]
             if opt.capacity_Bps <= 0:
-                self.m.Add(load == 0).OnlyEnforceIf(yv).WithName(f"{family}[{r}][{i}]")
+                self.m.Add(load == 0).WithName(f"{family}[{r}][{i}]").OnlyEnforceIf(yv)
                 continue
             cap = opt.capacity_Bps * self.tau * self.Q  # integer units per tick
             cap_int = max(1, math.floor(cap))
             q_int = max(1, round(self.Q))
-            self.m.Add(cap_int * T_var >= q_int * load).OnlyEnforceIf(yv).WithName(f"{family}[{r}][{i}]")
+            self.m.Add(cap_int * T_var >= q_int * load).WithName(f"{family}[{r}][{i}]").OnlyEnforceIf(yv)
 
     def add_hint(self, counts: dict[int, int], waves: dict[Any, int]) -> None:
         for c, v in self.n.items():
