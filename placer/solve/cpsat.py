@@ -44,7 +44,7 @@ class CpsatInner:
         u = {c: M.NewBoolVar(f"u[{c}]") for c in C}
         self.n = n
         M.Add(sum(n.values()) == D).WithName("replicas.total")
-        T_pipe = M.NewIntVar(0, TT, "T_pipe")
+        T_pipe = M.NewIntVar(min(self.ticks(t) for t in d.chain_time), TT, "T_pipe")
         for c in C:
             M.Add(n[c] <= D * u[c]).WithName(f"chain.use[{c}]")
             tc = self.ticks(d.chain_time[c])
@@ -76,8 +76,7 @@ class CpsatInner:
             M.Add(capex <= math.floor(d.max_cost_usd)).WithName("budget")
         # route capacities in integer units: cap_i * T_ticks >= Q * load_bytes
         max_cap_tick = max((opt.capacity_Bps * self.tau for r in d.routes for opt in d.wave_options[r]), default=1.0)
-        self.Q = max(1.0, INT_LIMIT / (max(max_cap_tick, 1e-30) * TT) / 1e3)
-        self.Q = min(self.Q, 1e6)
+        self.Q = float(max(1, min(10**6, math.floor(INT_LIMIT / (max(max_cap_tick, 1e-30) * TT) / 1e3))))
         pp_bytes = round(d.pp_bytes_per_crossing)
         for r in d.routes:
             maxc = max((cr.get(r, 0) for cr in d.chain_cross), default=0)
@@ -151,15 +150,16 @@ class CpsatInner:
         M.Minimize(T if self.objective == "step_time" else capex)
 
     def _route_time(self, T_var: Any, load: Any, r: Any, family: str) -> None:
+        """Q * load <= sum_i cap_i * tau_i with sum_i tau_i = T_var and tau_i <= UB * y_i:
+        the convex hull of 'load / capacity(waves) <= T_var' over the wave one-hot."""
+        taus = []
         for i, opt in enumerate(self.d.wave_options[r]):
-            yv = self.y[(r, i)]
-            if opt.capacity_Bps <= 0:
-                self.m.Add(load == 0).WithName(f"{family}[{r}][{i}]").OnlyEnforceIf(yv)
-                continue
-            cap = opt.capacity_Bps * self.tau * self.Q  # integer units per tick
-            cap_int = max(1, math.floor(cap))
-            q_int = max(1, round(self.Q))
-            self.m.Add(cap_int * T_var >= q_int * load).WithName(f"{family}[{r}][{i}]").OnlyEnforceIf(yv)
+            tau = self.m.NewIntVar(0, TIME_TICKS + 1, f"tau[{family}][{r}][{i}]")
+            self.m.Add(tau <= (TIME_TICKS + 1) * self.y[(r, i)])
+            cap_int = math.floor(opt.capacity_Bps * self.tau * self.Q)
+            taus.append((cap_int, tau))
+        self.m.Add(sum(t for _, t in taus) == T_var).WithName(f"{family}.split[{r}]")
+        self.m.Add(sum(c * t for c, t in taus if c > 0) >= round(self.Q) * load).WithName(f"{family}.capacity[{r}]")
 
     def add_hint(self, counts: dict[int, int], waves: dict[Any, int]) -> None:
         for c, v in self.n.items():
@@ -194,9 +194,9 @@ class CpsatInner:
         st2 = solver.Solve(self.m)
         if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             counts, waves = first
-            return InnerSolution(counts, waves, value, bound, optimal, step_time_s=t_first)
+            return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else t_first)
         counts, waves = self._extract(solver)
-        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=solver.Value(self.T) * self.tau)
+        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else None)
 
     def _extract(self, solver: cp_model.CpSolver) -> tuple[dict[int, int], dict[Any, int]]:
         counts = {c: solver.Value(v) for c, v in self.n.items() if solver.Value(v) > 0}

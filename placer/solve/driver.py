@@ -124,8 +124,9 @@ def solve(
                 + "; ".join(str(v) for v in ev.violations)
             )
         if source not in {"greedy", "greedy-nowaves"} and sol.step_time_s is not None:
-            diff = abs(ev.step_time_s - sol.step_time_s)
-            if diff > AGREEMENT_REL * ev.step_time_s + 1e-9:
+            diff = ev.step_time_s - sol.step_time_s
+            # an optimal backend's step time equals the evaluator's; a feasible one bounds it
+            if diff > AGREEMENT_REL * ev.step_time_s + 1e-9 or (sol.optimal and -diff > AGREEMENT_REL * ev.step_time_s + 1e-9):
                 raise ModelMismatchError(
                     f"{backend} step time {sol.step_time_s:.9g} s != evaluator {ev.step_time_s:.9g} s "
                     f"for {data.cfg.label()}"
@@ -211,8 +212,9 @@ def _solve_inner(
 ) -> InnerSolution | None:
     if backend == "brute":
         return brute_inner(problem, perf, data, objective)
+    t_max = incumbent if (objective == "step_time" and incumbent is not None) else _upper_bound_time(data)
     if backend == "milp":
-        model = MilpInner(data, objective, cutoff=incumbent)
+        model = MilpInner(data, objective, t_max * 1.001 + 1e-6, cutoff=incumbent)
         return model.solve(remaining, threads, dict(opts.options))
     ub = incumbent if (objective == "step_time" and incumbent is not None) else None
     if ub is None:

@@ -19,6 +19,7 @@ import pulp
 from placer.solve.data import InnerData, InnerSolution
 
 GBYTE = 1e9
+MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
 
 
 def _name(*parts: Any) -> str:
@@ -26,8 +27,9 @@ def _name(*parts: Any) -> str:
 
 
 class MilpInner:
-    def __init__(self, data: InnerData, objective: str, cutoff: float | None = None):
+    def __init__(self, data: InnerData, objective: str, t_max: float, cutoff: float | None = None):
         self.d = data
+        self.t_max = t_max  # a step time no plan of this configuration needs to exceed
         self.objective = objective
         self.cutoff = cutoff
         self.prob = pulp.LpProblem("placer", pulp.LpMinimize)
@@ -45,7 +47,8 @@ class MilpInner:
         u = {c: pulp.LpVariable(f"u_{c}", cat="Binary") for c in C}
         self.n = n
         add(pulp.lpSum(n.values()) == D, "replicas.total")
-        T_pipe = pulp.LpVariable("T_pipe", 0)
+        # every plan runs at least one chain: the fastest chain type bounds T_pipe from below
+        T_pipe = pulp.LpVariable("T_pipe", min(d.chain_time))
         for c in C:
             add(n[c] <= D * u[c], _name("chain.use", c))
             add(T_pipe >= d.chain_time[c] * u[c], _name("pipe.chain", c))
@@ -145,14 +148,18 @@ class MilpInner:
         P.setObjective(T if self.objective == "step_time" else capex)
 
     def _route_time(self, T_var: Any, load: Any, max_load: float, r: Any, family: str) -> None:
-        """T_var >= load / capacity(waves): one big-M row per wave option of the route."""
-        for i, opt in enumerate(self.d.wave_options[r]):
-            yv = self.y[(r, i)]
-            if opt.capacity_Bps <= 0:
-                self.prob.addConstraint(load <= max_load * (1 - yv), _name(family, *r, i))
-            else:
-                cap = opt.capacity_Bps / GBYTE
-                self.prob.addConstraint(T_var >= (1.0 / cap) * load - (max_load / cap) * (1 - yv), _name(family, *r, i))
+        """load <= capacity(waves) * T_var, written on the convex hull of the wave one-hot:
+        T_var is split into tau_i <= T_max * y_i, and load <= sum_i capacity_i * tau_i.
+        (Much tighter than big-M rows T >= load / capacity_i - M (1 - y_i).)"""
+        opts = self.d.wave_options[r]
+        taus = []
+        for i, opt in enumerate(opts):
+            tau = pulp.LpVariable(_name("tau", family, *r, i), 0)
+            self.prob.addConstraint(tau <= self.t_max * self.y[(r, i)], _name(family, "hull", *r, i))
+            taus.append((opt.capacity_Bps / GBYTE, tau))
+        self.prob.addConstraint(pulp.lpSum(t for _, t in taus) == T_var, _name(family, "split", *r))
+        self.prob.addConstraint(load <= pulp.lpSum(c * t for c, t in taus), _name(family, "capacity", *r))
+        del max_load
 
     # ------------------------------------------------------------------ solve
 
@@ -175,15 +182,18 @@ class MilpInner:
                 if self.y[(r, i)].value() and self.y[(r, i)].value() > 0.5:
                     waves[r] = opt.waves
         del again
-        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=self.T.value())
+        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else None)
 
     def _solve_once(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> tuple[float, float, bool] | None:
         which = options.get("milp_solver", "highs")
         t0 = time.perf_counter()
         if which == "cbc":
-            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads)
+            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads, gapRel=MIP_REL_GAP)
         else:
             kwargs = {k: v for k, v in options.items() if k != "milp_solver"}
+            kwargs.setdefault("mip_rel_gap", MIP_REL_GAP)
+            # HiGHS' symmetry detection can run for the whole time limit on these models
+            kwargs.setdefault("mip_detect_symmetry", False)
             solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
         status = self.prob.solve(solver)
         del t0
