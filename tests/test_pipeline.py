@@ -17,6 +17,70 @@ from placer.perf.pipeline import (
 )
 
 # ---------------------------------------------------------------------------------------------
+# Reference: the pure-Python O(p m) closed form that one_f_one_b_time replaced (same recursion,
+# one stage at a time).  The vectorized implementation must agree with it to 1e-12 relative.
+
+
+def _reference_one_f_one_b_time(fwd, bwd, latency, transmit, m: int) -> float:
+    """The original pure-Python ``one_f_one_b_time`` (commit a8d0a11), kept verbatim as the
+    reference for the vectorized implementation."""
+    f, b, lat, tx = ([float(x) for x in v] for v in (fwd, bwd, latency, transmit))
+    p = len(f)
+    d = [tx[j] + lat[j] for j in range(p - 1)]
+    neg = -math.inf
+    s0 = max(0, p - m)  # stages below s0 have no steady pairs (m < p)
+
+    # Warm-up lattice W(k) (includes the entry forward) and cool-down lattice C(k) (excludes the
+    # exit backward): one op per row crossed, crossing delays, and p-1-k right moves on the
+    # heaviest row (stage or FIFO) crossed.
+    warm = [neg] * p
+    cool = [neg] * p
+    sf = sb = sd = 0.0
+    for k in range(p):
+        sf += f[k]
+        if k >= s0:
+            warm[k] = sf + sd + (p - 1 - k) * max(f[: k + 1] + tx[:k])
+            cool[k] = sb + sd + (p - 1 - k) * max(b[: k + 1] + tx[:k])
+        sb += b[k]
+        if k < p - 1:
+            sd += d[k]
+
+    # Steady-state zigzag, one slot at a time (slot t = steady pair index + 1):
+    #   fwd_done[s]  best path ending with a forward on stage s in this slot,
+    #   fwd_q[s]     same, the activation possibly queued behind later ones on link s,
+    #   bwd_q[s]     best path ending with a backward on stage s in this slot, possibly followed
+    #                by queued gradients on link s-1,
+    #   entry[s]     warm-up path entering stage s, possibly through the queue of link s-1.
+    entry = warm[:]
+    fwd_q = [neg] * p
+    bwd_q = [neg] * p
+    best = neg
+    for t in range(1, m + 1):
+        if t > 1:
+            entry = [neg] + [entry[s] + tx[s - 1] for s in range(1, p)]
+        fwd_done = [neg] * p
+        for s in range(s0, p):
+            v = max(entry[s], bwd_q[s] + f[s])  # entry, or turn after last slot's backward
+            if s > s0:
+                v = max(v, fwd_q[s - 1] + d[s - 1] + f[s])  # down from stage s-1
+            fwd_done[s] = v
+        for s in range(s0, p - 1):
+            fwd_q[s] = max(fwd_done[s], fwd_q[s] + tx[s])
+        up = neg  # backward run climbing from deeper stages
+        for s in range(p - 1, s0 - 1, -1):
+            bwd = max(fwd_done[s], up) + b[s]
+            if s > 0:
+                bwd_q[s] = max(bwd, bwd_q[s] + tx[s - 1])
+                up = bwd_q[s] + d[s - 1]
+            else:
+                bwd_q[s] = bwd
+        k_out = t - (m - p + 1)  # the stage whose last steady backward falls in this slot
+        if s0 <= k_out < p:
+            best = max(best, bwd_q[k_out] + cool[k_out])
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
 # Hand values
 
 

@@ -102,6 +102,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 __all__ = [
     "Event",
     "SimResult",
@@ -260,62 +262,88 @@ def one_f_one_b_time(
     """Closed-form makespan (seconds) of one 1F1B step; derivation in the module docstring.
 
     Equals ``(m + p - 1)(f + b)`` for uniform stages without communication; exact for every
-    ``p >= 1``, ``m >= 1`` and non-negative times.  Cost ``O(p m)``.
+    ``p >= 1``, ``m >= 1`` and non-negative times.  Cost ``O(p m)``, vectorized over the
+    stages: a constant number of numpy operations per slot (see "Evaluation" in the module
+    docstring).
     """
     f, b, lat, tx, m = _validate(fwd, bwd, latency, transmit, m)
     p = len(f)
-    d = [tx[j] + lat[j] for j in range(p - 1)]
-    neg = -math.inf
     s0 = max(0, p - m)  # stages below s0 have no steady pairs (m < p)
+    q = p - s0  # stages s0..p-1 take part, relabelled r = s - s0 = 0..q-1
+    neg = -math.inf
+    fa = np.array(f)
+    ba = np.array(b)
+    txa = np.array(tx)
+    da = txa + np.array(lat)  # d_j
 
     # Warm-up lattice W(k) (includes the entry forward) and cool-down lattice C(k) (excludes the
     # exit backward): one op per row crossed, crossing delays, and p-1-k right moves on the
-    # heaviest row (stage or FIFO) crossed.
-    warm = [neg] * p
-    cool = [neg] * p
-    sf = sb = sd = 0.0
-    for k in range(p):
-        sf += f[k]
-        if k >= s0:
-            warm[k] = sf + sd + (p - 1 - k) * max(f[: k + 1] + tx[:k])
-            cool[k] = sb + sd + (p - 1 - k) * max(b[: k + 1] + tx[:k])
-        sb += b[k]
-        if k < p - 1:
-            sd += d[k]
+    # heaviest row (stage or FIFO) crossed.  Sequential cumulative sums / maxima, k = s0..p-1.
+    zero = np.zeros(1)
+    sd = np.concatenate((zero, np.cumsum(da)))  # sum_{j<k} d_j
+    sb = np.concatenate((zero, np.cumsum(ba)[:-1]))  # sum_{j<k} b_j
+    tx_max = np.concatenate(((neg,), np.maximum.accumulate(txa)))  # max(tx_0..tx_{k-1})
+    right = np.arange(p - 1, -1, -1, dtype=float)[s0:]  # p-1-k
+    warm = (np.cumsum(fa) + sd)[s0:] + right * np.maximum(
+        np.maximum.accumulate(fa), tx_max
+    )[s0:]
+    cool = (sb + sd)[s0:] + right * np.maximum(np.maximum.accumulate(ba), tx_max)[s0:]
 
-    # Steady-state zigzag, one slot at a time (slot t = steady pair index + 1):
-    #   fwd_done[s]  best path ending with a forward on stage s in this slot,
-    #   fwd_q[s]     same, the activation possibly queued behind later ones on link s,
-    #   bwd_q[s]     best path ending with a backward on stage s in this slot, possibly followed
-    #                by queued gradients on link s-1,
-    #   entry[s]     warm-up path entering stage s, possibly through the queue of link s-1.
-    entry = warm[:]
-    fwd_q = [neg] * p
-    bwd_q = [neg] * p
-    best = neg
+    # Steady-state zigzag, one slot at a time, vectorized over stages (slot t = steady pair
+    # index + 1).  State ``z`` (length 2q + 1, all -oo before slot 1):
+    #   z[0]           -oo (no stage above s0 to come down from),
+    #   z[1 + r]       fwd_q[r]: best path ending with a forward on stage r, the activation
+    #                  possibly queued behind later ones on link r,
+    #   z[q + 1 + r]   bwd_q[r] + P[r]: best path ending with a backward on stage r, possibly
+    #                  followed by queued gradients on link r-1, shifted by the prefix sum
+    #                  P[r] = sum_{s0 <= j < s0+r} (d_j + b_j) so that the upward backward run
+    #                  bwd_q[r] = max(X[r], bwd_q[r+1] + d + b) is a reverse cumulative max.
+    # Per slot:
+    #   fd[r]    = max(entry[r], bwd_q[r] + f, fwd_q[r-1] + d + f)  (forward done this slot)
+    #   fwd_q[r] = max(fd[r], fwd_q[r] + tx_r)
+    #   X[r]     = max(fd[r] + b, bwd_q[r] + tx_{r-1})
+    #   bwd_q[r] = max_{r' >= r} X[r'] + sum_{r <= j < r'} (d_j + b_j)
+    fs, bs = fa[s0:], ba[s0:]
+    prefix = np.concatenate((zero, np.cumsum(da[s0:] + ba[s0 : p - 1])))  # P[r]
+    tx_down = np.concatenate((txa[s0:], zero))  # link r (r = q-1: unused padding)
+    tx_up = txa[s0 - 1 : p - 1] if s0 > 0 else np.concatenate(((neg,), txa))  # link r-1
+    # One broadcast add gives both the inputs of fd (row 0) and the queued terms (row 1).
+    shift = np.empty((2, 2 * q + 1))
+    shift[0, 0] = 0.0
+    shift[0, 1:q] = da[s0 : p - 1] + fs[1:]  # fwd_q[r-1] + d + f lands on tmp[0, r]
+    shift[0, q] = 0.0  # fwd_q[q-1] (never read)
+    shift[0, q + 1 :] = fs - prefix  # bwd_q + f, in shifted coordinates
+    shift[1, 0] = 0.0
+    shift[1, 1 : q + 1] = tx_down
+    shift[1, q + 1 :] = tx_up
+    b_shift = bs + prefix
+
+    z = np.full(2 * q + 1, neg)
+    z_tail = z[1:]
+    z_up_rev = z[q + 1 :][::-1]
+    tmp = np.empty((2, 2 * q + 1))
+    fd_in_a, fd_in_b = tmp[0, :q], tmp[0, q + 1 :]
+    queued = tmp[1, 1:]
+    both = np.empty(2 * q)  # (fd, fd + b + P)
+    fd, fd_b = both[:q], both[q:]
+    entry = warm.copy()  # warm-up path entering stage r, possibly through link r-1's queue
+    tx_entry = txa[s0:]
+    out = np.empty(q)  # bwd_q + P of k_out = s0 + r in the slot of its last steady backward
+    t_out = m - p + 1 + s0  # slot of the first exit
     for t in range(1, m + 1):
-        if t > 1:
-            entry = [neg] + [entry[s] + tx[s - 1] for s in range(1, p)]
-        fwd_done = [neg] * p
-        for s in range(s0, p):
-            v = max(entry[s], bwd_q[s] + f[s])  # entry, or turn after last slot's backward
-            if s > s0:
-                v = max(v, fwd_q[s - 1] + d[s - 1] + f[s])  # down from stage s-1
-            fwd_done[s] = v
-        for s in range(s0, p - 1):
-            fwd_q[s] = max(fwd_done[s], fwd_q[s] + tx[s])
-        up = neg  # backward run climbing from deeper stages
-        for s in range(p - 1, s0 - 1, -1):
-            bwd = max(fwd_done[s], up) + b[s]
-            if s > 0:
-                bwd_q[s] = max(bwd, bwd_q[s] + tx[s - 1])
-                up = bwd_q[s] + d[s - 1]
-            else:
-                bwd_q[s] = bwd
-        k_out = t - (m - p + 1)  # the stage whose last steady backward falls in this slot
-        if s0 <= k_out < p:
-            best = max(best, bwd_q[k_out] + cool[k_out])
-    return best
+        np.add(z, shift, out=tmp)
+        np.maximum(fd_in_a, fd_in_b, out=fd)
+        if t <= q:  # entries reach stage r until slot r + 1
+            if t > 1:
+                entry[1:] = entry[:-1] + tx_entry
+                entry[t - 2] = neg
+            np.maximum(fd, entry, out=fd)
+        np.add(fd, b_shift, out=fd_b)
+        np.maximum(queued, both, out=z_tail)
+        np.maximum.accumulate(z_up_rev, out=z_up_rev)
+        if t >= t_out:
+            out[t - t_out] = z[q + 1 + t - t_out]
+    return float(np.max(out - prefix + cool))
 
 
 def steady_state_period(

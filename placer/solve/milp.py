@@ -20,6 +20,7 @@ from placer.solve.data import InnerData, InnerSolution
 
 GBYTE = 1e9
 MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
+TIE_TOL = 1e-6  # relative slack on the optimum while breaking ties (HiGHS feasibility tolerance)
 
 
 def _name(*parts: Any) -> str:
@@ -164,25 +165,30 @@ class MilpInner:
     # ------------------------------------------------------------------ solve
 
     def solve(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> InnerSolution | None:
-        opt_value = self._solve_once(time_limit_s, threads, options)
-        if opt_value is None:
+        t0 = time.perf_counter()
+        first = self._solve_once(time_limit_s, threads, options)
+        if first is None:
             return None
-        value, bound, optimal = opt_value
+        value, bound, optimal = first
+        counts, waves = self._extract()
         # tie-break: same objective, then fewer waves, then fewer sites
-        tol = 1e-9 * max(1.0, abs(value))
         main = self.T if self.objective == "step_time" else self.capex
-        tie = self.prob.addConstraint(main <= value + tol, "objective.tiebreak")
-        del tie
+        self.prob.addConstraint(main <= value + TIE_TOL * max(1.0, abs(value)), "objective.tiebreak")
         self.prob.setObjective(self.total_waves * (len(self.d.sites) + 1) + pulp.lpSum(self.sites_used.values()))
-        again = self._solve_once(time_limit_s, threads, options)
-        counts = {c: int(round(v.value())) for c, v in self.n.items() if v.value() and round(v.value()) > 0}
+        left = time_limit_s - (time.perf_counter() - t0)
+        if left > 0.05 and self._solve_once(left, threads, options) is not None:
+            counts, waves = self._extract()
+        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else None)
+
+    def _extract(self) -> tuple[dict[int, int], dict[Any, int]]:
+        counts = {c: int(round(v.value())) for c, v in self.n.items() if v.value() is not None and round(v.value()) > 0}
         waves = {}
         for r in self.d.routes:
             for i, opt in enumerate(self.d.wave_options[r]):
-                if self.y[(r, i)].value() and self.y[(r, i)].value() > 0.5:
+                val = self.y[(r, i)].value()
+                if val is not None and val > 0.5:
                     waves[r] = opt.waves
-        del again
-        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else None)
+        return counts, waves
 
     def _solve_once(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> tuple[float, float, bool] | None:
         which = options.get("milp_solver", "highs")
