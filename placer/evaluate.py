@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placer.io import Problem, plan_from_data
-from placer.network import Network, RouteKey, route_key
+from placer.network import RouteKey, route_key
 from placer.perf.flops import stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, StepResult
 from placer.schema import Plan
@@ -50,6 +50,8 @@ class Evaluation:
     step: StepResult | None = None
     memory_gb: dict[str, float] = field(default_factory=dict)
     opex_usd_per_year: float = 0.0
+    usd_per_s: float = 0.0  # link capex amortized + energy (catalog costs)
+    cost_per_token_usd: float = math.inf
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,7 +61,12 @@ class Evaluation:
             "breakdown": self.breakdown,
             "tokens_per_s": self.tokens_per_s,
             "mfu": self.mfu,
-            "cost": {"capex_usd": self.capex_usd, "fiber_opex_usd_per_year": self.opex_usd_per_year},
+            "cost": {
+                "capex_usd": self.capex_usd,
+                "fiber_opex_usd_per_year": self.opex_usd_per_year,
+                "usd_per_s": self.usd_per_s,
+                "cost_per_token_usd": self.cost_per_token_usd,
+            },
             "power_mw": self.power_mw,
             "gpus": self.gpus_by_site,
             "nodes": self.nodes_by_site,
@@ -208,7 +215,7 @@ def evaluate(problem: Problem, plan: Plan | dict[str, Any], perf: PerfModel | No
 
     # --- memory per (stage, GPU type)
     memory_gb: dict[str, float] = {}
-    for count, chain in groups:
+    for _count, chain in groups:
         for k, s in enumerate(chain):
             gpu_key = inst.site(s).gpu
             label = f"stage {k} on {gpu_key}"
@@ -237,6 +244,7 @@ def evaluate(problem: Problem, plan: Plan | dict[str, Any], perf: PerfModel | No
         viol.append(Violation("step_time", "objective.max_step_time_s", f"step time {step.step_time_s:.4g} s exceeds {obj.max_step_time_s:g} s", step.step_time_s - obj.max_step_time_s))
 
     t = step.step_time_s
+    usd_per_s = usd_per_second(problem, capex, power_mw)
     return Evaluation(
         feasible=not viol,
         violations=viol,
@@ -254,7 +262,22 @@ def evaluate(problem: Problem, plan: Plan | dict[str, Any], perf: PerfModel | No
         step=step,
         memory_gb=memory_gb,
         opex_usd_per_year=opex,
+        usd_per_s=usd_per_s,
+        cost_per_token_usd=usd_per_s * t / perf.tokens_per_step() if math.isfinite(t) else math.inf,
     )
+
+
+SECONDS_PER_YEAR = 365.25 * 86400
+J_PER_MWH = 3.6e9
+
+
+def usd_per_second(problem: Problem, capex_usd: float, power_mw: dict[str, float]) -> float:
+    """Running cost of the plan: link capex amortized over `costs.amortization_years` plus
+    the energy of every site (power incl. PUE x `costs.energy_usd_per_mwh`). GPUs and sites
+    are sunk costs the plan does not choose, so they are not in it."""
+    costs = problem.catalog.costs
+    energy = sum(power_mw.values()) * 1e6 * costs.energy_usd_per_mwh / J_PER_MWH
+    return capex_usd / (costs.amortization_years * SECONDS_PER_YEAR) + energy
 
 
 def _broken(problem: Problem, cfg: Config, viol: list[Violation]) -> Evaluation:
@@ -273,7 +296,7 @@ def completed_plan(problem: Problem, plan: Plan, ev: Evaluation, **extra: Any) -
         breakdown=ev.breakdown,
         tokens_per_s=ev.tokens_per_s,
         mfu=ev.mfu,
-        cost={"capex_usd": ev.capex_usd},
+        cost={"capex_usd": ev.capex_usd, "usd_per_s": ev.usd_per_s, "cost_per_token_usd": ev.cost_per_token_usd},
         power_mw=ev.power_mw,
     )
     data.update(extra)

@@ -239,7 +239,7 @@ def problem_from_data(
         model = model.model_copy(update={"seq_len": inst.job.seq_len})
     par = inst.job.parallelism
     if par.tp:
-        for i, s in enumerate(inst.sites):
+        for s in inst.sites:
             gpn = s.gpus_per_node or catalog.gpus[s.gpu].gpus_per_node
             if all(t > gpn for t in par.tp):
                 raise err(("job", "parallelism", "tp"), f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)")

@@ -252,6 +252,9 @@ def simulate_1f1b(
     return SimResult(makespan_s=makespan, events=events)
 
 
+_NUMPY_MIN_STAGES = 16  # below this many zigzag stages, the scalar loop beats numpy call overhead
+
+
 def one_f_one_b_time(
     fwd: Sequence[float],
     bwd: Sequence[float],
@@ -262,61 +265,154 @@ def one_f_one_b_time(
     """Closed-form makespan (seconds) of one 1F1B step; derivation in the module docstring.
 
     Equals ``(m + p - 1)(f + b)`` for uniform stages without communication; exact for every
-    ``p >= 1``, ``m >= 1`` and non-negative times.  Cost ``O(p m)``, vectorized over the
-    stages: a constant number of numpy operations per slot (see "Evaluation" in the module
-    docstring).
+    ``p >= 1``, ``m >= 1`` and non-negative times.  Cost ``O(p m)``: a handful of numpy
+    operations per slot, vectorized over the stages (see "Evaluation" in the module docstring).
     """
     f, b, lat, tx, m = _validate(fwd, bwd, latency, transmit, m)
     p = len(f)
     s0 = max(0, p - m)  # stages below s0 have no steady pairs (m < p)
-    q = p - s0  # stages s0..p-1 take part, relabelled r = s - s0 = 0..q-1
-    neg = -math.inf
-    fa = np.array(f)
-    ba = np.array(b)
-    txa = np.array(tx)
-    da = txa + np.array(lat)  # d_j
+    d = [tx[j] + lat[j] for j in range(p - 1)]
 
     # Warm-up lattice W(k) (includes the entry forward) and cool-down lattice C(k) (excludes the
-    # exit backward): one op per row crossed, crossing delays, and p-1-k right moves on the
-    # heaviest row (stage or FIFO) crossed.  Sequential cumulative sums / maxima, k = s0..p-1.
-    zero = np.zeros(1)
-    sd = np.concatenate((zero, np.cumsum(da)))  # sum_{j<k} d_j
-    sb = np.concatenate((zero, np.cumsum(ba)[:-1]))  # sum_{j<k} b_j
-    tx_max = np.concatenate(((neg,), np.maximum.accumulate(txa)))  # max(tx_0..tx_{k-1})
-    right = np.arange(p - 1, -1, -1, dtype=float)[s0:]  # p-1-k
-    warm = (np.cumsum(fa) + sd)[s0:] + right * np.maximum(
-        np.maximum.accumulate(fa), tx_max
-    )[s0:]
-    cool = (sb + sd)[s0:] + right * np.maximum(np.maximum.accumulate(ba), tx_max)[s0:]
+    # exit backward), k = s0..p-1: one op per row crossed, crossing delays, and p-1-k right moves
+    # on the heaviest row (stage or FIFO) crossed (running maxima of f, b and tx).
+    warm: list[float] = []
+    cool: list[float] = []
+    sf = sb = sd = 0.0
+    mf = mb = -math.inf
+    for k in range(p):
+        sf += f[k]
+        mf = max(mf, f[k])
+        mb = max(mb, b[k])
+        if k >= s0:
+            warm.append(sf + sd + (p - 1 - k) * mf)
+            cool.append(sb + sd + (p - 1 - k) * mb)
+        sb += b[k]
+        if k < p - 1:
+            sd += d[k]
+            mf = max(mf, tx[k])
+            mb = max(mb, tx[k])
 
-    # Steady-state zigzag, one slot at a time, vectorized over stages (slot t = steady pair
-    # index + 1).  State ``z`` (length 2q + 1, all -oo before slot 1):
-    #   z[0]           -oo (no stage above s0 to come down from),
-    #   z[1 + r]       fwd_q[r]: best path ending with a forward on stage r, the activation
-    #                  possibly queued behind later ones on link r,
-    #   z[q + 1 + r]   bwd_q[r] + P[r]: best path ending with a backward on stage r, possibly
-    #                  followed by queued gradients on link r-1, shifted by the prefix sum
-    #                  P[r] = sum_{s0 <= j < s0+r} (d_j + b_j) so that the upward backward run
-    #                  bwd_q[r] = max(X[r], bwd_q[r+1] + d + b) is a reverse cumulative max.
-    # Per slot:
-    #   fd[r]    = max(entry[r], bwd_q[r] + f, fwd_q[r-1] + d + f)  (forward done this slot)
-    #   fwd_q[r] = max(fd[r], fwd_q[r] + tx_r)
-    #   X[r]     = max(fd[r] + b, bwd_q[r] + tx_{r-1})
-    #   bwd_q[r] = max_{r' >= r} X[r'] + sum_{r <= j < r'} (d_j + b_j)
-    fs, bs = fa[s0:], ba[s0:]
-    prefix = np.concatenate((zero, np.cumsum(da[s0:] + ba[s0 : p - 1])))  # P[r]
-    tx_down = np.concatenate((txa[s0:], zero))  # link r (r = q-1: unused padding)
-    tx_up = txa[s0 - 1 : p - 1] if s0 > 0 else np.concatenate(((neg,), txa))  # link r-1
-    # One broadcast add gives both the inputs of fd (row 0) and the queued terms (row 1).
-    shift = np.empty((2, 2 * q + 1))
-    shift[0, 0] = 0.0
-    shift[0, 1:q] = da[s0 : p - 1] + fs[1:]  # fwd_q[r-1] + d + f lands on tmp[0, r]
-    shift[0, q] = 0.0  # fwd_q[q-1] (never read)
-    shift[0, q + 1 :] = fs - prefix  # bwd_q + f, in shifted coordinates
-    shift[1, 0] = 0.0
-    shift[1, 1 : q + 1] = tx_down
-    shift[1, q + 1 :] = tx_up
-    b_shift = bs + prefix
+    if p - s0 < _NUMPY_MIN_STAGES:
+        return _zigzag_scalar(f, b, tx, d, m, s0, warm, cool)
+    return _zigzag_numpy(f, b, tx, d, m, s0, warm, cool)
+
+
+def _zigzag_scalar(
+    f: list[float],
+    b: list[float],
+    tx: list[float],
+    d: list[float],
+    m: int,
+    s0: int,
+    warm: list[float],
+    cool: list[float],
+) -> float:
+    """``max_{k_in, k_out} W + Z + C`` by the slot recursion, one stage at a time (small ``p``).
+
+    Slot ``t`` = steady pair index + 1; stages ``s0..p-1`` relabelled ``r = 0..q-1``:
+      ``fd[r]``     best path ending with a forward on stage ``r`` in this slot,
+      ``fwd_q[r]``  same, the activation possibly queued behind later ones on link ``r``,
+      ``bwd_q[r]``  best path ending with a backward on stage ``r`` in this slot, possibly
+                    followed by queued gradients on link ``r - 1``,
+      ``entry[r]``  warm-up path entering stage ``r``, possibly through link ``r - 1``'s queue.
+    """
+    p = len(f)
+    q = p - s0
+    neg = -math.inf
+    fs, bs = f[s0:], b[s0:]
+    tx_down = tx[s0:] + [0.0]  # link r (r = q - 1: never read)
+    tx_up = [tx[s - 1] if s > 0 else neg for s in range(s0, p)]  # link r - 1
+    d_up = [d[s - 1] if s > 0 else 0.0 for s in range(s0, p)]
+    entry = warm[:]
+    fwd_q = [neg] * q
+    bwd_q = [neg] * q
+    fd = [neg] * q
+    t_out = m - p + 1 + s0  # slot of the last steady backward of stage s0 (then s0 + 1, ...)
+    best = neg
+    for t in range(1, m + 1):
+        if t > 1 and t <= q:  # warm-up entries shift one stage deeper per slot
+            entry = [neg] + [entry[r - 1] + tx[s0 + r - 1] for r in range(1, q)]
+        prev = neg  # fwd_q[r - 1] of the previous slot
+        for r in range(q):
+            v = bwd_q[r] + fs[r]  # turn after last slot's backward
+            if t <= q and entry[r] > v:
+                v = entry[r]
+            w = prev + d_up[r] + fs[r]  # down from stage r - 1
+            if w > v:
+                v = w
+            fd[r] = v
+            prev = fwd_q[r]
+            w = prev + tx_down[r]
+            fwd_q[r] = v if v > w else w
+        up = neg  # backward run climbing from deeper stages
+        for r in range(q - 1, -1, -1):
+            v = fd[r]
+            if up > v:
+                v = up
+            v += bs[r]
+            w = bwd_q[r] + tx_up[r]
+            if w > v:
+                v = w
+            bwd_q[r] = v
+            up = v + d_up[r]
+        if t >= t_out:
+            v = bwd_q[t - t_out] + cool[t - t_out]
+            if v > best:
+                best = v
+    return best
+
+
+def _zigzag_numpy(
+    f: list[float],
+    b: list[float],
+    tx: list[float],
+    d: list[float],
+    m: int,
+    s0: int,
+    warm: list[float],
+    cool: list[float],
+) -> float:
+    """Same recursion as :func:`_zigzag_scalar`, vectorized over the stages.
+
+    State ``z`` (length ``2q + 1``, all ``-oo`` before slot 1): ``z[0] = -oo`` (no stage above
+    ``s0`` to come down from), ``z[1 + r] = fwd_q[r]``, ``z[q + 1 + r] = bwd_q[r] + P[r]`` with
+    ``P[r] = sum_{r' < r} (d + b)``: in these shifted coordinates the upward backward run
+    ``bwd_q[r] = max(X[r], bwd_q[r + 1] + d + b)`` is a reverse cumulative maximum.  Per slot::
+
+        fd[r]    = max(entry[r], bwd_q[r] + f, fwd_q[r - 1] + d + f)
+        fwd_q[r] = max(fd[r], fwd_q[r] + tx_r)
+        X[r]     = max(fd[r] + b, bwd_q[r] + tx_{r-1})
+        bwd_q[r] = max_{r' >= r} X[r'] + sum_{r <= j < r'} (d_j + b_j)
+    """
+    p = len(f)
+    q = p - s0
+    neg = -math.inf
+    prefix = [0.0] * q
+    for r in range(1, q):
+        prefix[r] = prefix[r - 1] + (d[s0 + r - 1] + b[s0 + r - 1])
+    # One broadcast add of z gives the inputs of fd (row 0) and the queued terms (row 1).
+    shift = np.array(
+        [
+            [0.0]
+            + [d[s0 + r - 1] + f[s0 + r] for r in range(1, q)]  # fwd_q[r-1] + d + f at [r]
+            + [0.0]  # fwd_q[q-1]: never read
+            + [f[s0 + r] - prefix[r] for r in range(q)],  # bwd_q[r] + f
+            [0.0]
+            + tx[s0:]
+            + [0.0]  # fwd_q[r] + tx_r (r = q - 1: never read)
+            + [tx[s - 1] if s > 0 else neg for s in range(s0, p)],  # bwd_q[r] + tx_{r-1}
+        ]
+    )
+    b_shift = np.array([b[s0 + r] + prefix[r] for r in range(q)])
+    # Warm-up entries: entry at slot t on stage r = warm[r - t + 1] + tx over links r-t+1..r-1.
+    warm_a = np.array(warm)
+    tx_sum = np.concatenate(((0.0,), np.cumsum(tx[s0:])))  # sum of tx over links < r
+    rr = np.arange(q)
+    src = rr[None, :] - rr[:, None]  # row t - 1, column r: entry stage r - t + 1
+    ok = src >= 0
+    srcc = np.where(ok, src, 0)
+    entries = np.where(ok, warm_a[srcc] + (tx_sum[rr][None, :] - tx_sum[srcc]), neg)
 
     z = np.full(2 * q + 1, neg)
     z_tail = z[1:]
@@ -326,24 +422,20 @@ def one_f_one_b_time(
     queued = tmp[1, 1:]
     both = np.empty(2 * q)  # (fd, fd + b + P)
     fd, fd_b = both[:q], both[q:]
-    entry = warm.copy()  # warm-up path entering stage r, possibly through link r-1's queue
-    tx_entry = txa[s0:]
-    out = np.empty(q)  # bwd_q + P of k_out = s0 + r in the slot of its last steady backward
-    t_out = m - p + 1 + s0  # slot of the first exit
+    t_out = m - p + 1 + s0  # slot of the last steady backward of stage s0 (then s0 + 1, ...)
+    out = [0.0] * q  # bwd_q + P of stage r in the slot of its last steady backward
+    add, maximum, accumulate = np.add, np.maximum, np.maximum.accumulate
     for t in range(1, m + 1):
-        np.add(z, shift, out=tmp)
-        np.maximum(fd_in_a, fd_in_b, out=fd)
-        if t <= q:  # entries reach stage r until slot r + 1
-            if t > 1:
-                entry[1:] = entry[:-1] + tx_entry
-                entry[t - 2] = neg
-            np.maximum(fd, entry, out=fd)
-        np.add(fd, b_shift, out=fd_b)
-        np.maximum(queued, both, out=z_tail)
-        np.maximum.accumulate(z_up_rev, out=z_up_rev)
+        add(z, shift, out=tmp)
+        maximum(fd_in_a, fd_in_b, out=fd)
+        if t <= q:
+            maximum(fd, entries[t - 1], out=fd)
+        add(fd, b_shift, out=fd_b)
+        maximum(queued, both, out=z_tail)
+        accumulate(z_up_rev, out=z_up_rev)
         if t >= t_out:
             out[t - t_out] = z[q + 1 + t - t_out]
-    return float(np.max(out - prefix + cool))
+    return max(out[r] - prefix[r] + cool[r] for r in range(q))
 
 
 def steady_state_period(

@@ -42,7 +42,7 @@ def brute_inner(problem: Problem, perf: PerfModel, data: InnerData, objective: s
             ev = evaluate(problem, solution_plan(problem, data, sol), perf)
             if not ev.feasible:
                 continue
-            value = ev.step_time_s if objective == "step_time" else ev.capex_usd
+            value = {"step_time": ev.step_time_s, "cost": ev.capex_usd, "cost_per_token": ev.cost_per_token_usd}[objective]
             sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
             key = (round(value, 9), sum(wv), sites)
             if best is None or key < best:

@@ -19,11 +19,22 @@ from placer.solve.data import InnerData, InnerSolution
 
 INT_LIMIT = 4e18  # stay well inside int64 for coefficient x domain products
 TIME_TICKS = 10**9
+RATE_UNIT = 1e-9  # USD per second per integer unit of the cost rate
 
 
 class CpsatInner:
-    def __init__(self, data: InnerData, objective: str, upper_bound_s: float, cutoff: float | None = None):
+    def __init__(
+        self,
+        data: InnerData,
+        objective: str,
+        upper_bound_s: float,
+        cutoff: float | None = None,
+        t_cap: float | None = None,
+        rate_cap: float | None = None,
+    ):
         self.d = data
+        self.t_cap = t_cap
+        self.rate_cap = rate_cap
         self.objective = objective
         self.cutoff = cutoff
         self.ub = max(upper_bound_s, 1e-6)
@@ -64,14 +75,19 @@ class CpsatInner:
         capex = sum(round(opt.capex_usd) * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
         self.capex = capex
         self.total_waves = sum(opt.waves * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
+        rate_terms = [round(opt.capex_usd / d.amortization_s / RATE_UNIT) * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r])]
         for s in d.sites:
             limit = d.site_power_w[s]
+            j_rate = d.energy_usd_per_j / RATE_UNIT * d.site_pue[s]
+            rate_terms.append(round(j_rate * d.site_node_w[s]) * nodes[s])
+            rate_terms += [round(j_rate * opt.module_w) * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r])]
             if limit is None:
                 continue
-            # milliwatts x 1000 (PUE has three decimals at most in practice); rounded up: conservative
+            # milliwatts (rounded up: conservative by at most a milliwatt per term)
             coef_node = math.ceil(d.site_pue[s] * d.site_node_w[s] * 1000)
             optics = sum(math.ceil(d.site_pue[s] * opt.module_w * 1000) * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r]))
             M.Add(coef_node * nodes[s] + optics <= math.floor(limit * 1000 * (1 + 1e-9))).WithName(f"site.power[{s}]")
+        self.rate = sum(rate_terms)  # USD per second in RATE_UNIT
         if d.max_cost_usd is not None:
             M.Add(capex <= math.floor(d.max_cost_usd)).WithName("budget")
         # route capacities in integer units: cap_i * T_ticks >= Q * load_bytes
@@ -139,15 +155,27 @@ class CpsatInner:
             M.Add(T == T_pipe + T_intra + exposed)
         if d.max_step_time_s is not None:
             M.Add(T <= math.floor(d.max_step_time_s / self.tau * (1 + 1e-9)))
+        if self.t_cap is not None:
+            M.Add(T <= math.floor(self.t_cap / self.tau))
+        if self.rate_cap is not None:
+            M.Add(self.rate <= math.floor(self.rate_cap / RATE_UNIT))
         if self.cutoff is not None:
             if self.objective == "step_time":
                 M.Add(T <= self.ticks(self.cutoff) + 1)
-            else:
+            elif self.objective == "cost":
                 M.Add(capex <= math.floor(self.cutoff))
+            else:
+                M.Add(self.rate <= math.ceil(self.cutoff / RATE_UNIT))
         self.sites_used = {s: M.NewBoolVar(f"site_used[{s}]") for s in d.sites}
         for s in d.sites:
             M.Add(nodes[s] <= d.site_nodes[s] * self.sites_used[s])
-        M.Minimize(T if self.objective == "step_time" else capex)
+        M.Minimize(self._main())
+
+    def _main(self) -> Any:
+        return {"step_time": self.T, "cost": self.capex, "rate": self.rate}[self.objective]
+
+    def _scale(self) -> float:
+        return {"step_time": self.tau, "cost": 1.0, "rate": RATE_UNIT}[self.objective]
 
     def _route_time(self, T_var: Any, load: Any, r: Any, family: str) -> None:
         """Q * load <= sum_i cap_i * tau_i with sum_i tau_i = T_var and tau_i <= UB * y_i:
@@ -180,14 +208,13 @@ class CpsatInner:
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
         optimal = st == cp_model.OPTIMAL
-        scale = self.tau if self.objective == "step_time" else 1.0
+        scale = self._scale()
         value = solver.ObjectiveValue() * scale
         bound = solver.BestObjectiveBound() * scale
         first = self._extract(solver)
         t_first = solver.Value(self.T) * self.tau
         # tie-break: same objective value, then fewer waves, then fewer sites
-        main = self.T if self.objective == "step_time" else self.capex
-        self.m.Add(main <= round(solver.ObjectiveValue()))
+        self.m.Add(self._main() <= round(solver.ObjectiveValue()))
         for v in self.n.values():
             self.m.AddHint(v, solver.Value(v))
         self.m.Minimize(self.total_waves * (len(self.d.sites) + 1) + sum(self.sites_used.values()))

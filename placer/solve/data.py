@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from placer.evaluate import site_gpus_per_node, tp_groups_per_node
+from placer.evaluate import J_PER_MWH, SECONDS_PER_YEAR, site_gpus_per_node, tp_groups_per_node
 from placer.io import Problem
 from placer.network import RouteKey
 from placer.perf.step import Chain, Config, PerfModel
@@ -52,6 +52,8 @@ class InnerData:
     max_step_time_s: float | None
     max_cost_usd: float | None
     stage_sites: list[list[str]] = field(default_factory=list)  # sites that may host stage k
+    amortization_s: float = 5 * 365.25 * 86400
+    energy_usd_per_j: float = 0.0
 
     @property
     def n_stages(self) -> int:
@@ -123,6 +125,8 @@ def build_inner(problem: Problem, perf: PerfModel, cfg: Config, chains: list[Cha
         max_step_time_s=inst.objective.max_step_time_s,
         max_cost_usd=budget,
         stage_sites=stage_sites,
+        amortization_s=cat.costs.amortization_years * SECONDS_PER_YEAR,
+        energy_usd_per_j=cat.costs.energy_usd_per_mwh / J_PER_MWH,
     )
 
 

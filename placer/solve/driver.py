@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placer.errors import InfeasibleError, ModelMismatchError, TimeLimitError
-from placer.evaluate import Evaluation, completed_plan, evaluate
+from placer.evaluate import J_PER_MWH, Evaluation, completed_plan, evaluate, site_gpus_per_node
 from placer.io import Problem
 from placer.perf.step import Config, PerfModel
 from placer.schema import Plan
@@ -56,13 +56,13 @@ class SolveResult:
 
 
 def _objective_value(objective: str, ev: Evaluation) -> float:
-    return ev.step_time_s if objective == "step_time" else ev.capex_usd
+    return {"step_time": ev.step_time_s, "cost": ev.capex_usd, "cost_per_token": ev.cost_per_token_usd}[objective]
 
 
 def _tiebreak(objective: str, ev: Evaluation, cfg: Config) -> tuple[Any, ...]:
     waves = sum(link["waves"] for link in ev.links)
     sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
-    return (round(_objective_value(objective, ev), 9), waves, sites, cfg.label())
+    return (float(f"{_objective_value(objective, ev):.9g}"), waves, sites, cfg.label())
 
 
 def solve(
@@ -78,10 +78,6 @@ def solve(
     time_limit_s = time_limit_s if time_limit_s is not None else opts.time_limit_s
     threads = threads if threads is not None else opts.threads
     objective = inst.objective.minimize
-    if objective == "cost_per_token":
-        from placer.solve.cost_per_token import solve_cost_per_token
-
-        return solve_cost_per_token(problem, backend, time_limit_s, threads, progress)
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
     deadline = t0 + time_limit_s
@@ -90,24 +86,7 @@ def solve(
     configs = enumerate_configs(problem, report)
     log: list[str] = []
 
-    # lower bounds and chain types
-    cands: list[Candidate] = []
-    for cfg in configs:
-        chains = chain_types(problem, perf, cfg, report)
-        if not chains:
-            report.drop("no stage placement fits in GPU memory")
-            continue
-        lb_pipe = min(perf.chain_time(cfg, c) for c in chains)
-        n_sites = len({s for c in chains for s in c})
-        lb_intra = 0.0
-        if cfg.dp > n_sites:  # some site must hold two replicas of every stage
-            lb_intra = max(min(perf.intra_sync_s(cfg, k, s) for s in {c[k] for c in chains}) for k in range(cfg.pp))
-        lb = lb_pipe + lb_intra if objective == "step_time" else 0.0
-        if inst.objective.max_step_time_s is not None and lb_pipe + lb_intra > inst.objective.max_step_time_s:
-            report.drop("lower bound above max_step_time_s")
-            continue
-        cands.append(Candidate(cfg, lb))
-    cands.sort(key=lambda c: (c.lower_bound, c.cfg.label()))
+    cands = prepare_candidates(problem, perf, configs, report, objective)
     say(f"{len(configs)} configurations, {len(cands)} after memory and bound pruning")
 
     best: tuple[tuple[Any, ...], Plan, Evaluation, Config] | None = None
@@ -149,7 +128,7 @@ def solve(
     timed_out = False
     for i, cand in enumerate(cands):
         inc = best[0][0] if best else None
-        if objective == "step_time" and inc is not None and cand.lower_bound >= inc * (1 - 1e-9):
+        if objective != "cost" and inc is not None and cand.lower_bound >= inc * (1 - 1e-9):
             break  # sorted by bound: every remaining configuration is pruned
         if objective == "cost" and inc is not None and inc <= 0:
             break
@@ -198,6 +177,67 @@ def solve(
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved, log)
 
 
+def prepare_candidates(
+    problem: Problem, perf: PerfModel, configs: list[Config], report: SpaceReport, objective: str
+) -> list[Candidate]:
+    """Chain types and a lower bound on step time per configuration, sorted by bound."""
+    inst = problem.instance
+    cands: list[Candidate] = []
+    for cfg in configs:
+        chains = chain_types(problem, perf, cfg, report)
+        if not chains:
+            report.drop("no stage placement fits in GPU memory")
+            continue
+        lb_pipe = min(perf.chain_time(cfg, c) for c in chains)
+        n_sites = len({s for c in chains for s in c})
+        lb_intra = 0.0
+        if cfg.dp > n_sites:  # some site must hold two replicas of every stage
+            lb_intra = max(min(perf.intra_sync_s(cfg, k, s) for s in {c[k] for c in chains}) for k in range(cfg.pp))
+        if inst.objective.max_step_time_s is not None and lb_pipe + lb_intra > inst.objective.max_step_time_s:
+            report.drop("lower bound above max_step_time_s")
+            continue
+        lb = lb_pipe + lb_intra
+        if objective == "cost":
+            lb = 0.0
+        elif objective == "cost_per_token":
+            lb = lb * min_usd_per_s(problem, cfg) / perf.tokens_per_step()
+        cands.append(Candidate(cfg, lb))
+    cands.sort(key=lambda c: (c.lower_bound, c.cfg.label()))
+    return cands
+
+
+def min_usd_per_s(problem: Problem, cfg: Config) -> float:
+    """A lower bound on a configuration's running cost: the energy of its TP groups at the
+    cheapest site per group (no links, no partly used nodes)."""
+    cat, inst = problem.catalog, problem.instance
+    per_group = []
+    for s in inst.sites:
+        gpn = site_gpus_per_node(problem, s.name)
+        if cfg.tp <= gpn:
+            per_group.append(s.pue * gpn * cat.gpus[s.gpu].all_in_w / (gpn // cfg.tp))
+    return cfg.pp * cfg.dp * min(per_group) * cat.costs.energy_usd_per_mwh / J_PER_MWH
+
+
+def _backend(
+    problem: Problem,
+    data: InnerData,
+    backend: str,
+    objective: str,
+    cutoff: float | None,
+    remaining: float,
+    threads: int | None,
+    opts: Any,
+    t_cap: float | None = None,
+    rate_cap: float | None = None,
+) -> InnerSolution | None:
+    t_max = t_cap or (cutoff if (objective == "step_time" and cutoff is not None) else _upper_bound_time(data))
+    if backend == "milp":
+        model = MilpInner(data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap)
+        return model.solve(remaining, threads, dict(opts.options))
+    model_c = CpsatInner(data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap)
+    return model_c.solve(remaining, threads, problem.instance.solver.seed, dict(opts.options))
+
+
 def _solve_inner(
     problem: Problem,
     perf: PerfModel,
@@ -212,17 +252,57 @@ def _solve_inner(
 ) -> InnerSolution | None:
     if backend == "brute":
         return brute_inner(problem, perf, data, objective)
-    t_max = incumbent if (objective == "step_time" and incumbent is not None) else _upper_bound_time(data)
-    if backend == "milp":
-        model = MilpInner(data, objective, t_max * 1.001 + 1e-6, cutoff=incumbent)
-        return model.solve(remaining, threads, dict(opts.options))
-    ub = incumbent if (objective == "step_time" and incumbent is not None) else None
-    if ub is None:
-        ub = _upper_bound_time(data)
-    model_c = CpsatInner(data, objective, ub * 1.001 + 1e-6, cutoff=incumbent)
-    if best is not None and best[3] == data.cfg:
-        pass
-    return model_c.solve(remaining, threads, problem.instance.solver.seed, dict(opts.options))
+    if objective == "cost_per_token":
+        return _cost_per_token_walk(problem, perf, data, backend, incumbent, remaining, threads, opts)
+    return _backend(problem, data, backend, objective, incumbent, remaining, threads, opts)
+
+
+def _cost_per_token_walk(
+    problem: Problem,
+    perf: PerfModel,
+    data: InnerData,
+    backend: str,
+    incumbent: float | None,
+    remaining: float,
+    threads: int | None,
+    opts: Any,
+) -> InnerSolution | None:
+    """Minimize (USD/s) x (s/step) / tokens exactly by walking the configuration's Pareto
+    front of step time vs running cost: the fastest plan under a cost-rate cap, then the
+    cheapest plan at that speed, then a strictly cheaper cap (relative 1e-7), until the
+    step time times the smallest possible cost rate can no longer beat the incumbent."""
+    deadline = time.perf_counter() + remaining
+    tokens = perf.tokens_per_step()
+    r_min = min_usd_per_s(problem, data.cfg)
+    best: InnerSolution | None = None
+    rate_cap: float | None = None
+    optimal = True
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            optimal = False
+            break
+        fast = _backend(problem, data, backend, "step_time", None, left, threads, opts, rate_cap=rate_cap)
+        if fast is None:
+            break
+        optimal &= fast.optimal
+        t_i = fast.objective
+        if incumbent is not None and t_i * r_min / tokens >= incumbent * (1 - 1e-9):
+            break
+        left = deadline - time.perf_counter()
+        cheap = _backend(problem, data, backend, "rate", None, max(left, 0.05), threads, opts, t_cap=t_i * (1 + 1e-7) + 1e-9) or fast
+        ev = evaluate(problem, solution_plan(problem, data, cheap), perf)
+        if not ev.feasible or ev.step_time_s > t_i * (1 + AGREEMENT_REL) + 1e-9:
+            raise ModelMismatchError(f"{backend}: cost_per_token walk produced a plan the evaluator disagrees with ({data.cfg.label()})")
+        value = ev.cost_per_token_usd
+        if incumbent is None or value < incumbent:
+            incumbent = value
+            best = InnerSolution(cheap.counts, cheap.waves, value, value, True, step_time_s=None)
+        rate_cap = ev.usd_per_s * (1 - 1e-7)
+    if best is not None:
+        best.optimal = optimal
+        best.bound = best.objective if optimal else 0.0
+    return best
 
 
 def _upper_bound_time(data: InnerData) -> float:
@@ -243,4 +323,4 @@ def _upper_bound_time(data: InnerData) -> float:
 
 
 def _fmt(objective: str, v: float) -> str:
-    return f"{v:.6g} s" if objective == "step_time" else f"${v:,.0f}"
+    return {"step_time": f"{v:.6g} s", "cost": f"${v:,.0f}", "cost_per_token": f"${v * 1e6:.6g} per M tokens"}[objective]

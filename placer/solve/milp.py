@@ -28,9 +28,23 @@ def _name(*parts: Any) -> str:
 
 
 class MilpInner:
-    def __init__(self, data: InnerData, objective: str, t_max: float, cutoff: float | None = None):
+    def __init__(
+        self,
+        data: InnerData,
+        objective: str,
+        t_max: float,
+        cutoff: float | None = None,
+        t_cap: float | None = None,
+        rate_cap: float | None = None,
+    ):
         self.d = data
-        self.t_max = t_max  # a step time no plan of this configuration needs to exceed
+        self.t_cap = t_cap  # extra step-time ceiling (cost_per_token frontier walk)
+        self.rate_cap = rate_cap  # extra ceiling on USD per second
+        # time unit of the model: the fastest chain, so that times are O(1) and HiGHS'
+        # absolute tolerances (1e-7) act as relative ones (tiny models step in milliseconds)
+        fastest = min(data.chain_time)
+        self.ts = fastest if 0 < fastest < math.inf else 1.0
+        self.t_max = t_max / self.ts  # a step time no plan of this configuration needs to exceed
         self.objective = objective
         self.cutoff = cutoff
         self.prob = pulp.LpProblem("placer", pulp.LpMinimize)
@@ -49,10 +63,11 @@ class MilpInner:
         self.n = n
         add(pulp.lpSum(n.values()) == D, "replicas.total")
         # every plan runs at least one chain: the fastest chain type bounds T_pipe from below
-        T_pipe = pulp.LpVariable("T_pipe", min(d.chain_time))
+        ts = self.ts
+        T_pipe = pulp.LpVariable("T_pipe", min(d.chain_time) / ts)
         for c in C:
             add(n[c] <= D * u[c], _name("chain.use", c))
-            add(T_pipe >= d.chain_time[c] * u[c], _name("pipe.chain", c))
+            add(T_pipe >= (d.chain_time[c] / ts) * u[c], _name("pipe.chain", c))
         # placement per (site, stage)
         x = {(s, k): pulp.lpSum(n[c] for c in C if d.chains[c][k] == s) for k in range(cfg.pp) for s in d.stage_sites[k]}
         nodes = {s: pulp.LpVariable(_name("nodes", s), 0, d.site_nodes[s], cat="Integer") for s in d.sites}
@@ -69,11 +84,14 @@ class MilpInner:
         self.capex = capex
         self.total_waves = pulp.lpSum(opt.waves * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
         # power per site: node all-in power plus coherent modules, times PUE
+        power = {}
         for s in d.sites:
-            if d.site_power_w[s] is None:
-                continue
             optics = pulp.lpSum(opt.module_w * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r]))
-            add(d.site_pue[s] * (d.site_node_w[s] * nodes[s] + optics) <= d.site_power_w[s], _name("site.power", s))
+            power[s] = d.site_pue[s] * (d.site_node_w[s] * nodes[s] + optics)
+            if d.site_power_w[s] is not None:
+                add(power[s] <= d.site_power_w[s], _name("site.power", s))
+        # USD per second: link capex amortized plus energy (cost_per_token numerator)
+        self.rate = (1.0 / d.amortization_s) * capex + d.energy_usd_per_j * pulp.lpSum(power.values())
         if d.max_cost_usd is not None:
             add(capex <= d.max_cost_usd, "budget")
         # pipeline activations on routes
@@ -99,7 +117,7 @@ class MilpInner:
                 if D >= 2 and d.intra[(k, s)] > 0:
                     g = pulp.LpVariable(_name("g", s, k), cat="Binary")
                     add(x[(s, k)] <= 1 + (D - 1) * g, _name("dp.intra_on", s, k))
-                    add(T_intra >= d.intra[(k, s)] * g, _name("dp.intra", s, k))
+                    add(T_intra >= (d.intra[(k, s)] / ts) * g, _name("dp.intra", s, k))
             if len(hosts) < 2:
                 continue
             z = {K: pulp.LpVariable(_name("z", k, K), cat="Binary") for K in range(1, len(hosts) + 1)}
@@ -117,7 +135,7 @@ class MilpInner:
                 add(bp >= h[(a, k)] + h[(b, k)] - 1, _name("dp.pair_on", a, b, k))
                 dem = pulp.LpVariable(_name("D", a, b, k), 0)
                 add(dem >= share - S_k * (1 - bp), _name("dp.pair", a, b, k))
-                add(T_lat >= 2 * d.pair_latency[(a, b)] * bp, _name("dp.pair_latency", a, b, k))
+                add(T_lat >= (2 * d.pair_latency[(a, b)] / ts) * bp, _name("dp.pair_latency", a, b, k))
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
                     dp_max[r] += S_k
@@ -137,30 +155,40 @@ class MilpInner:
         add(T == T_pipe + T_dp, "step.time")
         self.T = T
         if d.max_step_time_s is not None:
-            add(T <= d.max_step_time_s, "objective.max_step_time")
+            add(T <= d.max_step_time_s / ts, "objective.max_step_time")
+        if self.t_cap is not None:
+            add(T <= self.t_cap / ts, "objective.t_cap")
+        if self.rate_cap is not None:
+            add(self.rate <= self.rate_cap, "objective.rate_cap")
         if self.cutoff is not None:
-            if self.objective == "step_time":
-                add(T <= self.cutoff, "objective.cutoff")
-            else:
-                add(capex <= self.cutoff, "objective.cutoff")
+            add(self._main() <= self.cutoff / self._unit(), "objective.cutoff")
         self.sites_used = {s: pulp.LpVariable(_name("site_used", s), cat="Binary") for s in d.sites}
         for s in d.sites:
             add(nodes[s] <= d.site_nodes[s] * self.sites_used[s], _name("site.used", s))
-        P.setObjective(T if self.objective == "step_time" else capex)
+        P.setObjective(self._main())
+
+    def _main(self) -> Any:
+        return {"step_time": self.T, "cost": self.capex, "rate": self.rate}[self.objective]
+
+    def _unit(self) -> float:
+        """The objective's model unit in its user unit (time is counted in units of ts)."""
+        return self.ts if self.objective == "step_time" else 1.0
 
     def _route_time(self, T_var: Any, load: Any, max_load: float, r: Any, family: str) -> None:
         """load <= capacity(waves) * T_var, written on the convex hull of the wave one-hot:
         T_var is split into tau_i <= T_max * y_i, and load <= sum_i capacity_i * tau_i.
-        (Much tighter than big-M rows T >= load / capacity_i - M (1 - y_i).)"""
+        (Much tighter than big-M rows T >= load / capacity_i - M (1 - y_i).)
+        The capacity row is divided by the route's largest possible load (GB), so that the
+        solver's absolute feasibility tolerance is relative to the traffic, however small."""
         opts = self.d.wave_options[r]
+        scale = max_load if max_load > 0 else 1.0
         taus = []
         for i, opt in enumerate(opts):
             tau = pulp.LpVariable(_name("tau", family, *r, i), 0)
             self.prob.addConstraint(tau <= self.t_max * self.y[(r, i)], _name(family, "hull", *r, i))
-            taus.append((opt.capacity_Bps / GBYTE, tau))
+            taus.append((opt.capacity_Bps * self.ts / GBYTE / scale, tau))
         self.prob.addConstraint(pulp.lpSum(t for _, t in taus) == T_var, _name(family, "split", *r))
-        self.prob.addConstraint(load <= pulp.lpSum(c * t for c, t in taus), _name(family, "capacity", *r))
-        del max_load
+        self.prob.addConstraint((1.0 / scale) * load <= pulp.lpSum(c * t for c, t in taus), _name(family, "capacity", *r))
 
     # ------------------------------------------------------------------ solve
 
@@ -169,15 +197,16 @@ class MilpInner:
         first = self._solve_once(time_limit_s, threads, options)
         if first is None:
             return None
-        value, bound, optimal = first
+        value, bound, optimal = first  # in model units (time in units of ts)
         counts, waves = self._extract()
         # tie-break: same objective, then fewer waves, then fewer sites
-        main = self.T if self.objective == "step_time" else self.capex
+        main = self._main()
         self.prob.addConstraint(main <= value + TIE_TOL * max(1.0, abs(value)), "objective.tiebreak")
         self.prob.setObjective(self.total_waves * (len(self.d.sites) + 1) + pulp.lpSum(self.sites_used.values()))
         left = time_limit_s - (time.perf_counter() - t0)
         if left > 0.05 and self._solve_once(left, threads, options) is not None:
             counts, waves = self._extract()
+        value, bound = value * self._unit(), bound * self._unit()
         return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else None)
 
     def _extract(self) -> tuple[dict[int, int], dict[Any, int]]:

@@ -1,0 +1,74 @@
+"""Solve-time benchmark: every shipped instance with both backends, then generated
+instances with S = 2 .. 32 sites up to ~1M GPUs and a 2T-parameter model.
+
+    .venv/bin/python benchmarks/solve_bench.py            # full table (minutes)
+    .venv/bin/python benchmarks/solve_bench.py --quick    # shipped instances only
+
+Prints markdown tables (copy them into benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from placer.errors import PlacerError
+from placer.generate import random_instance
+from placer.io import load_instance, problem_from_data
+from placer.solve.driver import solve
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATED = [  # sites, total GPUs, max sites per replica
+    (2, 16_384, 2),
+    (4, 65_536, 2),
+    (8, 131_072, 2),
+    (16, 524_288, 1),
+    (32, 1_048_576, 1),
+]
+
+
+def run(problem, backend: str, time_limit: float) -> tuple[str, float, float, float, int, int]:
+    t0 = time.perf_counter()
+    try:
+        res = solve(problem, backend=backend, time_limit_s=time_limit, threads=2)
+    except PlacerError as exc:
+        return (type(exc).__name__, time.perf_counter() - t0, float("nan"), float("nan"), 0, 0)
+    return (res.status, time.perf_counter() - t0, res.objective, res.gap, res.configs_total, res.configs_solved)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="shipped instances only")
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--backends", default="cpsat,milp")
+    args = ap.parse_args()
+    backends = args.backends.split(",")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    print()
+    print("| instance | backend | status | seconds | step time s | gap | configs (solved) |")
+    print("|---|---|---|---:|---:|---:|---|")
+    for path in sorted((ROOT / "instances").glob("*.yaml")):
+        prob = load_instance(path)
+        for b in backends:
+            st, sec, obj, gap, total, solved = run(prob, b, args.time_limit)
+            print(f"| {prob.name} | {b} | {st} | {sec:.2f} | {obj:.4f} | {gap:.1e} | {total} ({solved}) |", flush=True)
+    if args.quick:
+        return
+    print()
+    print("| sites | GPUs | routes | backend | status | seconds | step time s | gap | configs (solved) |")
+    print("|---:|---:|---:|---|---|---:|---:|---:|---|")
+    for sites, gpus, k in GENERATED:
+        data = random_instance(sites, gpus, seed=1, max_sites_per_replica=k, time_limit_s=args.time_limit)
+        prob = problem_from_data(data)
+        n_gpus = sum(s.gpus for s in prob.instance.sites)
+        for b in backends:
+            st, sec, obj, gap, total, solved = run(prob, b, args.time_limit)
+            print(f"| {sites} | {n_gpus:,} | {len(prob.instance.routes)} | {b} | {st} | {sec:.2f} | {obj:.4f} | {gap:.1e} | {total} ({solved}) |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
