@@ -281,17 +281,22 @@ def one_f_one_b_time(
     sf = sb = sd = 0.0
     mf = mb = -math.inf
     for k in range(p):
-        sf += f[k]
-        mf = max(mf, f[k])
-        mb = max(mb, b[k])
+        fk, bk = f[k], b[k]
+        sf += fk
+        if fk > mf:
+            mf = fk
+        if bk > mb:
+            mb = bk
         if k >= s0:
             warm.append(sf + sd + (p - 1 - k) * mf)
             cool.append(sb + sd + (p - 1 - k) * mb)
-        sb += b[k]
+        sb += bk
         if k < p - 1:
             sd += d[k]
-            mf = max(mf, tx[k])
-            mb = max(mb, tx[k])
+            if tx[k] > mf:
+                mf = tx[k]
+            if tx[k] > mb:
+                mb = tx[k]
 
     if p - s0 < _NUMPY_MIN_STAGES:
         return _zigzag_scalar(f, b, tx, d, m, s0, warm, cool)
@@ -375,15 +380,18 @@ def _zigzag_numpy(
 ) -> float:
     """Same recursion as :func:`_zigzag_scalar`, vectorized over the stages.
 
-    State ``z`` (length ``2q + 1``, all ``-oo`` before slot 1): ``z[0] = -oo`` (no stage above
-    ``s0`` to come down from), ``z[1 + r] = fwd_q[r]``, ``z[q + 1 + r] = bwd_q[r] + P[r]`` with
-    ``P[r] = sum_{r' < r} (d + b)``: in these shifted coordinates the upward backward run
-    ``bwd_q[r] = max(X[r], bwd_q[r + 1] + d + b)`` is a reverse cumulative maximum.  Per slot::
+    Stages are stored deepest first, ``i = q - 1 - r``.  State ``z`` (length ``2q + 1``, all
+    ``-oo`` before slot 1): ``z[i] = fwd_q``, ``z[q] = -oo`` (no stage above ``s0`` to come
+    down from), ``z[q + 1 + i] = bwd_q + P`` with ``P[r] = sum_{s0 <= j < s0 + r} (d_j + b_j)``:
+    in these shifted coordinates the upward backward run ``bwd_q[r] = max(X[r], bwd_q[r + 1] +
+    d_r + b_r)`` is a cumulative maximum.  Per slot::
 
-        fd[r]    = max(entry[r], bwd_q[r] + f, fwd_q[r - 1] + d + f)
+        fd[r]    = max(entry[r], bwd_q[r] + f_r, fwd_q[r - 1] + d_{r-1} + f_r)
         fwd_q[r] = max(fd[r], fwd_q[r] + tx_r)
-        X[r]     = max(fd[r] + b, bwd_q[r] + tx_{r-1})
+        X[r]     = max(fd[r] + b_r, bwd_q[r] + tx_{r-1})
         bwd_q[r] = max_{r' >= r} X[r'] + sum_{r <= j < r'} (d_j + b_j)
+
+    (stage indices relative to ``s0``; ``tx_{-1} = -oo`` when ``s0 = 0``).
     """
     p = len(f)
     q = p - s0
@@ -391,50 +399,53 @@ def _zigzag_numpy(
     prefix = [0.0] * q
     for r in range(1, q):
         prefix[r] = prefix[r - 1] + (d[s0 + r - 1] + b[s0 + r - 1])
-    # One broadcast add of z gives the inputs of fd (row 0) and the queued terms (row 1).
-    shift = np.array(
-        [
-            [0.0]
-            + [d[s0 + r - 1] + f[s0 + r] for r in range(1, q)]  # fwd_q[r-1] + d + f at [r]
-            + [0.0]  # fwd_q[q-1]: never read
-            + [f[s0 + r] - prefix[r] for r in range(q)],  # bwd_q[r] + f
-            [0.0]
-            + tx[s0:]
-            + [0.0]  # fwd_q[r] + tx_r (r = q - 1: never read)
-            + [tx[s - 1] if s > 0 else neg for s in range(s0, p)],  # bwd_q[r] + tx_{r-1}
-        ]
+    rev = range(q - 1, -1, -1)
+    # z + to_fd: the inputs of fd (fwd_q of stage r - 1 sits at position i + 1).
+    to_fd = np.array(
+        [0.0]  # fwd_q of the deepest stage: never read
+        + [d[s0 + r - 1] + f[s0 + r] for r in range(q - 1, 0, -1)]
+        + [0.0]
+        + [f[s0 + r] - prefix[r] for r in rev]
     )
-    b_shift = np.array([b[s0 + r] + prefix[r] for r in range(q)])
-    # Warm-up entries: entry at slot t on stage r = warm[r - t + 1] + tx over links r-t+1..r-1.
-    warm_a = np.array(warm)
-    tx_sum = np.concatenate(((0.0,), np.cumsum(tx[s0:])))  # sum of tx over links < r
-    rr = np.arange(q)
-    src = rr[None, :] - rr[:, None]  # row t - 1, column r: entry stage r - t + 1
-    ok = src >= 0
-    srcc = np.where(ok, src, 0)
-    entries = np.where(ok, warm_a[srcc] + (tx_sum[rr][None, :] - tx_sum[srcc]), neg)
+    # z + queued: one more message queued ahead on the link.
+    queued = np.array(
+        [0.0]  # fwd_q of the deepest stage: never read
+        + [tx[s0 + r] for r in range(q - 2, -1, -1)]
+        + [0.0]
+        + [tx[s0 + r - 1] if s0 + r > 0 else neg for r in rev]
+    )
+    b_shift = np.array([b[s0 + r] + prefix[r] for r in rev])
+    # Warm-up entries: at slot t, stage r is entered by warm[r - t + 1] + tx over the links
+    # r - t + 1 .. r - 1, i.e. (warm - S)[r - t + 1] + S[r], S[r] = tx over links s0 .. s0+r-1.
+    # Deepest stage first, slot t reads the window t - 1 .. t - 2 + q of ``lagged``.
+    tx_sum = [0.0] * q
+    for r in range(1, q):
+        tx_sum[r] = tx_sum[r - 1] + tx[s0 + r - 1]
+    lagged = np.array([warm[r] - tx_sum[r] for r in rev] + [neg] * (q - 1))
+    entries = np.lib.stride_tricks.sliding_window_view(lagged, q) + np.array(tx_sum[::-1])
 
     z = np.full(2 * q + 1, neg)
-    z_tail = z[1:]
-    z_up_rev = z[q + 1 :][::-1]
-    tmp = np.empty((2, 2 * q + 1))
-    fd_in_a, fd_in_b = tmp[0, :q], tmp[0, q + 1 :]
-    queued = tmp[1, 1:]
-    both = np.empty(2 * q)  # (fd, fd + b + P)
-    fd, fd_b = both[:q], both[q:]
+    z_bwd = z[q + 1 :]
+    tmp_fd = np.empty(2 * q + 1)
+    tmp_q = np.empty(2 * q + 1)
+    fd_down, fd_turn = tmp_fd[1 : q + 1], tmp_fd[q + 1 :]
+    new = np.full(2 * q + 1, neg)  # (fd, -oo, fd + b + P)
+    fd, fd_b = new[:q], new[q + 1 :]
     t_out = m - p + 1 + s0  # slot of the last steady backward of stage s0 (then s0 + 1, ...)
     out = [0.0] * q  # bwd_q + P of stage r in the slot of its last steady backward
     add, maximum, accumulate = np.add, np.maximum, np.maximum.accumulate
     for t in range(1, m + 1):
-        add(z, shift, out=tmp)
-        maximum(fd_in_a, fd_in_b, out=fd)
+        add(z, to_fd, out=tmp_fd)
+        maximum(fd_down, fd_turn, out=fd)
         if t <= q:
             maximum(fd, entries[t - 1], out=fd)
         add(fd, b_shift, out=fd_b)
-        maximum(queued, both, out=z_tail)
-        accumulate(z_up_rev, out=z_up_rev)
+        add(z, queued, out=tmp_q)
+        maximum(tmp_q, new, out=z)
+        accumulate(z_bwd, out=z_bwd)
         if t >= t_out:
-            out[t - t_out] = z[q + 1 + t - t_out]
+            r = t - t_out
+            out[r] = z_bwd.item(q - 1 - r)
     return max(out[r] - prefix[r] + cool[r] for r in range(q))
 
 

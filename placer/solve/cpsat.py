@@ -217,7 +217,15 @@ class CpsatInner:
         self.m.Add(self._main() <= round(solver.ObjectiveValue()))
         for v in self.n.values():
             self.m.AddHint(v, solver.Value(v))
-        self.m.Minimize(self.total_waves * (len(self.d.sites) + 1) + sum(self.sites_used.values()))
+        # canonical order among the remaining ties (CP-SAT's parallel workers may otherwise
+        # return a different optimal plan on each run): lowest chain-type indices first
+        w_sites = self.d.cfg.dp * max(1, len(self.d.chains)) + 1
+        w_waves = w_sites * (len(self.d.sites) + 1)
+        self.m.Minimize(
+            w_waves * self.total_waves
+            + w_sites * sum(self.sites_used.values())
+            + sum(c * v for c, v in self.n.items())
+        )
         st2 = solver.Solve(self.m)
         if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             counts, waves = first
