@@ -7,8 +7,10 @@ Errors name the file, the line (from the YAML node marks) and the field path, e.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from functools import cache
@@ -31,37 +33,76 @@ Loc = tuple[Any, ...]
 # ----------------------------------------------------------------------------- YAML with lines
 
 
-def _line_map(node: yaml.Node, path: Loc, out: dict[Loc, int]) -> None:
+def _line_map(node: yaml.Node, path: Loc, out: dict[Loc, int], dups: list[tuple[Loc, int, int]] | None = None) -> None:
     out.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
         for key, value in node.value:
             k = key.value
-            out[path + (k,)] = key.start_mark.line + 1
-            _line_map(value, path + (k,), out)
+            line = key.start_mark.line + 1
+            if isinstance(k, str) and k != "<<":
+                if k in seen and dups is not None:
+                    dups.append((path + (k,), line, seen[k]))
+                seen.setdefault(k, line)
+            out[path + (k,)] = line
+            _line_map(value, path + (k,), out, dups)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _line_map(item, path + (i,), out)
+            _line_map(item, path + (i,), out, dups)
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> InputError:
+    mark = getattr(exc, "problem_mark", None)
+    where = f":{mark.line + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context:
+        opened = f" started on line {cmark.line + 1}" if cmark is not None and (mark is None or cmark.line != mark.line) else ""
+        problem = f"{problem} ({context}{opened})"
+    return InputError(f"{path}{where}: malformed YAML/JSON: {problem}")
 
 
 def read_document(path: Path) -> tuple[Any, dict[Loc, int]]:
-    """Parse a YAML or JSON file into Python data and a map from field path to line."""
+    """Parse a YAML or JSON file into Python data and a map from field path to line.
+
+    A `.json` file is read by the JSON parser (tab indentation, 1e5 numbers), falling back
+    to YAML (a superset in practice) when it is not strict JSON. Duplicate keys are errors.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a folder, expected a YAML or JSON file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read file ({exc})") from None
+    json_error: json.JSONDecodeError | None = None
+    data: Any = None
+    parsed = False
+    if path.suffix.lower() == ".json":
+        try:
+            data, parsed = json.loads(text), True
+        except json.JSONDecodeError as exc:
+            json_error = exc
+    node = None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        # JSON forbids raw tabs inside strings: replacing them keeps every line number
+        node = yaml.compose(text.replace("\t", " ") if parsed else text, Loader=yaml.SafeLoader)
+        if not parsed:
+            data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"{path}{where}: malformed YAML/JSON: {problem}") from None
+        if json_error is not None:
+            raise InputError(f"{path}:{json_error.lineno}: malformed JSON: {json_error.msg} (column {json_error.colno})") from None
+        if not parsed:
+            raise _yaml_error(path, exc) from None
     lines: dict[Loc, int] = {}
+    dups: list[tuple[Loc, int, int]] = []
     if node is not None:
-        _line_map(node, (), lines)
+        _line_map(node, (), lines, dups)
+    if dups:
+        raise InputError(
+            "\n".join(f"{path}:{line}: {format_loc(loc)}: duplicate key (first given on line {first})" for loc, line, first in dups)
+        )
     return data, lines
 
 
@@ -87,23 +128,200 @@ def _clean_loc(loc: Loc) -> Loc:
     return tuple(p for p in loc if isinstance(p, int) or not (p[:1].isupper() or "[" in p or p in {"str", "int", "float"}))
 
 
-def validation_message(path: Path | str, exc: ValidationError, lines: dict[Loc, int], prefix: Loc = ()) -> str:
-    msgs = []
+_NO_DATA = object()
+
+# error types meaning "the value has the wrong shape for this (union member) type"
+_MISMATCH = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "dict_type": "a mapping",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "none_required": "null",
+}
+
+
+def _split_loc(raw: Loc, data: Any, err_type: str) -> tuple[Loc, int | None]:
+    """Field path without pydantic's union-member tags, and where the first tag was.
+
+    A location part is a field when it indexes the input data at that level; anything
+    else (e.g. 'str', 'function-after[...]', "literal['a','b']") is a union tag."""
+    if data is _NO_DATA:
+        clean = _clean_loc(raw)
+        return clean, (None if len(clean) == len(raw) else next(i for i, (a, b) in enumerate(zip(raw, clean + (None,), strict=False)) if a != b))
+    cur, out, tag_at = data, [], None
+    for i, part in enumerate(raw):
+        if isinstance(cur, list) and isinstance(part, int) and -len(cur) <= part < len(cur):
+            out.append(part)
+            cur = cur[part]
+        elif isinstance(cur, dict) and part in cur:
+            out.append(part)
+            cur = cur[part]
+        elif i == len(raw) - 1 and err_type in {"missing", "extra_forbidden"}:
+            out.append(part)
+        elif isinstance(part, int):
+            out.append(part)
+            cur = None
+        else:
+            tag_at = len(out) if tag_at is None else tag_at
+    return tuple(out), tag_at
+
+
+def _show(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return "a mapping"
+    if isinstance(v, list | tuple):
+        return "a list"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def _allowed_keys(root: Any, loc: Loc) -> list[str] | None:
+    """Keys the model at `loc` accepts (for 'unknown key' hints), when it can be found."""
+    from pydantic import BaseModel
+
+    def first_model(ann: Any) -> Any:
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return ann
+        for a in getattr(ann, "__args__", ()) or ():
+            m = first_model(a)
+            if m is not None:
+                return m
+        return None
+
+    cls = root
+    for part in loc:
+        if cls is None:
+            return None
+        if isinstance(part, int) or part not in cls.model_fields:
+            continue  # list index or dict key: same value model
+        cls = first_model(cls.model_fields[part].annotation)
+    return list(cls.model_fields) if cls is not None else None
+
+
+def _short_message(err: dict[str, Any]) -> str:
+    t, ctx = err["type"], err.get("ctx") or {}
+    if t in {"greater_than_equal", "greater_than", "less_than_equal", "less_than"}:
+        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[t]
+        bound = next(iter(ctx.values()), None)
+        return f"must be {op} {bound:g}" if isinstance(bound, float) else f"must be {op} {bound}"
+    if t == "missing":
+        return "entry is missing" if isinstance(err["loc"][-1], int) else "required field is missing"
+    if t == "literal_error":
+        return f"must be one of {ctx.get('expected')}"
+    if t == "string_pattern_mismatch":
+        return f"must match the pattern {ctx.get('pattern')}"
+    if t == "too_short":
+        n = ctx.get("min_length")
+        return f"needs at least {n} entr{'y' if n == 1 else 'ies'}, got {ctx.get('actual_length')}"
+    if t == "too_long":
+        n = ctx.get("max_length")
+        return f"takes at most {n} entr{'y' if n == 1 else 'ies'}, got {ctx.get('actual_length')}"
+    if t in _MISMATCH:
+        return f"must be {_MISMATCH[t]}"
+    return str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+_EMBEDDED_PATH = re.compile(r"^([A-Za-z_]\w*(?:\[\d+\])*(?:\.[A-Za-z_]\w*(?:\[\d+\])*)*): (.+)$", re.S)
+
+
+def validation_message(
+    path: Path | str, exc: ValidationError, lines: dict[Loc, int], prefix: Loc = (), data: Any = _NO_DATA
+) -> str:
+    """One line per problem: `file:line: field.path: message, got value`.
+
+    Pass the validated `data` to tell union-member tags from field names reliably; errors
+    from union members the value plainly is not (a mapping given where a string or a
+    mapping is allowed) are dropped, and a value matching no member gets one message."""
+    import placer.schema as schema_module
+
+    root = getattr(schema_module, exc.title, None)
+    rows = []  # (loc, tag site, branch, mismatch, err)
     for err in exc.errors(include_url=False):
-        loc = prefix + _clean_loc(tuple(err["loc"]))
-        msg = err["msg"].removeprefix("Value error, ")
-        # model-level validators embed their own field path in the message ("sites[1].name: ...")
-        if not err["loc"] and ":" in msg.split(" ")[0]:
-            field = msg.split(":", 1)[0]
-            line = _line_for(_parse_loc(field), lines)
-            msgs.append(f"{path}{f':{line}' if line else ''}: {msg}")
+        raw = tuple(err["loc"])
+        loc, tag_at = _split_loc(raw, data, err["type"])
+        site = loc[:tag_at] if tag_at is not None else None
+        # the member's tag: the first raw part that is not a field of the clean path
+        branch = next((p for p, q in zip(raw, loc + (None,) * len(raw), strict=False) if p != q), None)
+        mismatch = err["type"] in _MISMATCH or err["type"] == "literal_error"
+        rows.append((loc, site, branch, mismatch and len(loc) == len(site or ()), err))
+
+    # union pruning: per union site, keep the members the value has the shape of
+    by_site: dict[Loc, dict[Any, list[tuple[Any, ...]]]] = {}
+    for row in rows:
+        if row[1] is not None:
+            by_site.setdefault(row[1], {}).setdefault(row[2], []).append(row)
+    drop: set[int] = set()
+    merged: dict[Loc, str] = {}
+    for site, branches in by_site.items():
+        if len(branches) < 2:
+            continue
+        shaped = [b for b, rs in branches.items() if not all(r[3] for r in rs)]
+        for b, rs in branches.items():
+            if b not in shaped:
+                drop.update(id(r) for r in rs)
+        if not shaped:
+            wants = []
+            for rs in branches.values():
+                for r in rs:
+                    e = r[4]
+                    w = f"one of {(e.get('ctx') or {}).get('expected')}" if e["type"] == "literal_error" else _MISMATCH[e["type"]]
+                    if w not in wants:
+                        wants.append(w)
+            got = next(iter(branches.values()))[0][4].get("input")
+            if "a list" in wants and any(w.startswith("one of") for w in wants):
+                wants = [w if w != "a list" else "a list of them" for w in wants]
+                merged[site] = f"must be {', or '.join(wants)}, got {_show(got)}"
+            else:
+                merged[site] = f"must be {' or '.join(wants)}, got {_show(got)}"
+
+    msgs: list[str] = []
+
+    def emit(loc: Loc, msg: str) -> None:
+        line = _line_for(loc, lines)
+        text = f"{path}{f':{line}' if line else ''}: {format_loc(loc)}: {msg}"
+        if text not in msgs:
+            msgs.append(text)
+
+    for row in rows:
+        if row[1] in merged:
+            emit(prefix + row[1], merged[row[1]])
+        if id(row) in drop:
+            continue
+        loc, err = row[0], row[4]
+        full = prefix + loc
+        t = err["type"]
+        msg = _short_message(err)
+        if t in {"value_error", "assertion_error"}:
+            # validators name the field they reject relative to their model: "hidden: ..."
+            m = _EMBEDDED_PATH.match(msg)
+            if m:
+                full, msg = full + _parse_loc(m.group(1)), m.group(2)
+            emit(full, msg)
+            continue
+        if t == "extra_forbidden":
+            allowed = _allowed_keys(root, loc[:-1]) if root is not None else None
+            hint = ""
+            if allowed:
+                close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(allowed)})"
+            emit(full, f"unknown key '{loc[-1]}'{hint}")
             continue
         got = err.get("input")
-        got_s = f" (got {got!r})" if err["type"] not in {"missing", "extra_forbidden"} and not isinstance(got, dict | list) else ""
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        line = _line_for(loc, lines)
-        msgs.append(f"{path}{f':{line}' if line else ''}: {format_loc(loc)}: {msg}{got_s}")
+        if t != "missing" and not (isinstance(got, dict | list) and t not in _MISMATCH):
+            msg += f", got {_show(got)}"
+        emit(full, msg)
     return "\n".join(msgs)
 
 
@@ -135,12 +353,16 @@ def default_catalog_data() -> dict[str, Any]:
     return yaml.safe_load(DEFAULT_CATALOG.read_text(encoding="utf-8"))
 
 
-def build_catalog(overrides: dict[str, Any] | None = None, *, where: str = "catalog") -> Catalog:
+def build_catalog(
+    overrides: dict[str, Any] | None = None, *, where: str = "catalog", lines: dict[Loc, int] | None = None
+) -> Catalog:
+    """The built-in catalog with `overrides` merged in; `lines` (of the instance file, keyed
+    by paths starting with 'catalog') locate errors in the overrides."""
     data = _deep_merge(default_catalog_data(), overrides or {})
     try:
         return Catalog.model_validate(data)
     except ValidationError as exc:
-        raise InputError(validation_message(where, exc, {}, prefix=("catalog",))) from None
+        raise InputError(validation_message(where, exc, lines or {}, prefix=("catalog",), data=data)) from None
 
 
 # ----------------------------------------------------------------------------- models
@@ -176,7 +398,7 @@ def _load_model_file(path: Path) -> ModelSpec:
     try:
         return ModelSpec.model_validate(data)
     except ValidationError as exc:
-        raise InputError(validation_message(path, exc, lines)) from None
+        raise InputError(validation_message(path, exc, lines, data=data)) from None
 
 
 # ----------------------------------------------------------------------------- instance
@@ -218,8 +440,8 @@ def problem_from_data(
         try:
             inst = Instance.model_validate(data)
         except ValidationError as exc:
-            raise InputError(validation_message(where, exc, lines)) from None
-    catalog = build_catalog(inst.catalog, where=str(where))
+            raise InputError(validation_message(where, exc, lines, data=data)) from None
+    catalog = build_catalog(inst.catalog, where=str(where), lines=lines)
 
     def err(loc: Loc, msg: str) -> InputError:
         line = _line_for(loc, lines)
@@ -261,7 +483,7 @@ def plan_from_data(data: Any, *, where: Path | str = "<plan>", lines: dict[Loc, 
     try:
         return Plan.model_validate(data)
     except ValidationError as exc:
-        raise InputError(validation_message(where, exc, lines or {})) from None
+        raise InputError(validation_message(where, exc, lines or {}, data=data)) from None
 
 
 # ----------------------------------------------------------------------------- writing

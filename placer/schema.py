@@ -33,6 +33,7 @@ class GpuSpec(Strict):
     nvlink_gbps_bidir: float = Field(gt=0, description="scale-up bandwidth, GB/s bidirectional")
     nic_gbps: float = Field(gt=0, description="scale-out NIC line rate per GPU, Gbit/s")
     gpus_per_node: int = Field(ge=1, description="scale-up (NVLink) domain size")
+    nics_per_node: int | None = Field(default=None, ge=1, description="scale-out NICs per node; null = one per GPU")
     matmul_efficiency: float = Field(gt=0, le=1, description="achievable fraction of peak for large matmuls")
     efficiency_half_hidden: float = Field(
         default=0.0, ge=0, description="hidden size at which efficiency is half its maximum (smaller models use the GPU less well)"
@@ -74,6 +75,11 @@ class CostSpec(Strict):
     source: str
 
 
+class ResilienceSpec(Strict):
+    optcc_eps: float = Field(ge=0, description="OptCC time over the lower bound, minus one")
+    source: str
+
+
 class MemorySpec(Strict):
     reserve_gb: float = Field(ge=0)
     source: str
@@ -85,6 +91,7 @@ class Catalog(Strict):
     network: NetworkSpec
     costs: CostSpec
     memory: MemorySpec
+    resilience: ResilienceSpec
 
     def channels_per_pair(self, optic: str) -> int:
         """DWDM channels one fiber pair carries for this optic's grid spacing."""
@@ -114,9 +121,9 @@ class ModelSpec(Strict):
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelSpec:
         if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+            raise ValueError(f"hidden: {self.hidden} is not divisible by heads ({self.heads})")
         if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
+            raise ValueError(f"kv_heads: heads ({self.heads}) is not divisible by kv_heads ({self.kv_heads})")
         return self
 
     @property
@@ -218,7 +225,7 @@ class Objective(Strict):
     @model_validator(mode="after")
     def _cost_needs_time(self) -> Objective:
         if self.minimize == "cost" and self.max_step_time_s is None:
-            raise ValueError("minimize: cost needs max_step_time_s (otherwise buying nothing is optimal)")
+            raise ValueError("max_step_time_s: required when minimize is 'cost' (otherwise buying nothing is optimal)")
         return self
 
 
@@ -336,8 +343,9 @@ class Plan(Strict):
         p = self.parallelism
         if len(self.stage_layers) != p.pp:
             raise ValueError(f"stage_layers: {len(self.stage_layers)} entries, parallelism.pp is {p.pp}")
-        if min(self.stage_layers) < 1:
-            raise ValueError("stage_layers: every stage needs at least one layer")
+        for k, n in enumerate(self.stage_layers):
+            if n < 1:
+                raise ValueError(f"stage_layers[{k}]: every stage needs at least one layer, got {n}")
         total = sum(g.count for g in self.replica_groups)
         if total != p.dp:
             raise ValueError(f"replica_groups: counts sum to {total}, parallelism.dp is {p.dp}")

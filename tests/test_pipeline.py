@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import random
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from placer.perf import pipeline
 from placer.perf.pipeline import (
     bubble_fraction,
     one_f_one_b_order,
@@ -331,3 +334,72 @@ def test_simulator_respects_schedule_and_dependencies(case):
                 )
             assert e.start == pytest.approx(max(prev_end, ready), rel=1e-12, abs=eps)
             prev_end = e.end
+
+
+# ---------------------------------------------------------------------------------------------
+# Vectorized closed form vs the pure-Python reference
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b else abs(a)
+
+
+_spread_time = st.one_of(
+    st.just(0.0), st.floats(0.0, 1e-3), st.floats(5e-3, 50e-3), st.floats(0.0, 1.0)
+)
+
+
+@st.composite
+def reference_cases(draw, max_p: int = 24):
+    """Heterogeneous stage, latency and transmit times (zeros, 1000x spreads), m from 1 to 8p."""
+    p = draw(st.integers(1, max_p))
+    m = draw(st.integers(1, 8 * p))
+    times = st.lists(_spread_time, min_size=p, max_size=p)
+    links = st.lists(_spread_time, min_size=p - 1, max_size=p - 1)
+    return draw(times), draw(times), draw(links), draw(links), m
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(reference_cases(), target_domain(max_p=24), extreme_cases(max_p=24)))
+def test_closed_form_equals_reference(case):
+    ref = _reference_one_f_one_b_time(*case)
+    assert _rel(one_f_one_b_time(*case), ref) <= 1e-12
+    # Both evaluation paths (scalar loop, numpy vector per slot), whatever the stage count.
+    for threshold in (1, 10**9):
+        with mock.patch.object(pipeline, "_NUMPY_MIN_STAGES", threshold):
+            assert _rel(one_f_one_b_time(*case), ref) <= 1e-12
+
+
+def _random_chain(p: int, m: int, seed: int, comm: float = 1.0):
+    rng = random.Random(seed)
+    fwd = [rng.uniform(5e-3, 50e-3) for _ in range(p)]
+    bwd = [x * rng.uniform(1.0, 3.0) for x in fwd]
+    latency = [comm * rng.uniform(0.0, 5e-3) for _ in range(p - 1)]
+    transmit = [comm * rng.uniform(0.0, 40e-3) for _ in range(p - 1)]
+    return fwd, bwd, latency, transmit, m
+
+
+@pytest.mark.parametrize(
+    ("p", "m"),
+    [(16, 15), (16, 16), (17, 16), (24, 20), (32, 48), (48, 72), (64, 1), (64, 40), (64, 96)]
+    + [(64, 100), (64, 200)],
+)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_closed_form_equals_reference_large_chains(p, m, seed):
+    for comm in (0.0, 0.1, 1.0, 10.0):
+        case = _random_chain(p, m, seed, comm)
+        assert _rel(one_f_one_b_time(*case), _reference_one_f_one_b_time(*case)) <= 1e-12
+
+
+@pytest.mark.parametrize(("p", "m"), [(32, 48), (64, 96)])
+def test_closed_form_matches_simulator_large_chains(p, m):
+    case = _random_chain(p, m, seed=7)
+    sim = simulate_1f1b(*case).makespan_s
+    assert _rel(one_f_one_b_time(*case), sim) <= 1e-12
+
+
+@pytest.mark.parametrize(("p", "m"), [(1, 50), (4, 6), (20, 30), (64, 96)])
+def test_uniform_chain_with_communication_equals_reference(p, m):
+    case = ([0.01] * p, [0.02] * p, [0.002] * (p - 1), [0.004] * (p - 1), m)
+    assert _rel(one_f_one_b_time(*case), _reference_one_f_one_b_time(*case)) <= 1e-12
+    assert _rel(one_f_one_b_time(*case), simulate_1f1b(*case).makespan_s) <= 1e-12

@@ -220,9 +220,16 @@ class PerfModel:
         groups: list[tuple[int, Chain]],
         waves: dict[RouteKey, int],
         optics: dict[RouteKey, str | None] | None = None,
+        pp_route_factor: dict[RouteKey, float] | None = None,
+        dp_route_factor: dict[RouteKey, float] | None = None,
+        intra_factor: float = 1.0,
     ) -> StepResult:
+        """Step time of a placement. The factors price failures (placer.resilience): a
+        route's pipeline or data-parallel time is multiplied by its factor, the intra-site
+        sync by `intra_factor`."""
         net = self.net
         optics = optics or {}
+        ppf, dpf = pp_route_factor or {}, dp_route_factor or {}
         # pipeline: slowest chain and the routes' activation throughput
         chain_t = {c: self.chain_time(cfg, c) for _, c in groups}
         crit = max(chain_t, key=lambda c: (chain_t[c], c))
@@ -235,7 +242,7 @@ class PerfModel:
             for key, n in self.chain_crossings(chain).items():
                 pp_load[key] += count * n * self.pp_bytes_per_crossing(cfg)
         cap = {key: net.capacity_Bps(key, waves.get(key, 0), optics.get(key)) for key in net.routes}
-        route_pp_s = {k: _div(v, cap[k]) for k, v in pp_load.items()}
+        route_pp_s = {k: _div(v, cap[k]) * ppf.get(k, 1.0) for k, v in pp_load.items()}
         t_pipe = max([chain_t[crit], *route_pp_s.values()])
 
         # data parallel: hierarchical per stage
@@ -262,7 +269,8 @@ class PerfModel:
                         for key in path:
                             dp_load[key] += demand
                         wan_lat = max(wan_lat, 2 * net.path_latency_s(a, b))
-        route_dp_s = {k: _div(v, cap[k]) for k, v in dp_load.items()}
+        route_dp_s = {k: _div(v, cap[k]) * dpf.get(k, 1.0) for k, v in dp_load.items()}
+        t_intra *= intra_factor
         t_wan = (max(route_dp_s.values()) + wan_lat) if route_dp_s else 0.0
         if unreachable:
             t_wan = math.inf

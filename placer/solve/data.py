@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from placer.evaluate import J_PER_MWH, SECONDS_PER_YEAR, site_gpus_per_node, tp_groups_per_node
 from placer.io import Problem
-from placer.network import RouteKey
+from placer.network import Network, RouteKey
 from placer.perf.step import Chain, Config, PerfModel
 from placer.schema import Plan
 
@@ -22,6 +22,20 @@ class WaveOption:
     capacity_Bps: float
     capex_usd: float
     module_w: float  # coherent module power at each end
+
+
+@dataclass
+class ResilienceData:
+    """What the formulations need to keep the worst single failure within the limit."""
+
+    collective: str
+    max_slowdown: float
+    max_step_time_s: float | None
+    # (class, route) -> per wave option: degraded capacity (B/s) and, per number of
+    # participating sites p (index p), the data-parallel slowdown factor
+    degraded_capacity: dict[tuple[str, RouteKey], list[float]]
+    dp_factor: dict[tuple[str, RouteKey], list[list[float]]]
+    nic_factor: float | None  # intra-site sync slowdown under one lost NIC, or None
 
 
 @dataclass
@@ -54,13 +68,16 @@ class InnerData:
     stage_sites: list[list[str]] = field(default_factory=list)  # sites that may host stage k
     amortization_s: float = 5 * 365.25 * 86400
     energy_usd_per_j: float = 0.0
+    resilience: ResilienceData | None = None
 
     @property
     def n_stages(self) -> int:
         return self.cfg.pp
 
 
-def build_inner(problem: Problem, perf: PerfModel, cfg: Config, chains: list[Chain]) -> InnerData:
+def build_inner(
+    problem: Problem, perf: PerfModel, cfg: Config, chains: list[Chain], collective: str | None = None
+) -> InnerData:
     inst, cat, net = problem.instance, problem.catalog, perf.net
     sites = [s.name for s in inst.sites]
     budget = inst.objective.max_cost_usd
@@ -127,7 +144,49 @@ def build_inner(problem: Problem, perf: PerfModel, cfg: Config, chains: list[Cha
         stage_sites=stage_sites,
         amortization_s=cat.costs.amortization_years * SECONDS_PER_YEAR,
         energy_usd_per_j=cat.costs.energy_usd_per_mwh / J_PER_MWH,
+        resilience=resilience_data(problem, cfg, routes, options, optic, sites, collective),
     )
+
+
+def resilience_data(
+    problem: Problem,
+    cfg: Config,
+    routes: list[RouteKey],
+    options: dict[RouteKey, list[WaveOption]],
+    optic: dict[RouteKey, str | None],
+    sites: list[str],
+    collective: str | None = None,
+) -> ResilienceData | None:
+    from placer.resilience import nic_factor, slowdown_factor
+
+    res = problem.instance.resilience
+    if res is None or not res.survive:
+        return None
+    collective = collective or res.collective
+    eps = problem.catalog.resilience.optcc_eps
+    net = Network(problem)
+    caps: dict[tuple[str, RouteKey], list[float]] = {}
+    factors: dict[tuple[str, RouteKey], list[list[float]]] = {}
+    for r in routes:
+        o = optic[r]
+        ch = problem.catalog.channels_per_pair(o) if o else 1
+        for klass in ("wave", "fiber_pair"):
+            if klass not in res.survive:
+                continue
+            cap_list, fac_list = [], []
+            for opt in options[r]:
+                lost = 0 if opt.waves == 0 else (1 if klass == "wave" else min(opt.waves, ch))
+                c1 = net.capacity_Bps(r, opt.waves - lost, o)
+                cap_list.append(c1)
+                l = opt.capacity_Bps / c1 if c1 > 0 else math.inf  # noqa: E741
+                fac_list.append([slowdown_factor(collective, p, l, eps) for p in range(len(sites) + 1)])
+            caps[(klass, r)] = cap_list
+            factors[(klass, r)] = fac_list
+    nic = None
+    if "nic" in res.survive and cfg.dp >= 2:
+        l = max(nic_factor(problem, s) for s in sites)  # noqa: E741
+        nic = slowdown_factor(collective, cfg.dp, l, eps)
+    return ResilienceData(collective, res.max_slowdown, problem.instance.objective.max_step_time_s, caps, factors, nic)
 
 
 @dataclass

@@ -95,11 +95,14 @@ class MilpInner:
         if d.max_cost_usd is not None:
             add(capex <= d.max_cost_usd, "budget")
         # pipeline activations on routes
+        self.pp_loads: dict[Any, tuple[Any, float]] = {}
+        self.dp_loads: dict[Any, tuple[Any, float]] = {}
         for r in d.routes:
             load = pulp.lpSum(n[c] * d.chain_cross[c].get(r, 0) for c in C) * (d.pp_bytes_per_crossing / GBYTE)
             max_load = D * max((cr.get(r, 0) for cr in d.chain_cross), default=0) * d.pp_bytes_per_crossing / GBYTE
             if max_load <= 0:
                 continue
+            self.pp_loads[r] = (load, max_load)
             self._route_time(T_pipe, load, max_load, r, "route.pp")
         # data-parallel hosting
         T_intra = pulp.LpVariable("T_intra", 0)
@@ -141,6 +144,7 @@ class MilpInner:
                     dp_max[r] += S_k
         for r in d.routes:
             if dp_load[r]:
+                self.dp_loads[r] = (pulp.lpSum(dp_load[r]), dp_max[r])
                 self._route_time(T_dpbw, pulp.lpSum(dp_load[r]), dp_max[r], r, "route.dp")
         T_wan = T_dpbw + T_lat
         if d.sync_mode == "synchronous":
@@ -165,7 +169,74 @@ class MilpInner:
         self.sites_used = {s: pulp.LpVariable(_name("site_used", s), cat="Binary") for s in d.sites}
         for s in d.sites:
             add(nodes[s] <= d.site_nodes[s] * self.sites_used[s], _name("site.used", s))
+        if d.resilience is not None:
+            self._add_resilience(T, T_pipe, T_intra, T_dpbw, T_lat, nodes)
         P.setObjective(self._main())
+
+    def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str) -> Any:
+        """The data-parallel WAN term of the step for the sync policy."""
+        d = self.d
+        if d.sync_mode == "synchronous":
+            return T_wan
+        if d.sync_mode == "diloco":
+            return (1.0 / d.every_steps) * T_wan
+        exposed = pulp.LpVariable(_name("T_exposed", tag), 0)
+        self.prob.addConstraint(exposed >= (1.0 / d.every_steps) * T_wan - T_pipe, _name("dp.streaming_overlap", tag))
+        return exposed
+
+    def _add_resilience(self, T: Any, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any, nodes: Any) -> None:
+        """Every single failure of the listed classes keeps the step within the limit:
+        (1 + max_slowdown) x healthy, or max_step_time_s when set (placer.resilience).
+        A degraded route's pipeline time uses its degraded capacity; its data-parallel time
+        is the healthy one times the collective's slowdown factor, which depends on the
+        wave option and on the number of sites the plan uses (one-hot, convex hull)."""
+        d, P, res = self.d, self.prob, self.d.resilience
+        assert res is not None
+        add = P.addConstraint
+        limit = (res.max_step_time_s / self.ts) if res.max_step_time_s is not None else (1 + res.max_slowdown) * T
+        # number of sites the plan uses (participants of the inter-site collective)
+        used = self.sites_used
+        for s in d.sites:
+            add(used[s] <= nodes[s], _name("res.used_has_nodes", s))
+        zp = {p: pulp.LpVariable(_name("res.p", p), cat="Binary") for p in range(1, len(d.sites) + 1)}
+        add(pulp.lpSum(zp.values()) == 1, "res.p_onehot")
+        add(pulp.lpSum(p * z for p, z in zp.items()) == pulp.lpSum(used.values()), "res.p_count")
+        t_max = self.t_max * (1 + res.max_slowdown) * 1.01 if res.max_step_time_s is None else res.max_step_time_s / self.ts * 1.01
+        for (klass, r), caps in sorted(res.degraded_capacity.items()):
+            tag = f"{klass}_{r[0]}_{r[1]}"
+            Tp = pulp.LpVariable(_name("res.T_pipe", tag), 0)
+            add(Tp >= T_pipe, _name("res.pipe_healthy", tag))
+            if r in self.pp_loads:
+                load, max_load = self.pp_loads[r]
+                self._hull(Tp, load, max_load, r, [[c] for c in caps], None, t_max, f"res.pp.{tag}")
+            Td = pulp.LpVariable(_name("res.T_dpbw", tag), 0)
+            add(Td >= T_dpbw, _name("res.dp_healthy", tag))
+            if r in self.dp_loads:
+                load, max_load = self.dp_loads[r]
+                healthy = [opt.capacity_Bps for opt in d.wave_options[r]]
+                eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
+                self._hull(Td, load, max_load, r, eff, zp, t_max, f"res.dp.{tag}")
+            add(Tp + T_intra + self._wan_part(Td + T_lat, Tp, tag) <= limit, _name("res.survive", tag))
+        if res.nic_factor is not None:
+            add(T_pipe + res.nic_factor * T_intra + self._wan_part(T_dpbw + T_lat, T_pipe, "nic") <= limit, "res.survive_nic")
+
+    def _hull(self, T_var: Any, load: Any, max_load: float, r: Any, caps: list[list[float]], zp: Any, t_max: float, family: str) -> None:
+        """load <= capacity(option, p) x T_var on the convex hull of the one-hots: T_var is
+        split into tau[i, p] <= t_max y[i] (and <= t_max zp[p] when the capacity depends on p)."""
+        scale = max_load if max_load > 0 else 1.0
+        terms, taus = [], []
+        for i, row in enumerate(caps):
+            for p, cap in enumerate(row):
+                if zp is not None and p == 0:
+                    continue
+                tau = pulp.LpVariable(_name("tau", family, i, p), 0)
+                self.prob.addConstraint(tau <= t_max * self.y[(r, i)], _name(family, "hull_y", i, p))
+                if zp is not None:
+                    self.prob.addConstraint(tau <= t_max * zp[p], _name(family, "hull_p", i, p))
+                taus.append(tau)
+                terms.append(cap * self.ts / GBYTE / scale * tau)
+        self.prob.addConstraint(pulp.lpSum(taus) == T_var, _name(family, "split"))
+        self.prob.addConstraint((1.0 / scale) * load <= pulp.lpSum(terms), _name(family, "capacity"))
 
     def _main(self) -> Any:
         return {"step_time": self.T, "cost": self.capex, "rate": self.rate}[self.objective]

@@ -1,0 +1,173 @@
+"""Single failures priced with the OptCC cost model (reference/optcc.md, arXiv 2606.01680).
+
+Failure classes (CONTRACT section 5):
+- `wave`: one new wave on a route is lost; the route keeps `waves - 1`.
+- `fiber_pair`: one lit pair is cut with all its waves (the fullest pair: min(waves,
+  channels)); when the route is left with no capacity its traffic is rerouted over the
+  route graph, or the scenario is reported as disconnecting the sites.
+- `nic`: one NIC of a node is lost: the node keeps (nics - 1) / nics of its bandwidth and
+  becomes the straggler of its data-parallel collective inside the site.
+
+A degraded participant slows an all-reduce by a factor over the fault-free ring:
+- ring: l (the straggler stays on the critical path);
+- optcc: T_LB(p, l) / T_ring(p) x (1 + eps) (OptCC approaches the lower bound);
+- bound: T_LB(p, l) / T_ring(p) (no algorithm does better).
+Between sites the participants are the sites the plan uses; inside a site, the
+data-parallel group (dp members, the same convention as the healthy model). Pipeline
+messages on a degraded route slow by the capacity lost (l), whatever the collective.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from placer.evaluate import evaluate, site_gpus_per_node
+from placer.io import Problem, plan_from_data, problem_from_data
+from placer.network import RouteKey
+from placer.perf.comm import allreduce_lower_bound_s, nic_loss_factor, ring_fault_free_s
+from placer.perf.step import PerfModel
+from placer.schema import Plan
+
+COLLECTIVES = ("ring", "optcc", "bound")
+
+
+def slowdown_factor(collective: str, p: int, l: float, eps: float) -> float:  # noqa: E741
+    """All-reduce time with one participant at 1/l of its bandwidth, over the healthy ring."""
+    if l <= 1.0 or p < 2:
+        return 1.0
+    if math.isinf(l):
+        return math.inf
+    if collective == "ring":
+        return l
+    ratio = allreduce_lower_bound_s(p, 1.0, 1.0, l) / ring_fault_free_s(p, 1.0, 1.0)
+    return ratio * (1.0 + eps) if collective == "optcc" else ratio
+
+
+def nic_factor(problem: Problem, site: str) -> float:
+    """l for one lost NIC of a node at `site` (8 NICs: 8/7)."""
+    gpu = problem.catalog.gpus[problem.instance.site(site).gpu]
+    return nic_loss_factor(gpu.nics_per_node or site_gpus_per_node(problem, site))
+
+
+@dataclass
+class Scenario:
+    klass: str  # wave | fiber_pair | nic
+    where: str  # "route a-b" or "site a"
+    description: str
+    step_s: dict[str, float] = field(default_factory=dict)  # collective -> step time
+    disconnected: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        # JSON has no infinity: a step that cannot complete (no capacity left) is null
+        steps = {c: (v if math.isfinite(v) else None) for c, v in self.step_s.items()}
+        return {"class": self.klass, "where": self.where, "description": self.description, "step_time_s": steps, "disconnected": self.disconnected}
+
+
+@dataclass
+class FailureReport:
+    healthy_s: float
+    scenarios: list[Scenario]
+    collective: str
+    limit_s: float | None
+    expected_s: dict[str, float] = field(default_factory=dict)
+
+    def worst(self, collective: str | None = None) -> Scenario | None:
+        c = collective or self.collective
+        return max(self.scenarios, key=lambda s: s.step_s.get(c, 0.0), default=None)
+
+    @property
+    def survives(self) -> bool:
+        w = self.worst()
+        return w is None or self.limit_s is None or w.step_s[self.collective] <= self.limit_s * (1 + 1e-6)
+
+    def to_dict(self) -> dict[str, Any]:
+        w = self.worst()
+        return {
+            "healthy_step_time_s": self.healthy_s,
+            "collective": self.collective,
+            "limit_s": self.limit_s,
+            "survives": self.survives,
+            "worst": w.to_dict() if w else None,
+            "scenarios": [s.to_dict() for s in self.scenarios],
+            "expected_step_time_s": self.expected_s,
+        }
+
+
+def _without_route(problem: Problem, key: RouteKey) -> Problem:
+    data = problem.instance.model_dump(mode="json")
+    data["routes"] = [r for r in data["routes"] if tuple(sorted(r["sites"])) != key]
+    data["job"]["model"] = problem.model.model_dump(mode="json")
+    data["job"]["seq_len"] = None
+    return problem_from_data(data)
+
+
+def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[str] | None = None) -> FailureReport:
+    """Step time of the plan under every single failure of the listed classes."""
+    res = problem.instance.resilience
+    classes = classes if classes is not None else (list(res.survive) if res and res.survive else ["wave", "fiber_pair", "nic"])
+    collective = res.collective if res else "optcc"
+    eps = problem.catalog.resilience.optcc_eps
+    perf = PerfModel(problem)
+    ev = evaluate(problem, plan, perf)
+    cfg = ev.config
+    groups = [(g.count, tuple(g.stage_sites)) for g in plan_from_data(plan).replica_groups]
+    waves = {tuple(sorted(link["sites"])): link["waves"] for link in ev.links}
+    optics = {tuple(sorted(link["sites"])): link["optic"] for link in ev.links}
+    p_sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
+    scenarios: list[Scenario] = []
+    net = perf.net
+    for key, w in sorted(waves.items()):
+        if w <= 0:
+            continue
+        ch = problem.catalog.channels_per_pair(optics[key])
+        for klass, lost in (("wave", 1), ("fiber_pair", min(w, ch))):
+            if klass not in classes:
+                continue
+            left = w - lost
+            cap0 = net.capacity_Bps(key, w, optics[key])
+            cap1 = net.capacity_Bps(key, left, optics[key])
+            desc = f"{lost} of {w} waves lost on {key[0]}-{key[1]}"
+            sc = Scenario(klass, f"route {key[0]}-{key[1]}", desc)
+            if cap1 <= 0:
+                # the route carries nothing: reroute over the rest of the graph
+                other = _without_route(problem, key)
+                perf2 = PerfModel(other)
+                w2 = {k: v for k, v in waves.items() if k != key}
+                st = perf2.step(cfg, groups, w2, optics=optics)
+                sc.disconnected = bool(st.unreachable)
+                if sc.disconnected:
+                    sc.description += " (route dark: no other path, sites disconnected)"
+                elif not math.isfinite(st.step_time_s):
+                    sc.description += " (route dark: the detour has no capacity)"
+                else:
+                    sc.description += " (route dark: traffic rerouted)"
+                for c in COLLECTIVES:
+                    sc.step_s[c] = st.step_time_s
+            else:
+                l = cap0 / cap1  # noqa: E741
+                for c in COLLECTIVES:
+                    st = perf.step(cfg, groups, waves, optics=optics, pp_route_factor={key: l}, dp_route_factor={key: slowdown_factor(c, p_sites, l, eps)})
+                    sc.step_s[c] = st.step_time_s
+            scenarios.append(sc)
+    if "nic" in classes and cfg.dp >= 2:
+        used = [s for s, g in ev.gpus_by_site.items() if g > 0]
+        l = max(nic_factor(problem, s) for s in used)  # noqa: E741
+        sc = Scenario("nic", "any node", f"one NIC of {round(1 / (1 - 1 / l))} lost on a node: bandwidth x {1 / l:.3f}")
+        for c in COLLECTIVES:
+            st = perf.step(cfg, groups, waves, optics=optics, intra_factor=slowdown_factor(c, cfg.dp, l, eps))
+            sc.step_s[c] = st.step_time_s
+        scenarios.append(sc)
+    limit = None
+    if res is not None:
+        limit = problem.instance.objective.max_step_time_s or ev.step_time_s * (1 + res.max_slowdown)
+    report = FailureReport(ev.step_time_s, scenarios, collective, limit)
+    if res is not None and res.nic_failure_rate and scenarios:
+        nic = next((s for s in scenarios if s.klass == "nic"), None)
+        if nic is not None:
+            nodes = sum(ev.nodes_by_site.values())
+            p_any = 1 - (1 - res.nic_failure_rate) ** nodes
+            report.expected_s = {c: (1 - p_any) * ev.step_time_s + p_any * nic.step_s[c] for c in COLLECTIVES}
+    return report
+

@@ -1,0 +1,258 @@
+"""A library of tiny solver instances, in the style of cvxpy's problem library.
+
+Each `Case` is an instance dict (the YAML schema, CONTRACT section 1) and what is expected
+of it: either an optimum, which the exhaustive `brute` backend finds at test time and
+every backend must match, or an infeasibility whose error message names the binding
+resource.
+
+Instances come from a seeded generator (`random_instance`) over the tiny models of
+models/ (tiny-4l, tiny-8l, tiny-gqa): 1-3 sites of 8-32 GPUs in nodes of 2-8, routes of
+10-1200 km with 0-3 new waves and sometimes a little existing capacity, power limits,
+link budgets, every sync mode (alone or as a list for the solver to choose), objectives
+`step_time` and `cost` (with `max_step_time_s`), and explicit small candidate lists. A
+draw whose exhaustive search would evaluate more than `MAX_BRUTE_PLANS` plans is
+redrawn (same seed, next draw), so brute force stays well under a second per case.
+
+The `flavor` of a case turns a draw into a designed infeasibility:
+
+* `power`: every site's power limit is below one node's draw;
+* `budget`: the job needs both sites (job.gpus = all GPUs), the route has no capacity in
+  place and the budget is one dollar short of the first wave;
+* `memory`: the sequence length is raised until no stage of any candidate fits in HBM;
+* `reach`: as `budget`, but the route is longer than any optic reaches (no budget);
+* `gpus`: job.gpus exceeds the GPUs the sites offer.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from placer.io import default_catalog_data, problem_from_data
+from placer.network import Network
+from placer.perf.step import PerfModel
+from placer.solve.data import build_inner
+from placer.solve.space import chain_types, enumerate_configs, memory_fits
+
+MODELS = {"tiny-4l": 4, "tiny-8l": 8, "tiny-gqa": 4}  # name -> layers
+GPUS = ("h100-sxm", "h100-sxm", "h200", "a100-80g")
+SYNC_MODES = ("synchronous", "diloco", "streaming-diloco")
+MAX_BRUTE_PLANS = 1500  # evaluator calls of the brute backend, all configurations together
+FLAVORS = ("power", "budget", "memory", "reach", "gpus")
+BINDING = {"power": "power", "budget": "budget", "memory": "memory", "reach": "reach", "gpus": "GPUs"}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    instance: dict[str, Any]
+    infeasible: str | None = None  # the resource the InfeasibleError message must name
+
+    def __repr__(self) -> str:
+        return f"Case({self.id})"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def node_power_mw(gpu: str, gpus_per_node: int, pue: float) -> float:
+    """Facility draw of one node (all-in W per GPU x GPUs per node x PUE), MW."""
+    return default_catalog_data()["gpus"][gpu]["all_in_w"] * gpus_per_node * pue / 1e6
+
+
+def brute_plans(instance: dict[str, Any]) -> int:
+    """Plans the brute backend evaluates if no configuration is pruned (its worst case)."""
+    problem = problem_from_data(instance)
+    perf = PerfModel(problem)
+    total = 0
+    for cfg in enumerate_configs(problem):
+        chains = chain_types(problem, perf, cfg)
+        if not chains:
+            continue
+        data = build_inner(problem, perf, cfg, chains)
+        waves = math.prod(len(data.wave_options[r]) for r in data.routes)
+        total += math.comb(len(chains) + cfg.dp - 1, cfg.dp) * waves
+    return total
+
+
+def _subset(rng: random.Random, values: tuple[Any, ...], k_max: int = 2) -> list[Any]:
+    k = rng.randint(1, min(k_max, len(values)))
+    return sorted(rng.sample(values, k))
+
+
+def _pipe_reference_s(instance: dict[str, Any]) -> float | None:
+    """Fastest single-site pipeline of any configuration: a scale for max_step_time_s."""
+    problem = problem_from_data(instance)
+    perf = PerfModel(problem)
+    best = math.inf
+    for cfg in enumerate_configs(problem):
+        for chain in chain_types(problem, perf, cfg):
+            if len(set(chain)) == 1:
+                best = min(best, perf.chain_time(cfg, chain))
+    return best if math.isfinite(best) else None
+
+
+# ----------------------------------------------------------------------------- generator
+
+
+def _draw(rng: random.Random, name: str) -> dict[str, Any]:
+    model = rng.choice(sorted(MODELS))
+    layers = MODELS[model]
+    n_sites = rng.choice((1, 2, 2, 2, 3))
+    base_gpu = rng.choice(GPUS)
+    sites = []
+    for i in range(n_sites):
+        gpn = rng.choice((2, 4, 8))
+        gpus = rng.choice((8, 16, 32))
+        gpu = base_gpu if rng.random() < 0.8 else rng.choice(GPUS)
+        pue = rng.choice((1.1, 1.2, 1.3))
+        site: dict[str, Any] = {"name": f"s{i}", "gpu": gpu, "gpus": gpus, "gpus_per_node": gpn, "pue": pue}
+        if rng.random() < 0.35:
+            fed = rng.randint(1, gpus // gpn)
+            spare_w = rng.choice((0.0, 60.0, 500.0))  # 0: exactly `fed` nodes, so a wave's optics tip it over
+            site["power_mw"] = round(fed * node_power_mw(gpu, gpn, pue) + spare_w * pue / 1e6, 9)
+        sites.append(site)
+    names = [s["name"] for s in sites]
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+    if len(pairs) == 3 and rng.random() < 0.5:
+        pairs.pop(rng.randrange(3))  # a path instead of a triangle
+    routes = []
+    for a, b in pairs:
+        km = rng.choice((10, 60, 100, 400, 1200))
+        route: dict[str, Any] = {"sites": [a, b], "km": km, "fiber_pairs": 1, "max_waves": rng.choice((0, 1, 2, 3))}
+        if km > 1000 or rng.random() < 0.3:
+            route["capacity_gbps"] = rng.choice((0, 10, 100, 400))
+        if rng.random() < 0.2:
+            route["latency_ms"] = round(km * 0.0049 * rng.choice((1.0, 1.5)), 6)
+        routes.append(route)
+    if rng.random() < 0.3:
+        mode: Any = rng.choice(SYNC_MODES)
+    else:
+        mode = _subset(rng, SYNC_MODES, 3)
+    job: dict[str, Any] = {
+        "model": model,
+        "global_batch": rng.choice((8, 16)),
+        "recompute": rng.choice(("none", "selective", "full")),
+        "sync": {"mode": mode, "every_steps": rng.choice((1, 4, 16)), "bits": rng.choice((16, 8, 4))},
+        "parallelism": {
+            "tp": _subset(rng, (1, 2, 4)),
+            "pp": _subset(rng, tuple(p for p in (1, 2, 4) if p <= layers)),
+            "dp": _subset(rng, (1, 2, 4, 8)),
+            "micro_batch": rng.choice(([1], [1, 2])),
+        },
+    }
+    par = job["parallelism"]
+    if min(par["tp"]) > min(s["gpus_per_node"] for s in sites):
+        par["tp"] = [1, *par["tp"]]  # every site must fit some candidate (io rejects it otherwise)
+    if rng.random() < 0.25:
+        job["gpus"] = rng.choice(par["tp"]) * rng.choice(par["pp"]) * rng.choice(par["dp"])
+    objective: dict[str, Any] = {"minimize": "step_time"}
+    budget = rng.choice((None, None, 0, 60_000, 150_000, 400_000))
+    if budget is not None:
+        objective["max_cost_usd"] = budget
+    inst = {"name": name, "sites": sites, "routes": routes, "job": job, "objective": objective}
+    if rng.random() < 0.3:
+        ref = _pipe_reference_s(inst)
+        if ref is not None:
+            objective["minimize"] = "cost"
+            objective["max_step_time_s"] = round(ref * rng.choice((1.05, 1.5, 3.0)), 12)
+    return inst
+
+
+def _two_sites_all_gpus(rng: random.Random, name: str, km: float, **route: Any) -> dict[str, Any]:
+    """Two equal sites and a job that must use every GPU of both (so traffic crosses)."""
+    gpn = rng.choice((2, 4, 8))
+    gpus = rng.choice((8, 16))
+    gpu = rng.choice(GPUS)
+    model = rng.choice(sorted(MODELS))
+    tp = rng.choice([t for t in (1, 2) if t <= gpn])
+    pp = rng.choice((1, 2))
+    dp = 2 * gpus // (tp * pp)
+    return {
+        "name": name,
+        "sites": [{"name": s, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpn} for s in ("a", "b")],
+        "routes": [{"sites": ["a", "b"], "km": km, "fiber_pairs": 1, "max_waves": rng.choice((1, 2)), **route}],
+        "job": {
+            "model": model,
+            "global_batch": dp * rng.choice((1, 2)),
+            "gpus": 2 * gpus,
+            "sync": {"mode": rng.choice((["synchronous"], ["synchronous", "diloco"], ["streaming-diloco"])), "every_steps": 4},
+            "parallelism": {"tp": [tp], "pp": [pp], "dp": [dp], "micro_batch": [1]},
+        },
+    }
+
+
+def _flavored(rng: random.Random, name: str, flavor: str) -> dict[str, Any]:
+    if flavor == "power":
+        inst = _draw(rng, name)
+        inst["objective"] = {"minimize": "step_time"}
+        inst["job"].pop("gpus", None)
+        for s in inst["sites"]:
+            s["power_mw"] = round(rng.uniform(0.5, 0.95) * node_power_mw(s["gpu"], s["gpus_per_node"], s["pue"]), 9)
+        return inst
+    if flavor == "budget":
+        inst = _two_sites_all_gpus(rng, name, rng.choice((10, 60, 100, 400)))
+        problem = problem_from_data(inst)
+        first_wave = Network(problem).link_capex_usd(("a", "b"), 1)
+        inst["objective"] = {"minimize": "step_time", "max_cost_usd": rng.choice((0.0, first_wave - 1))}
+        return inst
+    if flavor == "reach":
+        return _two_sites_all_gpus(rng, name, rng.choice((1100, 1500, 3000)), capacity_gbps=0)
+    if flavor == "gpus":
+        inst = _draw(rng, name)
+        inst["job"]["gpus"] = sum(s["gpus"] for s in inst["sites"]) + rng.choice((1, 8, 64))
+        inst["objective"] = {"minimize": "step_time"}
+        return inst
+    if flavor == "memory":
+        inst = _draw(rng, name)
+        inst["objective"] = {"minimize": "step_time"}
+        inst["job"].pop("gpus", None)
+        seq = 1 << 14
+        while True:
+            inst["job"]["seq_len"] = seq
+            problem = problem_from_data(inst)
+            fits = any(
+                memory_fits(problem, cfg, k, s.gpu)[0]
+                for cfg in enumerate_configs(problem)
+                for k in range(cfg.pp)
+                for s in problem.instance.sites
+            )
+            if not fits:
+                return inst
+            seq *= 2
+    raise ValueError(f"unknown flavor {flavor!r}")
+
+
+@cache
+def _random_instance(seed: int, flavor: str | None) -> dict[str, Any]:
+    rng = random.Random(f"placer-solver-cases/{flavor}/{seed}")
+    name = f"{flavor or 'gen'}-{seed}"
+    for _ in range(200):
+        inst = _flavored(rng, name, flavor) if flavor else _draw(rng, name)
+        if brute_plans(inst) <= MAX_BRUTE_PLANS:
+            return inst
+    raise RuntimeError(f"no small enough draw for seed {seed}")
+
+
+def random_instance(seed: int, flavor: str | None = None) -> dict[str, Any]:
+    """A tiny instance, a pure function of (seed, flavor); a fresh copy on every call."""
+    import copy
+
+    return copy.deepcopy(_random_instance(seed, flavor))
+
+
+# ----------------------------------------------------------------------------- the library
+
+N_GENERATED = 30
+N_PER_FLAVOR = 2
+
+
+def cases() -> list[Case]:
+    out = [Case(f"gen-{seed}", random_instance(seed)) for seed in range(N_GENERATED)]
+    for flavor in FLAVORS:
+        for seed in range(N_PER_FLAVOR):
+            out.append(Case(f"{flavor}-{seed}", random_instance(seed, flavor), infeasible=BINDING[flavor]))
+    return out
