@@ -108,6 +108,7 @@ def evaluate(
     plan: Path,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     simulate: Annotated[bool, typer.Option("--simulate", help="also run the 1F1B event simulator")] = False,
+    failures: Annotated[bool, typer.Option("--failures", help="step time under every single failure (ring, OptCC, bound)")] = False,
 ) -> None:
     """Check a plan against every limit and compute its step time, power and cost.
 
@@ -120,17 +121,43 @@ def evaluate(
     p = load_plan(plan)
     ev = run(prob, p)
     sim = _simulate(prob, ev) if simulate else None
+    fr = None
+    if failures and ev.step is not None:
+        from placer.resilience import failure_report
+
+        fr = failure_report(prob, p)
     if as_json:
         data = ev.to_dict()
         if sim is not None:
             data["simulation"] = sim
+        if fr is not None:
+            data["failures"] = fr.to_dict()
         sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
     else:
         print_summary(out, prob, p, ev, "feasible" if ev.feasible else "INFEASIBLE")
+        if fr is not None:
+            _print_failures(fr)
         if sim is not None:
             out.print(f"1F1B simulation of the critical chain: {sim['pipeline_s']:.4f} s (closed form {sim['closed_form_s']:.4f} s, diff {sim['rel_diff']:.2e})")
     if not ev.feasible:
         raise typer.Exit(3)
+
+
+def _print_failures(fr: Any) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"single failures (healthy {fr.healthy_s:.4f} s; plan's collective: {fr.collective})")
+    for col in ("class", "where", "what", "ring s", "OptCC s", "bound s"):
+        t.add_column(col, justify="right" if col.endswith(" s") else "left")
+    fmt = lambda v: f"{v:.5g}" if v < float("inf") else "no capacity"  # noqa: E731
+    for sc in fr.scenarios:
+        t.add_row(sc.klass, sc.where, sc.description + (" [DISCONNECTED]" if sc.disconnected else ""), fmt(sc.step_s["ring"]), fmt(sc.step_s["optcc"]), fmt(sc.step_s["bound"]))
+    out.print(t)
+    w = fr.worst()
+    if w is not None:
+        out.print(f"worst single failure: {w.klass} at {w.where}: {fmt(w.step_s[fr.collective])} s under {fr.collective}" + (f" (limit {fr.limit_s:.4f} s: {'ok' if fr.survives else 'EXCEEDED'})" if fr.limit_s else ""))
+    for c, v in fr.expected_s.items():
+        out.print(f"expected step time over NIC failures with {c}: {v:.4f} s")
 
 
 def _simulate(prob: Any, ev: Any) -> dict[str, float] | None:

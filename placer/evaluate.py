@@ -117,7 +117,9 @@ def config_of(problem: Problem, plan: Plan) -> Config:
 # ----------------------------------------------------------------------------- evaluate
 
 
-def evaluate(problem: Problem, plan: Plan | dict[str, Any], perf: PerfModel | None = None) -> Evaluation:
+def evaluate(
+    problem: Problem, plan: Plan | dict[str, Any], perf: PerfModel | None = None, check_resilience: bool = True
+) -> Evaluation:
     plan = plan_from_data(plan)
     inst, cat = problem.instance, problem.catalog
     perf = perf or PerfModel(problem)
@@ -242,6 +244,16 @@ def evaluate(problem: Problem, plan: Plan | dict[str, Any], perf: PerfModel | No
             viol.append(Violation("channels", f"route {key[0]}-{key[1]}", "carries traffic but has no capacity (no waves, no existing capacity)"))
     if obj.max_step_time_s is not None and step.step_time_s > obj.max_step_time_s * (1 + 1e-9):
         viol.append(Violation("step_time", "objective.max_step_time_s", f"step time {step.step_time_s:.4g} s exceeds {obj.max_step_time_s:g} s", step.step_time_s - obj.max_step_time_s))
+
+    res = inst.resilience
+    if check_resilience and res is not None and res.survive and not viol:
+        from placer.resilience import failure_report
+
+        fr = failure_report(problem, plan)
+        worst = fr.worst()
+        if worst is not None and not fr.survives:
+            t_w = worst.step_s[fr.collective]
+            viol.append(Violation("resilience", worst.where, f"{worst.description}: step time {t_w:.4g} s under {fr.collective} exceeds the limit {fr.limit_s:.4g} s", t_w - (fr.limit_s or 0)))
 
     t = step.step_time_s
     usd_per_s = usd_per_second(problem, capex, power_mw)

@@ -51,7 +51,33 @@ def _line_map(node: yaml.Node, path: Loc, out: dict[Loc, int], dups: list[tuple[
             _line_map(item, path + (i,), out, dups)
 
 
-def _yaml_error(path: Path, exc: yaml.YAMLError) -> InputError:
+def _path_at_error(text: str) -> Loc:
+    """Field path of the innermost open mapping key / sequence item when parsing fails."""
+    stack: list[list[Any]] = []  # [kind, key or index, expecting a key]
+    try:
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(ev, yaml.NodeEvent) and stack:
+                top = stack[-1]
+                if top[0] == "seq":
+                    top[1] += 1
+                elif top[2]:
+                    top[1], top[2] = (ev.value if isinstance(ev, yaml.ScalarEvent) else None), False
+                else:
+                    top[2] = True
+            if isinstance(ev, yaml.MappingStartEvent):
+                stack.append(["map", None, True])
+            elif isinstance(ev, yaml.SequenceStartEvent):
+                stack.append(["seq", -1, False])
+            elif isinstance(ev, yaml.CollectionEndEvent) and stack:
+                stack.pop()
+    except yaml.YAMLError:
+        pass
+    if stack and (stack[-1][0] == "seq" or stack[-1][2]):
+        stack = stack[:-1] + [["map", None, True]]  # failing list item or key: name the parent
+    return tuple(f[1] for f in stack if f[1] is not None and f[1] != -1)
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError, text: str = "") -> InputError:
     mark = getattr(exc, "problem_mark", None)
     where = f":{mark.line + 1}" if mark is not None else ""
     problem = getattr(exc, "problem", None) or str(exc)
@@ -59,7 +85,9 @@ def _yaml_error(path: Path, exc: yaml.YAMLError) -> InputError:
     if context:
         opened = f" started on line {cmark.line + 1}" if cmark is not None and (mark is None or cmark.line != mark.line) else ""
         problem = f"{problem} ({context}{opened})"
-    return InputError(f"{path}{where}: malformed YAML/JSON: {problem}")
+    loc = _path_at_error(text) if text else ()
+    field = f" {format_loc(loc)}:" if loc else ""
+    return InputError(f"{path}{where}:{field} malformed YAML/JSON: {problem}")
 
 
 def read_document(path: Path) -> tuple[Any, dict[Loc, int]]:
@@ -94,7 +122,7 @@ def read_document(path: Path) -> tuple[Any, dict[Loc, int]]:
         if json_error is not None:
             raise InputError(f"{path}:{json_error.lineno}: malformed JSON: {json_error.msg} (column {json_error.colno})") from None
         if not parsed:
-            raise _yaml_error(path, exc) from None
+            raise _yaml_error(path, exc, text) from None
     lines: dict[Loc, int] = {}
     dups: list[tuple[Loc, int, int]] = []
     if node is not None:

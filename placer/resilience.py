@@ -110,7 +110,7 @@ def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[
     collective = res.collective if res else "optcc"
     eps = problem.catalog.resilience.optcc_eps
     perf = PerfModel(problem)
-    ev = evaluate(problem, plan, perf)
+    ev = evaluate(problem, plan, perf, check_resilience=False)
     cfg = ev.config
     groups = [(g.count, tuple(g.stage_sites)) for g in plan_from_data(plan).replica_groups]
     waves = {tuple(sorted(link["sites"])): link["waves"] for link in ev.links}
@@ -152,8 +152,8 @@ def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[
                     sc.step_s[c] = st.step_time_s
             scenarios.append(sc)
     if "nic" in classes and cfg.dp >= 2:
-        used = [s for s, g in ev.gpus_by_site.items() if g > 0]
-        l = max(nic_factor(problem, s) for s in used)  # noqa: E741
+        # the largest loss over all sites, as the optimizer assumes (conservative)
+        l = max(nic_factor(problem, s.name) for s in problem.instance.sites)  # noqa: E741
         sc = Scenario("nic", "any node", f"one NIC of {round(1 / (1 - 1 / l))} lost on a node: bandwidth x {1 / l:.3f}")
         for c in COLLECTIVES:
             st = perf.step(cfg, groups, waves, optics=optics, intra_factor=slowdown_factor(c, cfg.dp, l, eps))

@@ -268,9 +268,9 @@ class Instance(Strict):
             seen.add(n)
         keys: dict[tuple[str, str], int] = {}
         for i, r in enumerate(self.routes):
-            for end in r.sites:
+            for j, end in enumerate(r.sites):
                 if end not in seen:
-                    raise ValueError(f"routes[{i}].sites: unknown site '{end}' (known: {', '.join(names)})")
+                    raise ValueError(f"routes[{i}].sites[{j}]: unknown site '{end}' (known: {', '.join(names)})")
             if r.key in keys:
                 raise ValueError(f"routes[{i}].sites: duplicate of routes[{keys[r.key]}] ({r.key[0]}-{r.key[1]})")
             keys[r.key] = i
@@ -337,6 +337,7 @@ class Plan(Strict):
     cost: dict[str, float] | None = None
     power_mw: dict[str, float] | None = None
     solver: SolverInfo | None = None
+    resilience: dict[str, Any] | None = Field(default=None, description="failure analysis (output only)")
 
     @model_validator(mode="after")
     def _shape(self) -> Plan:

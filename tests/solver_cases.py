@@ -40,7 +40,7 @@ from placer.solve.space import chain_types, enumerate_configs, memory_fits
 MODELS = {"tiny-4l": 4, "tiny-8l": 8, "tiny-gqa": 4}  # name -> layers
 GPUS = ("h100-sxm", "h100-sxm", "h200", "a100-80g")
 SYNC_MODES = ("synchronous", "diloco", "streaming-diloco")
-MAX_BRUTE_PLANS = 1500  # evaluator calls of the brute backend, all configurations together
+MAX_BRUTE_PLANS = 4000  # evaluator calls of the brute backend, all configurations together
 FLAVORS = ("power", "budget", "memory", "reach", "gpus")
 BINDING = {"power": "power", "budget": "budget", "memory": "memory", "reach": "reach", "gpus": "GPUs"}
 
@@ -148,7 +148,9 @@ def _draw(rng: random.Random, name: str) -> dict[str, Any]:
     if min(par["tp"]) > min(s["gpus_per_node"] for s in sites):
         par["tp"] = [1, *par["tp"]]  # every site must fit some candidate (io rejects it otherwise)
     if rng.random() < 0.25:
-        job["gpus"] = rng.choice(par["tp"]) * rng.choice(par["pp"]) * rng.choice(par["dp"])
+        sizes = sorted({t * p * d for t in par["tp"] for p in par["pp"] for d in par["dp"]})
+        fitting = [g for g in sizes if g <= sum(s["gpus"] for s in sites)]
+        job["gpus"] = max(fitting) if fitting else sizes[0]  # the largest that fits: spreads over sites
     objective: dict[str, Any] = {"minimize": "step_time"}
     budget = rng.choice((None, None, 0, 60_000, 150_000, 400_000))
     if budget is not None:

@@ -61,6 +61,24 @@ def _num(x: float | int | None) -> float | int | str:
     return round(float(x), 6)
 
 
+def _line(label: str, name: str, model: str, qty: int, unit: str, unit_cost: float | None, charged: str, source: str, rule: str, power_w: float | None = None, buffer_mb: float | None = None, opex: float | None = None) -> dict[str, Any]:
+    return {
+        "route": label,
+        "item": name,
+        "model": model,
+        "quantity": qty,
+        "unit": unit,
+        "unit_cost_usd": unit_cost,
+        "capex_usd": None if unit_cost is None else qty * unit_cost,
+        "opex_usd_per_year": opex,
+        "power_w": power_w,
+        "charged_to": charged,
+        "buffer_mb_per_port": buffer_mb,
+        "source": source,
+        "rule": rule,
+    }
+
+
 def _source(problem: Problem, section: str, key: str | None, fields: tuple[str, ...]) -> str:
     """The catalog `source` text for a figure, or a note that the instance overrode it."""
     cat = problem.catalog
@@ -79,7 +97,9 @@ def rules(problem: Problem) -> list[str]:
     cat = problem.catalog
     net = cat.network
     return [
-        "Optic: the plan's optic for the route, else the one placer buys: among the catalog optics whose reach covers the route length, the highest line rate, then the lowest cost per Gb/s (ZR reaches 120 km; longer routes take ZR+ with in-line amplifiers).",
+        "Optic: the plan's optic for the route, else the one placer buys: among the catalog optics whose reach covers the route length, the highest line rate, then the lowest cost per Gb/s (reach: "
+        + ", ".join(f"{o} {spec.reach_km:g} km" for o, spec in cat.optics.items())
+        + "; ZR+ routes need in-line amplifiers).",
         "Coherent transceiver modules = 2 x waves: one module per wave at each end.",
         "Router/switch ports = 2 x waves: one port per wave at each end.",
         f"Fiber pairs lit = ceil(waves / channels per pair), channels per pair = floor({net.c_band_ghz:g} GHz of C-band / the optic's grid spacing) (32 at 150 GHz for 800G).",
@@ -123,39 +143,20 @@ def bom_data(problem: Problem, plan: Plan | dict[str, Any]) -> dict[str, Any]:
         chosen = "plan" if plan_optic.get(key) else "default (cheapest optic that reaches)"
         items: list[dict[str, Any]] = []
 
-        def item(name: str, model: str, qty: int, unit: str, unit_cost: float | None, charged: str, source: str, rule: str, power_w: float | None = None, buffer_mb: float | None = None, opex: float | None = None) -> None:
-            items.append(
-                {
-                    "route": label,
-                    "item": name,
-                    "model": model,
-                    "quantity": qty,
-                    "unit": unit,
-                    "unit_cost_usd": unit_cost,
-                    "capex_usd": None if unit_cost is None else qty * unit_cost,
-                    "opex_usd_per_year": opex,
-                    "power_w": power_w,
-                    "charged_to": charged,
-                    "buffer_mb_per_port": buffer_mb,
-                    "source": source,
-                    "rule": rule,
-                }
-            )
-
-        item("wave", optic, w, "wave", None, "", opt_src, f"from the plan; optic {optic} ({chosen}), {spec.line_rate_gbps:g}G, reach {spec.reach_km:g} km >= {route.km:g} km")
+        items.append(_line(label, "wave", optic, w, "wave", None, "", opt_src, f"from the plan; optic {optic} ({chosen}), {spec.line_rate_gbps:g}G, reach {spec.reach_km:g} km >= {route.km:g} km"))
         for end in key:
-            item("coherent transceiver", optic, w, "module", spec.module_cost_usd, end, opt_src, "one per wave per end", power_w=w * spec.module_w)
+            items.append(_line(label, "coherent transceiver", optic, w, "module", spec.module_cost_usd, end, opt_src, "one per wave per end", power_w=w * spec.module_w))
         for end in key:
-            item("router/switch port", f"{spec.line_rate_gbps:g}G deep-buffer port", w, "port", costs.router_port_usd, end, cost_src, "one per wave per end; buffer >= line rate x RTT", buffer_mb=buffer_bytes / 1e6)
+            items.append(_line(label, "router/switch port", f"{spec.line_rate_gbps:g}G deep-buffer port", w, "port", costs.router_port_usd, end, cost_src, "one per wave per end; buffer >= line rate x RTT", buffer_mb=buffer_bytes / 1e6))
         opex = None
         lease_src = ""
         if route.fiber_usd_per_pair_km_year is not None:
             opex = pairs * route.km * route.fiber_usd_per_pair_km_year
             lease_src = f"instance route {label}: fiber_usd_per_pair_km_year = {route.fiber_usd_per_pair_km_year:g}"
-        item("fiber pair lit", "dark fiber pair", pairs, "pair", None, "", lease_src or "instance route fiber_pairs", f"ceil({w} waves / {channels} channels per pair); {route.fiber_pairs} available", opex=opex)
+        items.append(_line(label, "fiber pair lit", "dark fiber pair", pairs, "pair", None, "", lease_src or "instance route fiber_pairs", f"ceil({w} waves / {channels} channels per pair); {route.fiber_pairs} available", opex=opex))
         for end in key:
-            item("DWDM mux/demux", f"{channels}-channel", pairs, "unit", costs.mux_usd, end, cost_src, "one per lit pair per end")
-        item("in-line amplifier", "ILA", amps, "unit", costs.amplifier_usd, HUTS, cost_src, f"{pairs} pairs x (ceil({route.km:g} / {cat.network.amplifier_spacing_km:g}) - 1 = {amps_per_pair})", power_w=amps * costs.amplifier_w)
+            items.append(_line(label, "DWDM mux/demux", f"{channels}-channel", pairs, "unit", costs.mux_usd, end, cost_src, "one per lit pair per end"))
+        items.append(_line(label, "in-line amplifier", "ILA", amps, "unit", costs.amplifier_usd, HUTS, cost_src, f"{pairs} pairs x (ceil({route.km:g} / {cat.network.amplifier_spacing_km:g}) - 1 = {amps_per_pair})", power_w=amps * costs.amplifier_w))
         capex = sum(it["capex_usd"] or 0.0 for it in items)
         routes.append(
             {
@@ -244,24 +245,42 @@ def _total_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def bom_rows(problem: Problem, plan: Plan | dict[str, Any]) -> list[dict[str, Any]]:
+def rows_of(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Line items (one per item per route end) followed by TOTAL lines."""
-    data = bom_data(problem, plan)
-    rows = [it for r in data["routes"] for it in r["items"]]
-    return rows + _total_rows(data)
+    return [it for r in data["routes"] for it in r["items"]] + _total_rows(data)
 
 
-def bom_csv(problem: Problem, plan: Plan | dict[str, Any]) -> str:
+def bom_rows(problem: Problem, plan: Plan | dict[str, Any]) -> list[dict[str, Any]]:
+    return rows_of(bom_data(problem, plan))
+
+
+def _cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return _num(v)
+    return v
+
+
+def csv_of(data: dict[str, Any]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=BOM_COLUMNS, lineterminator="\n")
     w.writeheader()
-    for row in bom_rows(problem, plan):
-        w.writerow({c: _num(row[c]) if isinstance(row.get(c), int | float) and not isinstance(row.get(c), bool) else (row.get(c) if row.get(c) is not None else "") for c in BOM_COLUMNS})
+    for row in rows_of(data):
+        w.writerow({c: _cell(row.get(c)) for c in BOM_COLUMNS})
     return buf.getvalue()
 
 
+def json_of(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def bom_csv(problem: Problem, plan: Plan | dict[str, Any]) -> str:
+    return csv_of(bom_data(problem, plan))
+
+
 def bom_json(problem: Problem, plan: Plan | dict[str, Any]) -> str:
-    return json.dumps(bom_data(problem, plan), indent=2) + "\n"
+    return json_of(bom_data(problem, plan))
 
 
 def _usd(x: float | None) -> str:
@@ -270,7 +289,10 @@ def _usd(x: float | None) -> str:
 
 def bom_markdown(problem: Problem, plan: Plan | dict[str, Any]) -> str:
     """A markdown section (tables and the rules) for report.md."""
-    data = bom_data(problem, plan)
+    return markdown_of(bom_data(problem, plan))
+
+
+def markdown_of(data: dict[str, Any]) -> str:
     t = data["totals"]
     lines = ["## Link bill of materials", ""]
     if not data["routes"]:
@@ -305,4 +327,4 @@ def bom_markdown(problem: Problem, plan: Plan | dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["BOM_COLUMNS", "bom_csv", "bom_data", "bom_json", "bom_markdown", "bom_rows", "rules"]
+__all__ = ["BOM_COLUMNS", "bom_csv", "bom_data", "bom_json", "bom_markdown", "bom_rows", "csv_of", "json_of", "markdown_of", "rules", "rows_of"]

@@ -84,8 +84,9 @@ class CpsatInner:
             if limit is None:
                 continue
             # milliwatts (rounded up: conservative by at most a milliwatt per term)
-            coef_node = math.ceil(d.site_pue[s] * d.site_node_w[s] * 1000)
-            optics = sum(math.ceil(d.site_pue[s] * opt.module_w * 1000) * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r]))
+            # (float noise below a microwatt is not rounded up: 1.3 x 6496 W is 8444800 mW, not 8444801)
+            coef_node = math.ceil(d.site_pue[s] * d.site_node_w[s] * 1000 - 1e-3)
+            optics = sum(math.ceil(d.site_pue[s] * opt.module_w * 1000 - 1e-3) * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r]))
             M.Add(coef_node * nodes[s] + optics <= math.floor(limit * 1000 * (1 + 1e-9))).WithName(f"site.power[{s}]")
         self.rate = sum(rate_terms)  # USD per second in RATE_UNIT
         if d.max_cost_usd is not None:
@@ -99,7 +100,10 @@ class CpsatInner:
             if maxc == 0:
                 continue
             load = sum(n[c] * d.chain_cross[c].get(r, 0) for c in C if d.chain_cross[c].get(r, 0)) * pp_bytes
+            self.pp_loads[r] = load
             self._route_time(T_pipe, load, r, "route.pp")
+        self.pp_loads: dict[Any, Any] = {}
+        self.dp_loads: dict[Any, Any] = {}
         T_intra = M.NewIntVar(0, TT, "T_intra")
         T_dpbw = M.NewIntVar(0, TT, "T_dpbw")
         T_lat = M.NewIntVar(0, TT, "T_lat")
@@ -138,6 +142,7 @@ class CpsatInner:
                     dp_load[r].append(dem)
         for r in d.routes:
             if dp_load[r]:
+                self.dp_loads[r] = sum(dp_load[r])
                 self._route_time(T_dpbw, sum(dp_load[r]), r, "route.dp")
         T_wan = T_dpbw + T_lat
         H = d.every_steps
@@ -169,7 +174,79 @@ class CpsatInner:
         self.sites_used = {s: M.NewBoolVar(f"site_used[{s}]") for s in d.sites}
         for s in d.sites:
             M.Add(nodes[s] <= d.site_nodes[s] * self.sites_used[s])
+        if d.resilience is not None:
+            self._add_resilience(T, T_pipe, T_intra, T_dpbw, T_lat, nodes)
         M.Minimize(self._main())
+
+    def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str) -> Any:
+        """The data-parallel WAN term for the sync policy, in ticks (rounded up)."""
+        d, M = self.d, self.m
+        H = d.every_steps
+        if d.sync_mode == "synchronous":
+            return T_wan
+        part = M.NewIntVar(0, 2 * (TIME_TICKS + 1), f"wan_part[{tag}]")
+        if d.sync_mode == "diloco":
+            M.Add(H * part >= T_wan)
+        else:
+            M.Add(H * part >= T_wan - H * T_pipe)
+        return part
+
+    def _add_resilience(self, T: Any, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any, nodes: Any) -> None:
+        """The same survival constraints as placer.solve.milp._add_resilience, on ticks."""
+        d, M, res = self.d, self.m, self.d.resilience
+        assert res is not None
+        TT = TIME_TICKS + 1
+        big = 2 * TT
+        if res.max_step_time_s is not None:
+            limit_rhs = None
+            limit_ticks = math.floor(res.max_step_time_s / self.tau * (1 + 1e-9))
+        else:
+            limit_rhs = round((1 + res.max_slowdown) * 10**6)
+        used = self.sites_used
+        for s in d.sites:
+            M.Add(used[s] <= nodes[s])
+        zp = {p: M.NewBoolVar(f"res.p[{p}]") for p in range(1, len(d.sites) + 1)}
+        M.AddExactlyOne(zp.values())
+        M.Add(sum(p * z for p, z in zp.items()) == sum(used.values()))
+
+        def within(expr: Any, tag: str) -> None:
+            if limit_rhs is None:
+                M.Add(expr <= limit_ticks).WithName(f"res.survive[{tag}]")
+            else:
+                M.Add(10**6 * expr <= limit_rhs * T).WithName(f"res.survive[{tag}]")
+
+        for (klass, r), caps in sorted(res.degraded_capacity.items()):
+            tag = f"{klass}:{r[0]}-{r[1]}"
+            Tp = M.NewIntVar(0, big, f"res.T_pipe[{tag}]")
+            M.Add(Tp >= T_pipe)
+            if r in self.pp_loads:
+                self._hull(Tp, self.pp_loads[r], r, [[c] for c in caps], None, big, f"res.pp[{tag}]")
+            Td = M.NewIntVar(0, big, f"res.T_dpbw[{tag}]")
+            M.Add(Td >= T_dpbw)
+            if r in self.dp_loads:
+                healthy = [opt.capacity_Bps for opt in d.wave_options[r]]
+                eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
+                self._hull(Td, self.dp_loads[r], r, eff, zp, big, f"res.dp[{tag}]")
+            within(Tp + T_intra + self._wan_part(Td + T_lat, Tp, tag), tag)
+        if res.nic_factor is not None:
+            scaled = M.NewIntVar(0, big * 4, "res.T_intra_nic")
+            num = round(res.nic_factor * 10**6)
+            M.Add(10**6 * scaled >= num * T_intra)
+            within(T_pipe + scaled + self._wan_part(T_dpbw + T_lat, T_pipe, "nic"), "nic")
+
+    def _hull(self, T_var: Any, load: Any, r: Any, caps: list[list[float]], zp: Any, ub: int, family: str) -> None:
+        taus = []
+        for i, row in enumerate(caps):
+            for p, cap in enumerate(row):
+                if zp is not None and p == 0:
+                    continue
+                tau = self.m.NewIntVar(0, ub, f"tau[{family}][{i}][{p}]")
+                self.m.Add(tau <= ub * self.y[(r, i)])
+                if zp is not None:
+                    self.m.Add(tau <= ub * zp[p])
+                taus.append((math.floor(cap * self.tau * self.Q), tau))
+        self.m.Add(sum(t for _, t in taus) == T_var)
+        self.m.Add(sum(c * t for c, t in taus if c > 0) >= round(self.Q) * load)
 
     def _main(self) -> Any:
         return {"step_time": self.T, "cost": self.capex, "rate": self.rate}[self.objective]

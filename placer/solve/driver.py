@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from placer.errors import InfeasibleError, ModelMismatchError, TimeLimitError
+from placer.errors import InfeasibleError, ModelMismatchError, PlacerError, TimeLimitError
 from placer.evaluate import J_PER_MWH, Evaluation, completed_plan, evaluate, site_gpus_per_node
 from placer.io import Problem
 from placer.perf.step import Config, PerfModel
@@ -71,6 +71,7 @@ def solve(
     time_limit_s: float | None = None,
     threads: int | None = None,
     progress: Progress | None = None,
+    _nested: bool = False,
 ) -> SolveResult:
     inst = problem.instance
     opts = inst.solver
@@ -174,7 +175,57 @@ def solve(
             "bound": bound,
         },
     )
+    res = inst.resilience
+    if res is not None and res.survive and not _nested:
+        left = max(1.0, deadline - time.perf_counter())
+        summary = resilience_summary(problem, final, backend, left, threads)
+        final = final.model_copy(update={"resilience": summary})
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved, log)
+
+
+def _variant(problem: Problem, resilience: Any) -> Problem:
+    data = problem.instance.model_dump(mode="json")
+    data["resilience"] = resilience
+    data["job"]["model"] = problem.model.model_dump(mode="json")
+    data["job"]["seq_len"] = None
+    from placer.io import problem_from_data
+
+    return problem_from_data(data)
+
+
+def resilience_summary(problem: Problem, plan: Plan, backend: str, time_limit_s: float, threads: int | None) -> dict[str, Any]:
+    """Failure analysis of the resilient plan, and the spare waves the same guarantee costs
+    under ring vs OptCC: each is solved again and compared with the plan solved without
+    resilience (spare = waves with the guarantee - waves without it, per route)."""
+    from placer.resilience import failure_report
+
+    res = problem.instance.resilience
+    assert res is not None
+    fr = failure_report(problem, plan)
+    waves_of = lambda p: {"-".join(sorted(link.sites)): link.waves for link in p.links}  # noqa: E731
+    out: dict[str, Any] = {"collective": res.collective, "survive": list(res.survive), "max_slowdown": res.max_slowdown, "failures": fr.to_dict()}
+    runs: dict[str, dict[str, int] | None] = {}
+    for name, variant in (("none", None), ("ring", {**res.model_dump(), "collective": "ring"}), ("optcc", {**res.model_dump(), "collective": "optcc"})):
+        if variant is not None and variant["collective"] == res.collective:
+            runs[name] = waves_of(plan)
+            continue
+        try:
+            r = solve(_variant(problem, variant), backend=backend, time_limit_s=time_limit_s / 3, threads=threads, _nested=True)
+            runs[name] = waves_of(r.plan)
+        except PlacerError as exc:
+            runs[name] = None
+            out[f"{name}_error"] = str(exc).splitlines()[0]
+    base = runs["none"] or {}
+    for name in ("ring", "optcc"):
+        w = runs[name]
+        if w is None:
+            out[f"spare_waves_{name}"] = None
+            continue
+        keys = sorted(set(w) | set(base))
+        out[f"spare_waves_{name}_by_route"] = {k: w.get(k, 0) - base.get(k, 0) for k in keys}
+        out[f"spare_waves_{name}"] = sum(w.values()) - sum(base.values())
+    out["waves_without_resilience"] = base
+    return out
 
 
 def prepare_candidates(

@@ -1,0 +1,81 @@
+"""`placer export`: write a plan's link BOM and launch configurations.
+
+    export(problem, plan, fmt, outdir) -> list[Path]
+
+Formats and the files they write (all inside `outdir`):
+
+- ``bom``: bom.csv, bom.json, bom.md (placer.outputs.bom)
+- ``rankmap``: rankmap.json, rankmap.csv (one row per global rank)
+- ``megatron``: megatron_args.sh, megatron_hosts.txt
+- ``torchtitan``: torchtitan.toml, torchtitan_hosts.txt
+- ``torchrun``: torchrun_<site>.sh and hosts_<site>.txt per site in use
+- ``slurm``: slurm_hostfile.txt, slurm_nodes.txt, slurm.sbatch
+- ``all``: every one of the above
+
+The plan is evaluated first: an infeasible plan is bad input (InputError naming every
+violation). Every text is generated before anything is written, and each file is written
+atomically (temporary file + rename), so a failure never leaves a partial file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from placer.errors import InputError
+from placer.evaluate import evaluate
+from placer.io import Problem, plan_from_data, write_atomic
+from placer.outputs import launch
+from placer.outputs.bom import bom_data, csv_of, json_of, markdown_of
+from placer.schema import Plan
+
+
+def _bom(problem: Problem, plan: Plan) -> dict[str, str]:
+    data = bom_data(problem, plan)
+    return {"bom.csv": csv_of(data), "bom.json": json_of(data), "bom.md": markdown_of(data)}
+
+
+LAYOUT_FORMATS: dict[str, Callable[[launch.Layout], dict[str, str]]] = {
+    "rankmap": launch.rankmap_files,
+    "megatron": launch.megatron_files,
+    "torchtitan": launch.torchtitan_files,
+    "torchrun": launch.torchrun_files,
+    "slurm": launch.slurm_files,
+}
+FORMAT_NAMES = ["bom", *LAYOUT_FORMATS, "all"]
+
+
+def render(problem: Problem, plan: Plan | dict[str, Any], fmt: str) -> dict[str, str]:
+    """File name -> text for a format, after checking the plan is feasible."""
+    if fmt not in FORMAT_NAMES:
+        raise InputError(f"--format: unknown format '{fmt}' (formats: {', '.join(FORMAT_NAMES)})")
+    plan = plan_from_data(plan)
+    ev = evaluate(problem, plan)
+    if not ev.feasible:
+        raise InputError(f"the plan is not feasible for instance '{problem.name}'; export needs a feasible plan:\n" + "\n".join(f"  - {v}" for v in ev.violations))
+    names = [n for n in FORMAT_NAMES if n != "all"] if fmt == "all" else [fmt]
+    files: dict[str, str] = {}
+    if "bom" in names:
+        files.update(_bom(problem, plan))
+    if any(n in LAYOUT_FORMATS for n in names):
+        layout = launch.build_layout(problem, plan)
+        for n in names:
+            if n in LAYOUT_FORMATS:
+                files.update(LAYOUT_FORMATS[n](layout))
+    return files
+
+
+def export(problem: Problem, plan: Plan | dict[str, Any], fmt: str, outdir: str | Path) -> list[Path]:
+    """Write the files of `fmt` into `outdir`; return their paths."""
+    files = render(problem, plan, fmt)
+    out = Path(outdir)
+    paths = []
+    for name, text in files.items():
+        path = out / name
+        write_atomic(path, text)
+        paths.append(path)
+    return paths
+
+
+__all__ = ["FORMAT_NAMES", "LAYOUT_FORMATS", "export", "render"]

@@ -1,0 +1,682 @@
+"""Launch configurations: rank map, Megatron-LM, torchtitan, torchrun and SLURM files.
+
+Rank order
+----------
+Megatron-LM (`megatron.core.parallel_state`, default order ``"tp-cp-ep-dp-pp"``, leftmost
+fastest) with cp = ep = 1 numbers the global ranks
+
+    rank = tp_rank + tp * (dp_rank + dp * pp_rank)
+
+torchtitan (`ParallelDims`: DeviceMesh dims ``["pp", "dp_replicate", "dp_shard", "cp", "tp"]``,
+rightmost fastest) with cp = 1 numbers them
+
+    rank = tp_rank + tp * (dp_shard_rank + dp_shard * (dp_replicate_rank + dp_replicate * pp_rank))
+
+which is the same order once ``dp_rank = dp_replicate_rank * dp_shard + dp_shard_rank`` (the
+flattened "dp" mesh). Consecutive ranks fill tp, then dp, then pp. One layout therefore serves
+both frameworks; each emitter recomputes its own coordinates and checks them against it.
+
+Replicas and placement
+----------------------
+Data-parallel replicas get dp_rank 0..dp-1 group by group, the plan's replica groups sorted by
+their ``stage_sites`` (stable), so replicas with the same chain are consecutive. The TP group
+(pp_rank, dp_rank), i.e. ``tp`` consecutive ranks, lives at site ``stage_sites[pp_rank]`` of
+that replica. At each site its TP groups, in increasing rank order, fill the site's nodes
+``gpus_per_node // tp`` at a time (exactly the evaluator's node count); the local GPU is
+``slot * tp + tp_rank``. So a TP group never straddles a node, and within a node increasing
+rank means increasing local GPU (SLURM_LOCALID = local GPU under arbitrary distribution).
+
+Node ranks
+----------
+torchrun (and Megatron through it) gives each node rank a contiguous block of global ranks.
+A *node rank* here is a maximal run of consecutive global ranks on one physical node, in rank
+order; the host-order files list them (line i = node rank i: site, node within the site,
+GPUs). When every run of same-site replicas of every stage is a multiple of
+``gpus_per_node / tp`` replicas (always when tp = gpus_per_node, and whenever the replica
+counts per chain are multiples of it), each physical node is exactly one node rank. Otherwise
+(e.g. tp * dp not a multiple of gpus_per_node, or a site change in the middle of a node) a
+physical node hosts two or more node ranks: each is its own torchrun agent restricted to its
+GPUs with CUDA_VISIBLE_DEVICES, and nproc_per_node differs between node ranks (torchrun's
+static rendezvous, i.e. --master_addr/--master_port without --rdzv_backend=c10d, honours
+--node_rank and sums the agents' local world sizes; do not set TORCH_ELASTIC_WORKER_IDENTICAL).
+No GPU is wasted and no node is added: the plan's node counts stand. A plan cannot be
+expressed (InputError) when tp exceeds a hosting site's gpus_per_node, when a stage names an
+unknown site, or when a site lacks the nodes its TP groups need.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import shlex
+from dataclasses import asdict, dataclass
+from functools import reduce
+from typing import Any
+
+from placer.errors import InputError
+from placer.evaluate import config_of, site_gpus_per_node, sync_mode_of
+from placer.io import Problem, plan_from_data
+from placer.network import Network
+from placer.schema import Plan
+
+MEGATRON_ORDER = "tp-cp-ep-dp-pp"
+TORCHTITAN_MESH = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+RANKMAP_COLUMNS = ["rank", "site", "node", "host", "local_gpu", "tp", "pp", "dp", "replica_group", "node_rank", "local_rank"]
+MiB = 1 << 20
+
+
+# ----------------------------------------------------------------------------- rank formulas
+
+
+def megatron_rank(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, dp: int) -> int:
+    """Megatron-Core's default order 'tp-cp-ep-dp-pp' (leftmost fastest), cp = ep = 1."""
+    return tp_rank + tp * (dp_rank + dp * pp_rank)
+
+
+def megatron_coords(rank: int, tp: int, dp: int) -> tuple[int, int, int]:
+    """(tp_rank, dp_rank, pp_rank) of a global rank under Megatron's default order."""
+    return rank % tp, (rank // tp) % dp, rank // (tp * dp)
+
+
+def torchtitan_coords(rank: int, pp: int, dp_replicate: int, dp_shard: int, tp: int, cp: int = 1) -> dict[str, int]:
+    """Coordinates of a rank in torchtitan's mesh ['pp', 'dp_replicate', 'dp_shard', 'cp', 'tp'],
+    rightmost fastest (row-major, like torch's init_device_mesh)."""
+    sizes = dict(zip(TORCHTITAN_MESH, (pp, dp_replicate, dp_shard, cp, tp), strict=True))
+    out: dict[str, int] = {}
+    r = rank
+    for name in reversed(TORCHTITAN_MESH):
+        out[name] = r % sizes[name]
+        r //= sizes[name]
+    if r:
+        raise ValueError(f"rank {rank} outside the mesh {sizes}")
+    return out
+
+
+def torchtitan_dp_split(plan: Plan, zero1: bool) -> tuple[int, int]:
+    """(dp_replicate, dp_shard): shard within blocks of identical chains so that every FSDP
+    shard group stays inside one site (dp_shard = gcd of the replica-group counts) when the job
+    shards optimizer state (zero1); plain replication (DDP) otherwise."""
+    dp = plan.parallelism.dp
+    if not zero1:
+        return dp, 1
+    shard = reduce(math.gcd, (g.count for g in plan.replica_groups))
+    return dp // shard, shard
+
+
+# ----------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class RankRow:
+    rank: int
+    site: str
+    node: int
+    host: str
+    local_gpu: int
+    tp: int
+    pp: int
+    dp: int
+    replica_group: int
+    node_rank: int
+    local_rank: int
+
+
+@dataclass(frozen=True)
+class NodeRank:
+    index: int
+    site: str
+    node: int
+    host: str
+    gpus: tuple[int, ...]
+    first_rank: int
+
+    @property
+    def nproc(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def gpu_list(self) -> str:
+        return ",".join(str(g) for g in self.gpus)
+
+    @property
+    def gpu_range(self) -> str:
+        return f"{self.gpus[0]}-{self.gpus[-1]}" if len(self.gpus) > 1 else str(self.gpus[0])
+
+
+@dataclass
+class Layout:
+    problem: Problem
+    plan: Plan
+    tp: int
+    pp: int
+    dp: int
+    replica_group: list[int]  # dp_rank -> index in plan.replica_groups
+    replica_sites: list[tuple[str, ...]]  # dp_rank -> stage sites
+    ranks: list[RankRow]
+    node_ranks: list[NodeRank]
+    nodes_by_site: dict[str, int]
+    gpus_per_node: dict[str, int]
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def sites(self) -> list[str]:
+        return [s.name for s in self.problem.instance.sites if self.nodes_by_site.get(s.name)]
+
+    def site_of(self, pp_rank: int, dp_rank: int) -> str:
+        return self.replica_sites[dp_rank][pp_rank]
+
+
+def host_name(site: str, node: int) -> str:
+    """Placeholder host name of node `node` of `site`: replace with real names."""
+    return f"{site}-node{node}"
+
+
+def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
+    plan = plan_from_data(plan)
+    par = plan.parallelism
+    tp, pp, dp = par.tp, par.pp, par.dp
+    inst = problem.instance
+    known = {s.name for s in inst.sites}
+    groups = plan.replica_groups
+    for i, g in enumerate(groups):
+        for s in g.stage_sites:
+            if s not in known:
+                raise InputError(f"replica_groups[{i}].stage_sites: unknown site '{s}' (known: {', '.join(sorted(known))})")
+    order = sorted(range(len(groups)), key=lambda i: tuple(groups[i].stage_sites))
+    replica_group = [i for i in order for _ in range(groups[i].count)]
+    replica_sites = [tuple(groups[i].stage_sites) for i in replica_group]
+    used = {s for sites in replica_sites for s in sites}
+    gpn = {s.name: site_gpus_per_node(problem, s.name) for s in inst.sites}
+    for s in inst.sites:
+        if s.name in used and tp > gpn[s.name]:
+            raise InputError(f"cannot launch: tp={tp} does not fit in a node of site '{s.name}' ({gpn[s.name]} GPUs per node); a TP group must sit inside one node")
+    per_node = {s: gpn[s] // tp for s in used}
+    filled: dict[str, int] = dict.fromkeys(used, 0)
+    rows: list[RankRow] = []
+    node_ranks: list[NodeRank] = []
+    cur: tuple[str, int] | None = None
+    cur_gpus: list[int] = []
+    cur_first = 0
+
+    def close() -> None:
+        if cur is not None:
+            node_ranks.append(NodeRank(len(node_ranks), cur[0], cur[1], host_name(*cur), tuple(cur_gpus), cur_first))
+
+    for pp_r in range(pp):
+        for dp_r in range(dp):
+            site = replica_sites[dp_r][pp_r]
+            slot_index = filled[site]
+            filled[site] += 1
+            node, slot = divmod(slot_index, per_node[site])
+            for tp_r in range(tp):
+                rank = megatron_rank(tp_r, dp_r, pp_r, tp, dp)
+                if rank != len(rows):
+                    raise AssertionError("ranks must be produced in order")
+                gpu = slot * tp + tp_r
+                if (site, node) != cur:
+                    close()
+                    cur, cur_gpus, cur_first = (site, node), [], rank
+                cur_gpus.append(gpu)
+                rows.append(RankRow(rank, site, node, host_name(site, node), gpu, tp_r, pp_r, dp_r, replica_group[dp_r], len(node_ranks), len(cur_gpus) - 1))
+    close()
+    nodes_by_site = {s.name: (math.ceil(filled[s.name] / per_node[s.name]) if filled.get(s.name) else 0) for s in inst.sites}
+    for s in inst.sites:
+        have = s.gpus // gpn[s.name]
+        if nodes_by_site[s.name] > have:
+            raise InputError(f"cannot launch: site '{s.name}' needs {nodes_by_site[s.name]} nodes of {gpn[s.name]} GPUs for its {filled[s.name]} TP groups of {tp}, has {have}")
+    # within a physical node, increasing rank must mean increasing local GPU (SLURM_LOCALID)
+    seen: dict[tuple[str, int], int] = {}
+    for r in rows:
+        if seen.get((r.site, r.node), -1) >= r.local_gpu:
+            raise AssertionError(f"local GPU order broken on {r.host}")
+        seen[(r.site, r.node)] = r.local_gpu
+    return Layout(problem, plan, tp, pp, dp, replica_group, replica_sites, rows, node_ranks, nodes_by_site, gpn)
+
+
+# ----------------------------------------------------------------------------- shared text
+
+
+def _mapping_comment(layout: Layout, framework: str) -> list[str]:
+    tp, pp, dp = layout.tp, layout.pp, layout.dp
+    lines = [
+        f"placer launch layout for instance '{layout.problem.name}': tp={tp} pp={pp} dp={dp}, world size {layout.world_size}, {len(layout.node_ranks)} node ranks on {sum(layout.nodes_by_site.values())} nodes",
+    ]
+    if framework == "megatron":
+        lines += [
+            f"Rank order: Megatron-Core default order '{MEGATRON_ORDER}' (leftmost fastest), cp = ep = 1:",
+            "  rank = tp_rank + tp * (dp_rank + dp * pp_rank)",
+            "  (do not pass --use-tp-pp-dp-mapping: it switches to order tp-cp-ep-pp-dp)",
+        ]
+    elif framework == "torchtitan":
+        lines += [
+            "Rank order: torchtitan DeviceMesh dims ['pp', 'dp_replicate', 'dp_shard', 'cp', 'tp'], rightmost fastest, cp = 1:",
+            "  rank = tp_rank + tp * (dp_shard_rank + dp_shard * (dp_replicate_rank + dp_replicate * pp_rank))",
+            "  dp_rank = dp_replicate_rank * dp_shard + dp_shard_rank (the flattened 'dp' mesh)",
+        ]
+    else:
+        lines += ["Rank order (Megatron 'tp-cp-ep-dp-pp' = torchtitan mesh order): rank = tp_rank + tp * (dp_rank + dp * pp_rank)"]
+    lines += [
+        "Replicas: dp_rank numbers replicas group by group, the plan's replica groups sorted by stage_sites:",
+    ]
+    start = 0
+    groups = layout.plan.replica_groups
+    seen: list[int] = []
+    for g in layout.replica_group:
+        if g not in seen:
+            seen.append(g)
+    for g in seen:
+        n = groups[g].count
+        lines.append(f"  dp_rank {start}-{start + n - 1}: replica_groups[{g}] stages on {_chain(groups[g].stage_sites)}")
+        start += n
+    lines += [
+        "Placement: TP group (pp_rank, dp_rank) sits at the site of that stage of that replica; each site's TP groups fill its",
+        "  nodes gpus_per_node // tp at a time in rank order; local GPU = slot * tp + tp_rank.",
+        "Node rank i = the i-th maximal run of consecutive ranks on one physical node (line i of the host-order file).",
+    ]
+    if len(layout.node_ranks) != sum(layout.nodes_by_site.values()):
+        lines += [
+            "NOTE: some nodes host more than one node rank (same-site replica runs are not multiples of gpus_per_node / tp):",
+            "  run one torchrun agent per node rank with CUDA_VISIBLE_DEVICES set to its GPUs; nproc_per_node differs.",
+        ]
+    return lines
+
+
+def _chain(stage_sites: list[str] | tuple[str, ...]) -> str:
+    parts = []
+    start = 0
+    for k in range(1, len(stage_sites) + 1):
+        if k == len(stage_sites) or stage_sites[k] != stage_sites[start]:
+            parts.append(f"{stage_sites[start]} (stage {start})" if k - 1 == start else f"{stage_sites[start]} (stages {start}-{k - 1})")
+            start = k
+    return " -> ".join(parts)
+
+
+def _comment(lines: list[str], prefix: str = "# ") -> str:
+    return "\n".join((prefix + ln).rstrip() for ln in lines) + "\n"
+
+
+def host_order_text(layout: Layout, framework: str) -> str:
+    head = _mapping_comment(layout, framework) + [
+        "Line i (not counting '#' lines) = node rank i.",
+        "columns: node_rank site node host gpus nproc first_rank",
+    ]
+    body = [f"{u.index} {u.site} {u.node} {u.host} {u.gpu_range} {u.nproc} {u.first_rank}" for u in layout.node_ranks]
+    return _comment(head) + "\n".join(body) + "\n"
+
+
+def parse_host_order(text: str) -> list[tuple[str, int, list[int], int]]:
+    """(site, node, gpus, first_rank) per node rank from a host-order file."""
+    out = []
+    for ln in text.splitlines():
+        if not ln.strip() or ln.startswith("#"):
+            continue
+        idx, site, node, _host, gpus, nproc, first = ln.split()
+        lo, _, hi = gpus.partition("-")
+        g = list(range(int(lo), int(hi or lo) + 1))
+        if int(idx) != len(out) or len(g) != int(nproc):
+            raise ValueError(f"malformed host-order line: {ln}")
+        out.append((site, int(node), g, int(first)))
+    return out
+
+
+# ----------------------------------------------------------------------------- rank map
+
+
+def rankmap_files(layout: Layout) -> dict[str, str]:
+    data = {
+        "instance": layout.problem.name,
+        "world_size": layout.world_size,
+        "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
+        "rank_order": "rank = tp + tp_size * (dp + dp_size * pp)  (Megatron 'tp-cp-ep-dp-pp'; torchtitan mesh ['pp','dp_replicate','dp_shard','cp','tp'])",
+        "placement": "each site's TP groups fill its nodes gpus_per_node // tp at a time in rank order; local_gpu = slot * tp + tp_rank",
+        "nodes_by_site": layout.nodes_by_site,
+        "gpus_per_node": {s: layout.gpus_per_node[s] for s in layout.sites},
+        "node_ranks": [{"node_rank": u.index, "site": u.site, "node": u.node, "host": u.host, "gpus": list(u.gpus), "first_rank": u.first_rank} for u in layout.node_ranks],
+        "columns": RANKMAP_COLUMNS,
+        "ranks": [[getattr(r, c) for c in RANKMAP_COLUMNS] for r in layout.ranks],
+    }
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(RANKMAP_COLUMNS)
+    for r in layout.ranks:
+        w.writerow([asdict(r)[c] for c in RANKMAP_COLUMNS])
+    return {"rankmap.json": json.dumps(data, separators=(",", ":")) + "\n", "rankmap.csv": buf.getvalue()}
+
+
+# ----------------------------------------------------------------------------- Megatron-LM
+
+
+def megatron_pipeline_args(stage_layers: list[int]) -> tuple[list[str], list[str]]:
+    """(arguments, comment lines) that give Megatron the plan's layers per stage.
+
+    Megatron splits the layers evenly unless --decoder-first-pipeline-num-layers and/or
+    --decoder-last-pipeline-num-layers set the end stages; the middle stages must then be even.
+    """
+    pp = len(stage_layers)
+    if pp == 1 or len(set(stage_layers)) == 1:
+        return [], []
+    if pp == 2:
+        return ["--decoder-first-pipeline-num-layers", str(stage_layers[0])], [f"uneven split {stage_layers}: first stage set, the last takes the rest"]
+    middle = stage_layers[1:-1]
+    if len(set(middle)) == 1:
+        m = middle[0]
+        args: list[str] = []
+        if stage_layers[0] != m:
+            args += ["--decoder-first-pipeline-num-layers", str(stage_layers[0])]
+        if stage_layers[-1] != m:
+            args += ["--decoder-last-pipeline-num-layers", str(stage_layers[-1])]
+        return args, [f"uneven ends {stage_layers}: middle stages {m} layers each"]
+    layout = "|".join(("E" if k == 0 else "") + f"t*{n}" + (",L" if k == pp - 1 else "") for k, n in enumerate(stage_layers))
+    return ["--pipeline-model-parallel-layout", layout], [
+        f"WARNING: the plan's middle stages are uneven ({middle}): Megatron's --decoder-first/last-pipeline-num-layers",
+        "require equal middle stages, so they cannot express this split. The custom layout below does (Megatron-Core",
+        "with --pipeline-model-parallel-layout, experimental; E = embedding, t = decoder layer, L = loss); on an older",
+        "Megatron, re-solve with even middle stages.",
+    ]
+
+
+def megatron_files(layout: Layout) -> dict[str, str]:
+    problem, plan = layout.problem, layout.plan
+    # the Megatron rank order, recomputed from its formula, must give the layout's coordinates
+    for r in layout.ranks:
+        if megatron_coords(r.rank, layout.tp, layout.dp) != (r.tp, r.dp, r.pp):
+            raise AssertionError(f"Megatron order disagrees with the layout at rank {r.rank}")
+    par = plan.parallelism
+    model = problem.model
+    job = problem.instance.job
+    cfg = config_of(problem, plan)
+    pipe_args, pipe_notes = megatron_pipeline_args(list(plan.stage_layers))
+    args: list[tuple[list[str], str]] = [
+        (["--tensor-model-parallel-size", str(par.tp)], "TP inside one node"),
+        (["--pipeline-model-parallel-size", str(par.pp)], f"data-parallel size = world / (tp * pp) = {par.dp}"),
+        (["--micro-batch-size", str(par.micro_batch)], ""),
+        (["--global-batch-size", str(job.global_batch)], f"= micro_batch {par.micro_batch} x dp {par.dp} x {cfg.num_micro_batches} micro-batches"),
+        (["--num-layers", str(model.layers)], f"layers per stage {list(plan.stage_layers)}"),
+    ]
+    if pipe_args:
+        args.append((pipe_args, "; ".join(pipe_notes[:1])))
+    args += [
+        (["--hidden-size", str(model.hidden)], ""),
+        (["--ffn-hidden-size", str(model.ffn)], ""),
+        (["--num-attention-heads", str(model.heads)], ""),
+        (["--seq-length", str(model.seq_len)], ""),
+        (["--max-position-embeddings", str(model.seq_len)], ""),
+    ]
+    if model.kv_heads is not None and model.kv_heads != model.heads:
+        args.append((["--group-query-attention", "--num-query-groups", str(model.kv_heads)], ""))
+    if model.gated_ffn:
+        args.append((["--swiglu"], ""))
+    if not model.tied_embeddings:
+        args.append((["--untie-embeddings-and-output-weights"], ""))
+    prec = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.precision]
+    args.append((prec, f"precision {job.precision}"))
+    if job.recompute == "selective":
+        args.append((["--recompute-granularity", "selective"], ""))
+    elif job.recompute == "full":
+        args.append((["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"], ""))
+    if job.zero1:
+        args.append((["--use-distributed-optimizer"], "ZeRO-1: optimizer state sharded over dp, as the plan's memory model assumes"))
+    text = "#!/usr/bin/env bash\n" + _comment(_mapping_comment(layout, "megatron") + [
+        "Launch: on the host of node rank i (line i of megatron_hosts.txt) run",
+        "  CUDA_VISIBLE_DEVICES=<its gpus> torchrun --nnodes=N --node_rank=i --nproc_per_node=<its nproc> \\",
+        "    --master_addr=${MASTER_ADDR} --master_port=${MASTER_PORT} pretrain_gpt.py \"${MEGATRON_ARGS[@]}\"",
+        "  (static rendezvous so that --node_rank is honoured; the torchrun_<site>.sh files spell this out)",
+        "Data, tokenizer, optimizer and checkpoint arguments are yours to add.",
+    ])
+    if pipe_notes[1:]:
+        text += _comment(pipe_notes)
+    mode = sync_mode_of(problem, plan)
+    if mode != "synchronous":
+        text += _comment([
+            f"NOTE: the plan assumes sync mode '{mode}' (outer sync every {job.sync.every_steps} steps, {job.sync.bits}-bit exchange).",
+            "Megatron-LM has no built-in DiLoCo: the data-parallel groups that cross sites need an outer optimizer",
+            "(e.g. a DiLoCo implementation such as torchft's) instead of the per-step all-reduce.",
+        ])
+    text += "MEGATRON_ARGS=(\n"
+    for a, note in args:
+        text += "  " + " ".join(shlex.quote(x) for x in a) + (f"  # {note}" if note else "") + "\n"
+    text += ")\n"
+    return {"megatron_args.sh": text, "megatron_hosts.txt": host_order_text(layout, "megatron")}
+
+
+def parse_megatron_args(text: str) -> dict[str, list[str]]:
+    """Flag -> values of the MEGATRON_ARGS array in megatron_args.sh."""
+    body = text.split("MEGATRON_ARGS=(", 1)[1].split("\n)", 1)[0]
+    tokens: list[str] = []
+    for ln in body.splitlines():
+        tokens += shlex.split(ln, comments=True)
+    out: dict[str, list[str]] = {}
+    key = None
+    for t in tokens:
+        if t.startswith("--"):
+            key = t
+            out[key] = []
+        elif key is not None:
+            out[key].append(t)
+    return out
+
+
+# ----------------------------------------------------------------------------- torchtitan
+
+
+def torchtitan_files(layout: Layout) -> dict[str, str]:
+    problem, plan = layout.problem, layout.plan
+    rep, shard = torchtitan_dp_split(plan, problem.instance.job.zero1)
+    for r in layout.ranks:
+        c = torchtitan_coords(r.rank, layout.pp, rep, shard, layout.tp)
+        if (c["tp"], c["dp_replicate"] * shard + c["dp_shard"], c["pp"]) != (r.tp, r.dp, r.pp):
+            raise AssertionError(f"torchtitan mesh order disagrees with the layout at rank {r.rank}")
+    cfg = config_of(problem, plan)
+    head = _mapping_comment(layout, "torchtitan") + [
+        "Host order: torchtitan_hosts.txt (line i = node rank i); launch with torchrun --node_rank=i on that host",
+        "  (static rendezvous: --master_addr/--master_port, not --rdzv_backend=c10d, which orders nodes itself).",
+        *(
+            [
+                f"data_parallel_shard_degree = {shard}: the gcd of the replica-group counts, so every FSDP shard group is",
+                "  consecutive replicas with the same chain, i.e. inside one site; replicate groups (all-reduce) cross sites.",
+                "  The plan's memory model assumes ZeRO-1 over all dp: check memory if dp_shard is small.",
+            ]
+            if problem.instance.job.zero1
+            else ["job.zero1 is false: pure replication (DDP), data_parallel_shard_degree = 1."]
+        ),
+        f"Batch (set in [training] for your torchtitan version): {par_text(plan, cfg.num_micro_batches, problem.instance.job.global_batch, problem.model.seq_len)}",
+        "Keys are those of torchtitan's ParallelismConfig; the same values work as CLI overrides, e.g.",
+        f"  --parallelism.tensor_parallel_degree {layout.tp} --parallelism.pipeline_parallel_degree {layout.pp}",
+    ]
+    mode = sync_mode_of(problem, plan)
+    if mode != "synchronous":
+        head += [f"NOTE: the plan assumes sync mode '{mode}': torchtitan's own DP syncs every step; use torchft's DiLoCo for the cross-site replicas."]
+    lines = [
+        "[parallelism]",
+        f"data_parallel_replicate_degree = {rep}",
+        f"data_parallel_shard_degree = {shard}",
+        f"tensor_parallel_degree = {layout.tp}",
+        f"pipeline_parallel_degree = {layout.pp}",
+        "context_parallel_degree = 1",
+    ]
+    if layout.pp > 1:
+        lines.append('pipeline_parallel_schedule = "1F1B"')
+        parts: list[list[str]] = []
+        start = 0
+        for k, n in enumerate(plan.stage_layers):
+            part = (["tok_embeddings"] if k == 0 else []) + [f"layers.{i}" for i in range(start, start + n)]
+            if k == layout.pp - 1:
+                part += ["norm", "output"]
+            parts.append(part)
+            start += n
+        head += [f"pipeline_parallel_module_fqns_per_model_part pins the plan's layers per stage {list(plan.stage_layers)}", "  (module names of torchtitan's Llama models; rename for other model families)."]
+        lines.append("pipeline_parallel_module_fqns_per_model_part = [")
+        lines += ["  [" + ", ".join(f'"{m}"' for m in p) + "]," for p in parts]
+        lines.append("]")
+    text = _comment(head) + "\n" + "\n".join(lines) + "\n"
+    return {"torchtitan.toml": text, "torchtitan_hosts.txt": host_order_text(layout, "torchtitan")}
+
+
+def par_text(plan: Plan, m: int, global_batch: int, seq_len: int) -> str:
+    p = plan.parallelism
+    return f"global batch {global_batch} sequences of {seq_len} tokens = micro-batch {p.micro_batch} x {m} pipeline micro-batches x dp {p.dp}"
+
+
+# ----------------------------------------------------------------------------- NCCL
+
+
+def inter_site_groups(layout: Layout) -> list[dict[str, Any]]:
+    """Communicators whose members sit at more than one site: pipeline p2p pairs and
+    data-parallel groups (TP groups never leave a node)."""
+    out: list[dict[str, Any]] = []
+    groups = layout.plan.replica_groups
+    for i, g in enumerate(groups):
+        for k in range(layout.pp - 1):
+            a, b = g.stage_sites[k], g.stage_sites[k + 1]
+            if a != b:
+                out.append({"kind": "pp", "stage": k, "sites": [a, b], "replicas": g.count, "what": f"pipeline p2p stage {k} -> {k + 1} of replica_groups[{i}] ({g.count} replicas x tp {layout.tp})"})
+    for k in range(layout.pp):
+        sites = sorted({layout.site_of(k, d) for d in range(layout.dp)})
+        if len(sites) > 1:
+            out.append({"kind": "dp", "stage": k, "sites": sites, "replicas": layout.dp, "what": f"data-parallel groups of stage {k} ({layout.tp} groups of {layout.dp}) over {', '.join(sites)}"})
+    return out
+
+
+def nccl_suggestions(layout: Layout, site: str) -> list[str]:
+    """Comment lines with NCCL environment suggestions for `site`'s inter-site communicators."""
+    problem = layout.problem
+    net = Network(problem)
+    mine = [g for g in inter_site_groups(layout) if site in g["sites"]]
+    lines = [f"NCCL suggestions for site {site} (SUGGESTIONS TO TUNE: measure with nccl-tests across the WAN first)."]
+    if not mine:
+        return lines + ["No communicator of this site crosses sites: keep NCCL defaults."]
+    peers = sorted({p for g in mine for p in g["sites"] if p != site})
+    rtt = {p: 2 * net.path_latency_s(site, p) for p in peers}
+    rtt_max = max(rtt.values())
+    nic_gbps = problem.catalog.gpus[problem.instance.site(site).gpu].nic_gbps
+    bdp = nic_gbps * 1e9 / 8 * rtt_max
+    buff = max(4 * MiB, 1 << math.ceil(math.log2(max(1.0, bdp / 2))))
+    capped = buff > 64 * MiB
+    buff = min(buff, 64 * MiB)
+    lines += ["Inter-site communicators at this site:"] + [f"  - {g['what']}" for g in mine]
+    lines += [f"  RTT to {p}: {rtt[p] * 1e3:.3f} ms" for p in peers]
+    lines += [
+        f"Bandwidth-delay product per GPU NIC: {nic_gbps:g} Gb/s x {rtt_max * 1e3:.3f} ms = {bdp / 1e6:.1f} MB.",
+        "NCCL environment variables apply to every communicator of the process (intra-site TP/DP too): compare both.",
+        "# export NCCL_ALGO=Ring            # rings stream large messages over each WAN hop; trees add hops whose latency is ms here",
+        "# export NCCL_PROTO=Simple         # LL/LL128 trade bandwidth for latency on small messages; WAN transfers are large",
+        "# export NCCL_CROSS_NIC=1          # the WAN router aggregates all rails: let rings pair different NICs across sites",
+        f"# export NCCL_BUFFSIZE={buff}  # {buff // MiB} MiB: a channel keeps at most BUFFSIZE in flight, so rate/channel <= BUFFSIZE/RTT;",
+        "#                                 # sized ~BDP / 2 channels per NIC (power of 2, >= the 4 MiB default, <= 64 MiB);",
+        "#                                 # costs BUFFSIZE x peers x channels of GPU memory per communicator",
+    ]
+    if capped:
+        lines.append(f"#   (BDP/2 exceeds 64 MiB: raise NCCL_MIN_NCHANNELS so that channels x BUFFSIZE >= {bdp / 1e6:.0f} MB per NIC)")
+    lines += [
+        "# export NCCL_IB_QPS_PER_CONNECTION=4   # RoCE: more queue pairs spread flows over ECMP paths and waves",
+        "# export NCCL_IB_TIMEOUT=20             # 4.096 us x 2^20 = 4.3 s >> RTT; raise only if retransmit timeouts appear",
+        "# export NCCL_IB_RETRY_CNT=7",
+        "# export NCCL_IB_TC=${LOSSLESS_TC}      # lossless (PFC) class on the deep-buffer WAN switch ports: buffer >= rate x RTT (see bom.csv)",
+        "# export NCCL_IB_GID_INDEX=${ROCE_V2_GID_INDEX}",
+        "# If the WAN path uses NCCL's socket transport (TCP) instead of RoCE:",
+        "# export NCCL_SOCKET_IFNAME=${WAN_IFNAME}",
+        "# export NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4   # 16 TCP streams: each stream's rate <= window / RTT",
+        f"#   (threads x sockets <= 64); and raise net.core.rmem_max / wmem_max to >= {bdp / 1e6:.0f} MB (the BDP)",
+    ]
+    return lines
+
+
+# ----------------------------------------------------------------------------- torchrun
+
+
+def torchrun_line(layout: Layout, u: NodeRank) -> str:
+    return (
+        f"CUDA_VISIBLE_DEVICES={u.gpu_list} PLACER_SITE={u.site} torchrun --nnodes={len(layout.node_ranks)} --node_rank={u.index} "
+        f"--nproc_per_node={u.nproc} --master_addr=${{MASTER_ADDR}} --master_port=${{MASTER_PORT}} \"${{TRAIN_SCRIPT}}\" ${{TRAIN_ARGS:-}}"
+    )
+
+
+def torchrun_files(layout: Layout) -> dict[str, str]:
+    out: dict[str, str] = {}
+    rank0 = layout.node_ranks[0]
+    for site in layout.sites:
+        units = [u for u in layout.node_ranks if u.site == site]
+        head = [
+            f"torchrun launch lines for site {site}: {layout.nodes_by_site[site]} nodes, {len(units)} of the {len(layout.node_ranks)} node ranks.",
+            f"Run `bash torchrun_{site}.sh <host>` on each host of hosts_{site}.txt (default host: $(hostname)).",
+            f"One rendezvous for all sites: MASTER_ADDR = address of {rank0.host} (node rank 0, site {rank0.site}), reachable from every site.",
+            "Static rendezvous (no --rdzv_backend=c10d): torchrun honours --node_rank, so global ranks follow the plan.",
+        ] + _mapping_comment(layout, "torchrun")
+        text = "#!/usr/bin/env bash\n" + _comment(head) + "#\n" + _comment(nccl_suggestions(layout, site))
+        text += 'set -euo pipefail\n: "${MASTER_ADDR:?set MASTER_ADDR to the address of ' + rank0.host + '}"\n'
+        text += ': "${MASTER_PORT:=29500}"\n: "${TRAIN_SCRIPT:?set TRAIN_SCRIPT to the training entry point}"\n'
+        text += 'HOST="${1:-$(hostname)}"\ncase "$HOST" in\n'
+        by_host: dict[str, list[NodeRank]] = {}
+        for u in units:
+            by_host.setdefault(u.host, []).append(u)
+        for host, us in by_host.items():
+            text += f"  {host})\n"
+            for u in us:
+                text += f"    # node rank {u.index}: GPUs {u.gpu_range}, global ranks {u.first_rank}-{u.first_rank + u.nproc - 1}\n"
+                text += f"    {torchrun_line(layout, u)} &\n"
+            text += "    wait ;;\n"
+        text += f'  *) echo "host $HOST is not a {site} host in this plan" >&2; exit 2 ;;\nesac\n'
+        out[f"torchrun_{site}.sh"] = text
+        hosts = [f"# hosts of site {site} (placeholders: replace with real names); slots = GPUs used", *(f"{host_name(site, n)} slots={sum(u.nproc for u in units if u.node == n)}" for n in range(layout.nodes_by_site[site]))]
+        out[f"hosts_{site}.txt"] = "\n".join(hosts) + "\n"
+    return out
+
+
+# ----------------------------------------------------------------------------- SLURM
+
+
+def slurm_files(layout: Layout) -> dict[str, str]:
+    hostfile = "\n".join(r.host for r in layout.ranks) + "\n"
+    nodes = [host_name(s, n) for s in layout.sites for n in range(layout.nodes_by_site[s])]
+    head = [
+        f"SLURM launch for instance '{layout.problem.name}': {layout.world_size} tasks on {len(nodes)} nodes.",
+        "slurm_hostfile.txt has one host per task in task (= global rank) order: srun's arbitrary distribution puts",
+        "task i on line i. Within a node tasks get SLURM_LOCALID 0, 1, ... in rank order, which is the GPU the plan",
+        "gives them (placer's local_gpu). Do not bind GPUs per task (no --gpus-per-task); LOCAL_RANK = SLURM_LOCALID.",
+        "Host names are placeholders <site>-node<k>: replace them in slurm_hostfile.txt and slurm_nodes.txt",
+        "(e.g. sed -i 's/^north-node/nrth-gpu-/' slurm_hostfile.txt slurm_nodes.txt).",
+    ]
+    for s in layout.sites:
+        n = layout.nodes_by_site[s]
+        k = sum(1 for r in layout.ranks if r.site == s)
+        head.append(f"site {s}: {n} nodes {host_name(s, 0)} .. {host_name(s, n - 1)}, {layout.gpus_per_node[s]} GPUs per node, {k} tasks")
+    head += _mapping_comment(layout, "slurm")
+    rank0 = layout.ranks[0].host
+    text = "#!/bin/bash\n" + _comment(head)
+    text += f"#SBATCH --job-name=placer-{layout.problem.name}\n#SBATCH --nodes={len(nodes)}\n#SBATCH --ntasks={layout.world_size}\n"
+    text += "#SBATCH --nodelist=./slurm_nodes.txt\n#SBATCH --distribution=arbitrary\n"
+    for s in layout.sites:
+        text += "#\n" + _comment(nccl_suggestions(layout, s))
+    text += f'\nexport SLURM_HOSTFILE="${{SLURM_SUBMIT_DIR:-.}}/slurm_hostfile.txt"\nexport MASTER_ADDR="${{MASTER_ADDR:-{rank0}}}"  # host of rank 0\n'
+    text += 'export MASTER_PORT="${MASTER_PORT:-29500}"\n: "${TRAIN_SCRIPT:?set TRAIN_SCRIPT to the training entry point}"\n'
+    text += f"srun --ntasks={layout.world_size} --distribution=arbitrary --kill-on-bad-exit=1 \\\n"
+    text += "  bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; exec python \"$TRAIN_SCRIPT\" $TRAIN_ARGS'\n"
+    return {"slurm_hostfile.txt": hostfile, "slurm_nodes.txt": "\n".join(nodes) + "\n", "slurm.sbatch": text}
+
+
+__all__ = [
+    "Layout",
+    "NodeRank",
+    "RankRow",
+    "build_layout",
+    "host_order_text",
+    "inter_site_groups",
+    "megatron_coords",
+    "megatron_files",
+    "megatron_pipeline_args",
+    "megatron_rank",
+    "nccl_suggestions",
+    "parse_host_order",
+    "parse_megatron_args",
+    "rankmap_files",
+    "slurm_files",
+    "torchrun_files",
+    "torchtitan_coords",
+    "torchtitan_dp_split",
+    "torchtitan_files",
+]

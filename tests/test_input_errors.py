@@ -1,0 +1,266 @@
+"""Bad input through the real command line: exit code 2, a message naming the file, the
+line and the field path, and never a Python traceback (CONTRACT section 4)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import placer
+from placer.errors import InputError
+
+# Line numbers below refer to this file; the cases edit one line or insert one after it.
+BASE = """\
+name: errors-demo
+sites:
+  - name: north
+    gpu: h100-sxm
+    gpus: 64
+  - name: south
+    gpu: h100-sxm
+    gpus: 64
+routes:
+  - sites:
+      - north
+      - south
+    km: 100
+job:
+  model: tiny-4l
+  global_batch: 16
+"""
+
+# 2 replicas of 2 stages (tp 8) in each site, one wave for the cross-site data-parallel sync
+GOOD_PLAN = {
+    "parallelism": {"tp": 8, "pp": 2, "dp": 4, "micro_batch": 1},
+    "stage_layers": [2, 2],
+    "replica_groups": [
+        {"count": 2, "stage_sites": ["north", "north"]},
+        {"count": 2, "stage_sites": ["south", "south"]},
+    ],
+    "links": [{"sites": ["north", "south"], "waves": 1}],
+}
+
+PLAN_DP = """\
+{
+  "parallelism": {"tp": 8, "pp": 2, "dp": 4, "micro_batch": 1},
+  "stage_layers": [2, 2],
+  "replica_groups": [
+    {"count": 2, "stage_sites": ["north", "north"]},
+    {"count": 1, "stage_sites": ["south", "south"]}
+  ]
+}
+"""
+
+PLAN_PP = """\
+{
+  "parallelism": {"tp": 8, "pp": 2, "dp": 4, "micro_batch": 1},
+  "stage_layers": [2, 1, 1],
+  "replica_groups": [
+    {"count": 2, "stage_sites": ["north", "north"]},
+    {"count": 2, "stage_sites": ["south", "south"]}
+  ]
+}
+"""
+
+
+def edit(line: int, text: str, insert: bool = False) -> str:
+    """BASE with line `line` (1-based) replaced by `text`, or `text` inserted after it."""
+    lines = BASE.splitlines()
+    if insert:
+        lines.insert(line, text)
+    else:
+        lines[line - 1] = text
+    return "\n".join(lines) + "\n"
+
+
+INLINE_MODEL = BASE.replace(
+    "  model: tiny-4l\n",
+    "  model:\n    name: inline\n    layers: 4\n    hidden: 256\n    heads: 8\n    vocab: 1024\n    seq_len: -5\n",
+)
+# line 15 is now "  model:", the inline mapping runs over lines 16-21 (seq_len on 21)
+
+# name -> (files {name: text}, CLI args, [file shown, ":line:", "field path", message part])
+CASES: dict[str, tuple[dict[str, str], list[str], list[str]]] = {
+    "malformed-yaml": (
+        {"inst.yaml": edit(13, "    km: [100")},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":14:", " routes[0].km:", "malformed YAML", "flow sequence started on line 13"],
+    ),
+    "unknown-key": (
+        {"inst.yaml": edit(13, "    colour: blue", insert=True)},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":14:", " routes[0].colour:", "unknown key 'colour'"],
+    ),
+    "wrong-type": (
+        {"inst.yaml": edit(5, "    gpus: lots")},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":5:", " sites[0].gpus:", "must be an integer, got 'lots'"],
+    ),
+    "negative-gpus": (
+        {"inst.yaml": edit(8, "    gpus: -8")},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":8:", " sites[1].gpus:", "must be >= 0, got -8"],
+    ),
+    "route-to-unknown-site": (
+        {"inst.yaml": edit(12, "      - west")},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":12:", " routes[0].sites[1]:", "unknown site 'west'"],
+    ),
+    "duplicate-site": (
+        {"inst.yaml": edit(6, "  - name: north")},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":6:", " sites[1].name:", "duplicate site name 'north'"],
+    ),
+    "unknown-model": (
+        {"inst.yaml": edit(15, "  model: gpt-9")},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":15:", " job.model:", "unknown model 'gpt-9'", "gpt3-175b"],
+    ),
+    "unknown-gpu": (
+        {"inst.yaml": edit(7, "    gpu: h900")},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":7:", " sites[1].gpu:", "unknown GPU 'h900'", "h100-sxm"],
+    ),
+    "duplicate-yaml-key": (
+        {"inst.yaml": edit(5, "    gpus: 65", insert=True)},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":6:", " sites[0].gpus:", "duplicate key (first given on line 5)"],
+    ),
+    "inline-model-field": (
+        {"inst.yaml": INLINE_MODEL},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":21:", " job.model.seq_len:", "must be >= 1, got -5"],
+    ),
+    "model-validator": (
+        {"inst.yaml": BASE + "objective:\n  minimize: cost\n"},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":17:", " objective.max_step_time_s:", "required when minimize is 'cost'"],
+    ),
+    "catalog-override": (
+        {"inst.yaml": BASE + "catalog:\n  gpus:\n    h100-sxm:\n      hbm_gb: -80\n"},
+        ["validate", "inst.yaml"],
+        ["inst.yaml", ":20:", " catalog.gpus.h100-sxm.hbm_gb:", "must be > 0, got -80"],
+    ),
+    "json-instance-field": (
+        {"inst.json": json.dumps({"name": "j", "sites": [{"name": "a", "gpu": "h100-sxm", "gpus": -8}],
+                                  "job": {"model": "tiny-4l", "global_batch": 16}}, indent=2)},
+        ["validate", "inst.json"],
+        ["inst.json", ":7:", " sites[0].gpus:", "must be >= 0, got -8"],
+    ),
+    "plan-dp-sum": (
+        {"inst.yaml": BASE, "plan.json": PLAN_DP},
+        ["evaluate", "inst.yaml", "plan.json"],
+        ["plan.json", ":4:", " replica_groups:", "counts sum to 3, parallelism.dp is 4"],
+    ),
+    "plan-stage-layers": (
+        {"inst.yaml": BASE, "plan.json": PLAN_PP},
+        ["evaluate", "inst.yaml", "plan.json"],
+        ["plan.json", ":3:", " stage_layers:", "3 entries, parallelism.pp is 2"],
+    ),
+    "missing-instance": (
+        {},
+        ["validate", "nowhere.yaml"],
+        ["nowhere.yaml", "file not found"],
+    ),
+    "missing-plan": (
+        {"inst.yaml": BASE},
+        ["evaluate", "inst.yaml", "nowhere.json"],
+        ["nowhere.json", "file not found"],
+    ),
+    "bad-backend": (
+        {"inst.yaml": BASE},
+        ["solve", "inst.yaml", "--backend", "gurobi", "--json"],
+        ["--backend", "gurobi", "cpsat"],
+    ),
+}
+
+
+def _run(folder: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "placer.cli", *args], cwd=folder, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Every case through the CLI, in parallel (each run is a fresh interpreter)."""
+    folders = {}
+    for name, (files, _, _) in CASES.items():
+        folder = tmp_path_factory.mktemp(name)
+        for fname, text in files.items():
+            (folder / fname).write_text(text, encoding="utf-8")
+        folders[name] = folder
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = {name: pool.submit(_run, folders[name], CASES[name][1]) for name in CASES}
+        return {name: f.result() for name, f in futures.items()}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_exit_2_with_location(case: str, results: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    r = results[case]
+    output = r.stdout + r.stderr
+    assert r.returncode == 2, f"exit {r.returncode}, expected 2:\n{output}"
+    assert "Traceback" not in output
+    for part in CASES[case][2]:
+        assert part in r.stderr, f"{part!r} missing from:\n{r.stderr}"
+
+
+def test_messages_are_exact(results: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    """File, line and field path come together, as `file:line: path: message`."""
+    assert "inst.yaml:8: sites[1].gpus: must be >= 0, got -8" in results["negative-gpus"].stderr
+    assert "plan.json:4: replica_groups: counts sum to 3, parallelism.dp is 4" in results["plan-dp-sum"].stderr
+
+
+def test_union_members_do_not_leak_into_messages(results: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    """`job.model` is `str | ModelSpec`: an inline mapping with one bad field gives one
+    message about that field, not also 'Input should be a valid string' or type tags."""
+    err = results["inline-model-field"].stderr
+    assert err.count("inst.yaml:") == 1, err
+    for noise in ("valid string", "ModelSpec", "function-after", "'str'", ".str."):
+        assert noise not in err
+
+
+def test_union_with_no_matching_member(tmp_path: Path) -> None:
+    (tmp_path / "i.yaml").write_text(edit(15, "  model: 5") + "  sync: {mode: lazy}\n")
+    with pytest.raises(InputError) as exc:
+        placer.load_instance(tmp_path / "i.yaml")
+    lines = str(exc.value).splitlines()
+    assert lines == [
+        f"{tmp_path / 'i.yaml'}:15: job.model: must be a string or a mapping, got 5",
+        f"{tmp_path / 'i.yaml'}:17: job.sync.mode: must be one of 'synchronous', 'diloco' or "
+        "'streaming-diloco', or a list of them, got 'lazy'",
+    ]
+
+
+def test_every_error_reported_at_once(tmp_path: Path) -> None:
+    text = edit(8, "    gpus: -8").replace("    km: 100\n", "    km: 100\n    colour: blue\n")
+    (tmp_path / "i.yaml").write_text(text)
+    with pytest.raises(InputError) as exc:
+        placer.load_instance(tmp_path / "i.yaml")
+    msg = str(exc.value)
+    assert ":8: sites[1].gpus: must be >= 0" in msg
+    assert ":14: routes[0].colour: unknown key 'colour'" in msg
+
+
+def test_json_instance_and_plan_work(tmp_path: Path) -> None:
+    """JSON is accepted wherever YAML is, including tab-indented JSON and 1e2-style numbers."""
+    import yaml
+
+    data = yaml.safe_load(BASE)
+    data["routes"][0]["km"] = "1e2"  # placeholder, replaced by a JSON number below
+    text = json.dumps(data, indent="\t").replace('"1e2"', "1e2")
+    (tmp_path / "inst.json").write_text(text)
+    (tmp_path / "plan.json").write_text(json.dumps(GOOD_PLAN))
+    prob = placer.load_instance(tmp_path / "inst.json")
+    assert prob.instance.routes[0].km == 100.0
+    assert prob.model.name == "tiny-4l"
+    ev = placer.evaluate(prob, placer.load_plan(tmp_path / "plan.json"))
+    assert ev.feasible, ev.violations
+    r = _run(tmp_path, ["evaluate", "inst.json", "plan.json", "--json"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["feasible"] is True
