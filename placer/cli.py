@@ -200,6 +200,24 @@ def schema(
         sys.stdout.write(text)
 
 
+@app.command()
+@_guard
+def export(
+    plan: Annotated[Path, typer.Argument(help="plan.json written by solve")],
+    instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="bom | rankmap | megatron | torchtitan | torchrun | slurm | all")],
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
+) -> None:
+    """Write the link bill of materials or launch configurations of a feasible plan."""
+    from placer.io import load_instance, load_plan
+    from placer.outputs.export import export as run
+
+    prob = load_instance(instance)
+    p = load_plan(plan)
+    for path in run(prob, p, fmt, output or Path("out") / prob.name):
+        out.print(f"wrote {path}", highlight=False)
+
+
 def main() -> None:
     app()
 

@@ -4,14 +4,19 @@ line and the field path, and never a Python traceback (CONTRACT section 4)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import traceback
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 import placer
+from placer.cli import app
 from placer.errors import InputError
 
 # Line numbers below refer to this file; the cases edit one line or insert one after it.
@@ -180,28 +185,50 @@ CASES: dict[str, tuple[dict[str, str], list[str], list[str]]] = {
 }
 
 
-def _run(folder: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _run(folder: Path, args: list[str]) -> Result:
+    """The real CLI in a fresh interpreter."""
+    r = subprocess.run(
         [sys.executable, "-m", "placer.cli", *args], cwd=folder, capture_output=True, text=True, timeout=120
     )
+    return Result(r.returncode, r.stdout, r.stderr)
+
+
+def _invoke(folder: Path, args: list[str]) -> Result:
+    """The CLI in-process (typer's CliRunner): an uncaught exception would show up as a
+    non-SystemExit `exception`, i.e. the traceback a user would see."""
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        r = CliRunner().invoke(app, args)
+    finally:
+        os.chdir(old)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        tb = "".join(traceback.format_exception(r.exception))
+        return Result(r.exit_code, r.stdout, r.stderr + "\n" + tb)
+    return Result(r.exit_code, r.stdout, r.stderr)
+
+
+def _write_case(root: pytest.TempPathFactory, name: str) -> Path:
+    folder = root.mktemp(name)
+    for fname, text in CASES[name][0].items():
+        (folder / fname).write_text(text, encoding="utf-8")
+    return folder
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
-    """Every case through the CLI, in parallel (each run is a fresh interpreter)."""
-    folders = {}
-    for name, (files, _, _) in CASES.items():
-        folder = tmp_path_factory.mktemp(name)
-        for fname, text in files.items():
-            (folder / fname).write_text(text, encoding="utf-8")
-        folders[name] = folder
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = {name: pool.submit(_run, folders[name], CASES[name][1]) for name in CASES}
-        return {name: f.result() for name, f in futures.items()}
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+    return {name: _invoke(_write_case(tmp_path_factory, name), CASES[name][1]) for name in CASES}
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_exit_2_with_location(case: str, results: dict[str, subprocess.CompletedProcess[str]]) -> None:
+def test_bad_input_exit_2_with_location(case: str, results: dict[str, Result]) -> None:
     r = results[case]
     output = r.stdout + r.stderr
     assert r.returncode == 2, f"exit {r.returncode}, expected 2:\n{output}"
@@ -210,13 +237,30 @@ def test_bad_input_exit_2_with_location(case: str, results: dict[str, subprocess
         assert part in r.stderr, f"{part!r} missing from:\n{r.stderr}"
 
 
-def test_messages_are_exact(results: dict[str, subprocess.CompletedProcess[str]]) -> None:
+SUBPROCESS_CASES = ["malformed-yaml", "negative-gpus", "plan-dp-sum", "missing-plan", "bad-backend"]
+
+
+def test_real_command_line(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A sample of the cases through a fresh interpreter (run in parallel): same exit code,
+    same message, nothing else on stderr."""
+    folders = {name: _write_case(tmp_path_factory, name) for name in SUBPROCESS_CASES}
+    with ThreadPoolExecutor(max_workers=len(folders)) as pool:
+        runs = dict(zip(folders, pool.map(lambda n: _run(folders[n], CASES[n][1]), folders), strict=True))
+    for name, r in runs.items():
+        assert r.returncode == 2, (name, r.stdout + r.stderr)
+        assert "Traceback" not in r.stdout + r.stderr
+        assert r.stdout == ""
+        for part in CASES[name][2]:
+            assert part in r.stderr, (name, part, r.stderr)
+
+
+def test_messages_are_exact(results: dict[str, Result]) -> None:
     """File, line and field path come together, as `file:line: path: message`."""
     assert "inst.yaml:8: sites[1].gpus: must be >= 0, got -8" in results["negative-gpus"].stderr
     assert "plan.json:4: replica_groups: counts sum to 3, parallelism.dp is 4" in results["plan-dp-sum"].stderr
 
 
-def test_union_members_do_not_leak_into_messages(results: dict[str, subprocess.CompletedProcess[str]]) -> None:
+def test_union_members_do_not_leak_into_messages(results: dict[str, Result]) -> None:
     """`job.model` is `str | ModelSpec`: an inline mapping with one bad field gives one
     message about that field, not also 'Input should be a valid string' or type tags."""
     err = results["inline-model-field"].stderr

@@ -53,7 +53,9 @@ def render(problem: Problem, plan: Plan | dict[str, Any], fmt: str) -> dict[str,
     plan = plan_from_data(plan)
     ev = evaluate(problem, plan)
     if not ev.feasible:
-        raise InputError(f"the plan is not feasible for instance '{problem.name}'; export needs a feasible plan:\n" + "\n".join(f"  - {v}" for v in ev.violations))
+        lines = list(dict.fromkeys(f"  - {v.kind}: {v.where}: {v.message}" for v in ev.violations))
+        other = f" (the plan names instance '{plan.instance}')" if plan.instance and plan.instance != problem.name else ""
+        raise InputError(f"the plan is not feasible for instance '{problem.name}'{other}; export needs a feasible plan:\n" + "\n".join(lines))
     names = [n for n in FORMAT_NAMES if n != "all"] if fmt == "all" else [fmt]
     files: dict[str, str] = {}
     if "bom" in names:

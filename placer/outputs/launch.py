@@ -51,7 +51,7 @@ import io
 import json
 import math
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
@@ -344,7 +344,7 @@ def rankmap_files(layout: Layout) -> dict[str, str]:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(RANKMAP_COLUMNS)
     for r in layout.ranks:
-        w.writerow([asdict(r)[c] for c in RANKMAP_COLUMNS])
+        w.writerow([getattr(r, c) for c in RANKMAP_COLUMNS])
     return {"rankmap.json": json.dumps(data, separators=(",", ":")) + "\n", "rankmap.csv": buf.getvalue()}
 
 
@@ -484,6 +484,15 @@ def torchtitan_files(layout: Layout) -> dict[str, str]:
             if problem.instance.job.zero1
             else ["job.zero1 is false: pure replication (DDP), data_parallel_shard_degree = 1."]
         ),
+        *(
+            [
+                "data_parallel_shard_degree = 1 means DDP over dp_replicate: torchtitan versions that reject DDP combined with",
+                "  TP/PP ('DDP has not supported > 1D parallelism') need data_parallel_shard_degree > 1 (FSDP shard groups that",
+                "  then cross sites); the rank order and host order are unchanged by that choice.",
+            ]
+            if shard == 1 and (layout.tp > 1 or layout.pp > 1)
+            else []
+        ),
         f"Batch (set in [training] for your torchtitan version): {par_text(plan, cfg.num_micro_batches, problem.instance.job.global_batch, problem.model.seq_len)}",
         "Keys are those of torchtitan's ParallelismConfig; the same values work as CLI overrides, e.g.",
         f"  --parallelism.tensor_parallel_degree {layout.tp} --parallelism.pipeline_parallel_degree {layout.pp}",
@@ -559,29 +568,32 @@ def nccl_suggestions(layout: Layout, site: str) -> list[str]:
     capped = buff > 64 * MiB
     buff = min(buff, 64 * MiB)
     lines += ["Inter-site communicators at this site:"] + [f"  - {g['what']}" for g in mine]
+    mode = sync_mode_of(problem, layout.plan)
+    if mode != "synchronous" and any(g["kind"] == "dp" for g in mine):
+        lines.append(f"  (sync mode '{mode}': the cross-site data-parallel exchange runs every {problem.instance.job.sync.every_steps} steps)")
     lines += [f"  RTT to {p}: {rtt[p] * 1e3:.3f} ms" for p in peers]
     lines += [
         f"Bandwidth-delay product per GPU NIC: {nic_gbps:g} Gb/s x {rtt_max * 1e3:.3f} ms = {bdp / 1e6:.1f} MB.",
         "NCCL environment variables apply to every communicator of the process (intra-site TP/DP too): compare both.",
-        "# export NCCL_ALGO=Ring            # rings stream large messages over each WAN hop; trees add hops whose latency is ms here",
-        "# export NCCL_PROTO=Simple         # LL/LL128 trade bandwidth for latency on small messages; WAN transfers are large",
-        "# export NCCL_CROSS_NIC=1          # the WAN router aggregates all rails: let rings pair different NICs across sites",
-        f"# export NCCL_BUFFSIZE={buff}  # {buff // MiB} MiB: a channel keeps at most BUFFSIZE in flight, so rate/channel <= BUFFSIZE/RTT;",
-        "#                                 # sized ~BDP / 2 channels per NIC (power of 2, >= the 4 MiB default, <= 64 MiB);",
-        "#                                 # costs BUFFSIZE x peers x channels of GPU memory per communicator",
+        "export NCCL_ALGO=Ring            # rings stream large messages over each WAN hop; trees add hops whose latency is ms here",
+        "export NCCL_PROTO=Simple         # LL/LL128 trade bandwidth for latency on small messages; WAN transfers are large",
+        "export NCCL_CROSS_NIC=1          # the WAN router aggregates all rails: let rings pair different NICs across sites",
+        f"export NCCL_BUFFSIZE={buff}  # {buff // MiB} MiB: a channel keeps at most BUFFSIZE in flight, so rate/channel <= BUFFSIZE/RTT;",
+        "                                  # sized ~BDP / 2 channels per NIC (power of 2, >= the 4 MiB default, <= 64 MiB);",
+        "                                  # costs BUFFSIZE x peers x channels of GPU memory per communicator",
     ]
     if capped:
-        lines.append(f"#   (BDP/2 exceeds 64 MiB: raise NCCL_MIN_NCHANNELS so that channels x BUFFSIZE >= {bdp / 1e6:.0f} MB per NIC)")
+        lines.append(f"  (BDP/2 exceeds 64 MiB: raise NCCL_MIN_NCHANNELS so that channels x BUFFSIZE >= {bdp / 1e6:.0f} MB per NIC)")
     lines += [
-        "# export NCCL_IB_QPS_PER_CONNECTION=4   # RoCE: more queue pairs spread flows over ECMP paths and waves",
-        "# export NCCL_IB_TIMEOUT=20             # 4.096 us x 2^20 = 4.3 s >> RTT; raise only if retransmit timeouts appear",
-        "# export NCCL_IB_RETRY_CNT=7",
-        "# export NCCL_IB_TC=${LOSSLESS_TC}      # lossless (PFC) class on the deep-buffer WAN switch ports: buffer >= rate x RTT (see bom.csv)",
-        "# export NCCL_IB_GID_INDEX=${ROCE_V2_GID_INDEX}",
-        "# If the WAN path uses NCCL's socket transport (TCP) instead of RoCE:",
-        "# export NCCL_SOCKET_IFNAME=${WAN_IFNAME}",
-        "# export NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4   # 16 TCP streams: each stream's rate <= window / RTT",
-        f"#   (threads x sockets <= 64); and raise net.core.rmem_max / wmem_max to >= {bdp / 1e6:.0f} MB (the BDP)",
+        "export NCCL_IB_QPS_PER_CONNECTION=4   # RoCE: more queue pairs spread flows over ECMP paths and waves",
+        "export NCCL_IB_TIMEOUT=20             # 4.096 us x 2^20 = 4.3 s >> RTT; raise only if retransmit timeouts appear",
+        "export NCCL_IB_RETRY_CNT=7",
+        "export NCCL_IB_TC=${LOSSLESS_TC}      # lossless (PFC) class on the deep-buffer WAN switch ports: buffer >= rate x RTT (see bom.csv)",
+        "export NCCL_IB_GID_INDEX=${ROCE_V2_GID_INDEX}",
+        "If the WAN path uses NCCL's socket transport (TCP) instead of RoCE:",
+        "export NCCL_SOCKET_IFNAME=${WAN_IFNAME}",
+        "export NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4   # 16 TCP streams: each stream's rate <= window / RTT",
+        f"  (threads x sockets <= 64); and raise net.core.rmem_max / wmem_max to >= {bdp / 1e6:.0f} MB (the BDP)",
     ]
     return lines
 
@@ -639,7 +651,7 @@ def slurm_files(layout: Layout) -> dict[str, str]:
         "task i on line i. Within a node tasks get SLURM_LOCALID 0, 1, ... in rank order, which is the GPU the plan",
         "gives them (placer's local_gpu). Do not bind GPUs per task (no --gpus-per-task); LOCAL_RANK = SLURM_LOCALID.",
         "Host names are placeholders <site>-node<k>: replace them in slurm_hostfile.txt and slurm_nodes.txt",
-        "(e.g. sed -i 's/^north-node/nrth-gpu-/' slurm_hostfile.txt slurm_nodes.txt).",
+        f"(e.g. sed -i 's/^{layout.sites[0]}-node/<real prefix>/' slurm_hostfile.txt slurm_nodes.txt).",
     ]
     for s in layout.sites:
         n = layout.nodes_by_site[s]

@@ -53,7 +53,10 @@ class CpsatInner:
         TT = TIME_TICKS + 1
         n = {c: M.NewIntVar(0, D, f"n[{c}]") for c in C}
         u = {c: M.NewBoolVar(f"u[{c}]") for c in C}
-        self.n = n
+        self.n, self.u = n, u
+        self._intra_terms: list[tuple[Any, Any, int]] = []  # (g, x, ticks)
+        self._pairs: list[tuple[Any, Any, Any, Any, Any, int]] = []  # (D, share, b, h_a, h_b, latency ticks)
+        self._exposed = None
         M.Add(sum(n.values()) == D).WithName("replicas.total")
         T_pipe = M.NewIntVar(min(self.ticks(t) for t in d.chain_time), TT, "T_pipe")
         for c in C:
@@ -95,6 +98,8 @@ class CpsatInner:
         max_cap_tick = max((opt.capacity_Bps * self.tau for r in d.routes for opt in d.wave_options[r]), default=1.0)
         self.Q = float(max(1, min(10**6, math.floor(INT_LIMIT / (max(max_cap_tick, 1e-30) * TT) / 1e3))))
         pp_bytes = round(d.pp_bytes_per_crossing)
+        self.pp_loads: dict[Any, Any] = {}
+        self.dp_loads: dict[Any, Any] = {}
         for r in d.routes:
             maxc = max((cr.get(r, 0) for cr in d.chain_cross), default=0)
             if maxc == 0:
@@ -102,11 +107,15 @@ class CpsatInner:
             load = sum(n[c] * d.chain_cross[c].get(r, 0) for c in C if d.chain_cross[c].get(r, 0)) * pp_bytes
             self.pp_loads[r] = load
             self._route_time(T_pipe, load, r, "route.pp")
-        self.pp_loads: dict[Any, Any] = {}
-        self.dp_loads: dict[Any, Any] = {}
+        # the WAN exchange may last H (diloco) or 2H (streaming hides up to T_pipe more) times
+        # the step: its variables get that much room, and its rows a Q that keeps products in
+        # int64 (the step's precision is unchanged: only T_wan / H counts in it)
+        wan_factor = {"synchronous": 1, "diloco": d.every_steps}.get(d.sync_mode, 2 * d.every_steps)
+        TW = wan_factor * TT
+        Q_wan = float(max(1, math.floor(self.Q / wan_factor)))
         T_intra = M.NewIntVar(0, TT, "T_intra")
-        T_dpbw = M.NewIntVar(0, TT, "T_dpbw")
-        T_lat = M.NewIntVar(0, TT, "T_lat")
+        T_dpbw = M.NewIntVar(0, TW, "T_dpbw")
+        T_lat = M.NewIntVar(0, TW, "T_lat")
         h: dict[tuple[str, int], Any] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
         for k in range(cfg.pp):
@@ -119,6 +128,7 @@ class CpsatInner:
                     g = M.NewBoolVar(f"g[{s}][{k}]")
                     M.Add(x[(s, k)] <= 1 + (D - 1) * g)
                     M.Add(T_intra >= self.ticks(d.intra[(k, s)])).WithName(f"dp.intra[{s}][{k}]").OnlyEnforceIf(g)
+                    self._intra_terms.append((g, x[(s, k)], self.ticks(d.intra[(k, s)])))
             if len(hosts) < 2:
                 continue
             S_k = d.wan_bytes[k]
@@ -138,12 +148,13 @@ class CpsatInner:
                 dem = M.NewIntVar(0, max(shares), f"D[{a},{b}][{k}]")
                 M.Add(dem >= share).WithName(f"dp.pair[{a},{b}][{k}]").OnlyEnforceIf(bp)
                 M.Add(T_lat >= self.ticks(2 * d.pair_latency[(a, b)])).OnlyEnforceIf(bp)
+                self._pairs.append((dem, share, bp, h[(a, k)], h[(b, k)], self.ticks(2 * d.pair_latency[(a, b)])))
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
         for r in d.routes:
             if dp_load[r]:
                 self.dp_loads[r] = sum(dp_load[r])
-                self._route_time(T_dpbw, sum(dp_load[r]), r, "route.dp")
+                self._route_time(T_dpbw, sum(dp_load[r]), r, "route.dp", TW, Q_wan)
         T_wan = T_dpbw + T_lat
         H = d.every_steps
         T = M.NewIntVar(0, TT, "T")
@@ -156,6 +167,7 @@ class CpsatInner:
             M.Add(H * T < H * (T_pipe + T_intra) + T_wan + H)
         else:
             exposed = M.NewIntVar(0, TT, "T_exposed")
+            self._exposed = exposed
             M.Add(H * exposed >= T_wan - H * T_pipe)
             M.Add(T == T_pipe + T_intra + exposed)
         if d.max_step_time_s is not None:
@@ -174,9 +186,59 @@ class CpsatInner:
         self.sites_used = {s: M.NewBoolVar(f"site_used[{s}]") for s in d.sites}
         for s in d.sites:
             M.Add(nodes[s] <= d.site_nodes[s] * self.sites_used[s])
+        self.TW, self.Q_wan = TW, Q_wan
         if d.resilience is not None:
+            if d.resilience.max_step_time_s is None:
+                self._exact_step(T_pipe, T_intra, T_dpbw, T_lat)
             self._add_resilience(T, T_pipe, T_intra, T_dpbw, T_lat, nodes)
         M.Minimize(self._main())
+
+    def _exact_route_time(self, load: Any, r: Any, ub: int, Q: float, family: str) -> Any:
+        """t = ceil(Q load / cap) for the chosen wave option: the hull with a two-sided row."""
+        M = self.m
+        t = M.NewIntVar(0, ub, f"t[{family}][{r}]")
+        taus, slack = [], []
+        for i, opt in enumerate(self.d.wave_options[r]):
+            tau = M.NewIntVar(0, ub, f"tau[{family}][{r}][{i}]")
+            M.Add(tau <= ub * self.y[(r, i)])
+            cap_int = math.floor(opt.capacity_Bps * self.tau * Q)
+            if cap_int <= 0:
+                M.Add(tau == 0)
+            else:
+                slack.append((cap_int - 1) * self.y[(r, i)])
+            taus.append((cap_int, tau))
+        M.Add(sum(tt for _, tt in taus) == t)
+        lhs = sum(c * tt for c, tt in taus if c > 0)
+        M.Add(lhs >= round(Q) * load)
+        M.Add(lhs <= round(Q) * load + sum(slack))
+        return t
+
+    def _exact_step(self, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any) -> None:
+        """The step-time variable equals the plan's step time (see milp._exact_step)."""
+        d, M = self.d, self.m
+        TT = TIME_TICKS + 1
+        for g, x, _ in self._intra_terms:
+            M.Add(x >= 2).OnlyEnforceIf(g)
+            M.Add(x <= 1).OnlyEnforceIf(g.Not())
+        for dem, share, bp, ha, hb, _ in self._pairs:
+            M.AddImplication(bp, ha)
+            M.AddImplication(bp, hb)
+            M.Add(dem <= share)
+            M.Add(dem == 0).OnlyEnforceIf(bp.Not())
+        pipe = [self.ticks(d.chain_time[c]) * self.u[c] for c in self.u]
+        pipe += [self._exact_route_time(load, r, TT, self.Q, "exact.pp") for r, load in self.pp_loads.items()]
+        M.AddMaxEquality(T_pipe, pipe)
+        dp = [0] + [self._exact_route_time(load, r, self.TW, self.Q_wan, "exact.dp") for r, load in self.dp_loads.items()]
+        M.AddMaxEquality(T_dpbw, dp)
+        M.AddMaxEquality(T_lat, [0] + [lat * bp for _dem, _share, bp, _ha, _hb, lat in self._pairs])
+        M.AddMaxEquality(T_intra, [0] + [tk * g for g, _, tk in self._intra_terms])
+        if self._exposed is not None:
+            H = d.every_steps
+            raw = M.NewIntVar(-4 * self.TW, 4 * self.TW, "exact.exposed_raw")
+            M.Add(raw == T_dpbw + T_lat - H * T_pipe)
+            pos = M.NewIntVar(0, 4 * self.TW, "exact.exposed_pos")
+            M.AddMaxEquality(pos, [0, raw])
+            M.Add(H * self._exposed <= pos + H - 1)
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str) -> Any:
         """The data-parallel WAN term for the sync policy, in ticks (rounded up)."""
@@ -221,12 +283,12 @@ class CpsatInner:
             M.Add(Tp >= T_pipe)
             if r in self.pp_loads:
                 self._hull(Tp, self.pp_loads[r], r, [[c] for c in caps], None, big, f"res.pp[{tag}]")
-            Td = M.NewIntVar(0, big, f"res.T_dpbw[{tag}]")
+            Td = M.NewIntVar(0, 2 * self.TW, f"res.T_dpbw[{tag}]")
             M.Add(Td >= T_dpbw)
             if r in self.dp_loads:
                 healthy = [opt.capacity_Bps for opt in d.wave_options[r]]
                 eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
-                self._hull(Td, self.dp_loads[r], r, eff, zp, big, f"res.dp[{tag}]")
+                self._hull(Td, self.dp_loads[r], r, eff, zp, 2 * self.TW, f"res.dp[{tag}]", self.Q_wan)
             within(Tp + T_intra + self._wan_part(Td + T_lat, Tp, tag), tag)
         if res.nic_factor is not None:
             scaled = M.NewIntVar(0, big * 4, "res.T_intra_nic")
@@ -234,7 +296,8 @@ class CpsatInner:
             M.Add(10**6 * scaled >= num * T_intra)
             within(T_pipe + scaled + self._wan_part(T_dpbw + T_lat, T_pipe, "nic"), "nic")
 
-    def _hull(self, T_var: Any, load: Any, r: Any, caps: list[list[float]], zp: Any, ub: int, family: str) -> None:
+    def _hull(self, T_var: Any, load: Any, r: Any, caps: list[list[float]], zp: Any, ub: int, family: str, Q: float | None = None) -> None:
+        Q = Q or self.Q
         taus = []
         for i, row in enumerate(caps):
             for p, cap in enumerate(row):
@@ -244,9 +307,9 @@ class CpsatInner:
                 self.m.Add(tau <= ub * self.y[(r, i)])
                 if zp is not None:
                     self.m.Add(tau <= ub * zp[p])
-                taus.append((math.floor(cap * self.tau * self.Q), tau))
+                taus.append((math.floor(cap * self.tau * Q), tau))
         self.m.Add(sum(t for _, t in taus) == T_var)
-        self.m.Add(sum(c * t for c, t in taus if c > 0) >= round(self.Q) * load)
+        self.m.Add(sum(c * t for c, t in taus if c > 0) >= round(Q) * load)
 
     def _main(self) -> Any:
         return {"step_time": self.T, "cost": self.capex, "rate": self.rate}[self.objective]
@@ -254,17 +317,18 @@ class CpsatInner:
     def _scale(self) -> float:
         return {"step_time": self.tau, "cost": 1.0, "rate": RATE_UNIT}[self.objective]
 
-    def _route_time(self, T_var: Any, load: Any, r: Any, family: str) -> None:
+    def _route_time(self, T_var: Any, load: Any, r: Any, family: str, ub: int = TIME_TICKS + 1, Q: float | None = None) -> None:
         """Q * load <= sum_i cap_i * tau_i with sum_i tau_i = T_var and tau_i <= UB * y_i:
         the convex hull of 'load / capacity(waves) <= T_var' over the wave one-hot."""
+        Q = Q or self.Q
         taus = []
         for i, opt in enumerate(self.d.wave_options[r]):
-            tau = self.m.NewIntVar(0, TIME_TICKS + 1, f"tau[{family}][{r}][{i}]")
-            self.m.Add(tau <= (TIME_TICKS + 1) * self.y[(r, i)])
-            cap_int = math.floor(opt.capacity_Bps * self.tau * self.Q)
+            tau = self.m.NewIntVar(0, ub, f"tau[{family}][{r}][{i}]")
+            self.m.Add(tau <= ub * self.y[(r, i)])
+            cap_int = math.floor(opt.capacity_Bps * self.tau * Q)
             taus.append((cap_int, tau))
         self.m.Add(sum(t for _, t in taus) == T_var).WithName(f"{family}.split[{r}]")
-        self.m.Add(sum(c * t for c, t in taus if c > 0) >= round(self.Q) * load).WithName(f"{family}.capacity[{r}]")
+        self.m.Add(sum(c * t for c, t in taus if c > 0) >= round(Q) * load).WithName(f"{family}.capacity[{r}]")
 
     def add_hint(self, counts: dict[int, int], waves: dict[Any, int]) -> None:
         for c, v in self.n.items():

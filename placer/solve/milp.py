@@ -60,7 +60,9 @@ class MilpInner:
         add = P.addConstraint
         n = {c: pulp.LpVariable(f"n_{c}", 0, D, cat="Integer") for c in C}
         u = {c: pulp.LpVariable(f"u_{c}", cat="Binary") for c in C}
-        self.n = n
+        self.n, self.u = n, u
+        self._intra_terms: list[tuple[Any, Any, float]] = []  # (g, x, seconds/ts)
+        self._pairs: list[tuple[Any, Any, Any, float, Any, Any, float]] = []  # (D, share, b, S, h_a, h_b, latency/ts)
         add(pulp.lpSum(n.values()) == D, "replicas.total")
         # every plan runs at least one chain: the fastest chain type bounds T_pipe from below
         ts = self.ts
@@ -121,6 +123,7 @@ class MilpInner:
                     g = pulp.LpVariable(_name("g", s, k), cat="Binary")
                     add(x[(s, k)] <= 1 + (D - 1) * g, _name("dp.intra_on", s, k))
                     add(T_intra >= (d.intra[(k, s)] / ts) * g, _name("dp.intra", s, k))
+                    self._intra_terms.append((g, x[(s, k)], d.intra[(k, s)] / ts))
             if len(hosts) < 2:
                 continue
             z = {K: pulp.LpVariable(_name("z", k, K), cat="Binary") for K in range(1, len(hosts) + 1)}
@@ -139,13 +142,14 @@ class MilpInner:
                 dem = pulp.LpVariable(_name("D", a, b, k), 0)
                 add(dem >= share - S_k * (1 - bp), _name("dp.pair", a, b, k))
                 add(T_lat >= (2 * d.pair_latency[(a, b)] / ts) * bp, _name("dp.pair_latency", a, b, k))
+                self._pairs.append((dem, share, bp, S_k, h[(a, k)], h[(b, k)], 2 * d.pair_latency[(a, b)] / ts))
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
                     dp_max[r] += S_k
         for r in d.routes:
             if dp_load[r]:
                 self.dp_loads[r] = (pulp.lpSum(dp_load[r]), dp_max[r])
-                self._route_time(T_dpbw, pulp.lpSum(dp_load[r]), dp_max[r], r, "route.dp")
+                self._route_time(T_dpbw, pulp.lpSum(dp_load[r]), dp_max[r], r, "route.dp", self.t_max * self._wan_factor())
         T_wan = T_dpbw + T_lat
         if d.sync_mode == "synchronous":
             T_dp = T_intra + T_wan
@@ -153,6 +157,7 @@ class MilpInner:
             T_dp = T_intra + (1.0 / d.every_steps) * T_wan
         else:
             exposed = pulp.LpVariable("T_exposed", 0)
+            self._exposed = exposed
             add(exposed >= (1.0 / d.every_steps) * T_wan - T_pipe, "dp.streaming_overlap")
             T_dp = T_intra + exposed
         T = pulp.LpVariable("T", 0)
@@ -170,8 +175,62 @@ class MilpInner:
         for s in d.sites:
             add(nodes[s] <= d.site_nodes[s] * self.sites_used[s], _name("site.used", s))
         if d.resilience is not None:
+            if d.resilience.max_step_time_s is None:
+                self._exact_step(T_pipe, T_intra, T_dpbw, T_lat)
             self._add_resilience(T, T_pipe, T_intra, T_dpbw, T_lat, nodes)
         P.setObjective(self._main())
+
+    def _exact_max(self, var: Any, terms: list[tuple[Any, Any]], big: float, name: str) -> None:
+        """var <= one of the terms (var >= every term is already in the model), chosen by a
+        one-hot delta that may only pick an active term: var == max(terms) exactly."""
+        deltas = []
+        for i, (expr, active) in enumerate(terms):
+            dl = pulp.LpVariable(_name(name, "delta", i), cat="Binary")
+            if active is not None:
+                self.prob.addConstraint(dl <= active, _name(name, "active", i))
+            self.prob.addConstraint(var <= expr + big * (1 - dl), _name(name, "pick", i))
+            deltas.append(dl)
+        self.prob.addConstraint(pulp.lpSum(deltas) == 1, _name(name, "onehot"))
+
+    def _exact_route_time(self, load: Any, max_load: float, r: Any, family: str) -> Any:
+        """A variable equal to load / capacity(waves): the hull with an equality row."""
+        scale = max_load if max_load > 0 else 1.0
+        t = pulp.LpVariable(_name("t", family, *r), 0)
+        taus = []
+        for i, opt in enumerate(self.d.wave_options[r]):
+            tau = pulp.LpVariable(_name("tau", family, *r, i), 0)
+            self.prob.addConstraint(tau <= self.t_max * 4 * self.y[(r, i)], _name(family, "hull", *r, i))
+            taus.append((opt.capacity_Bps * self.ts / GBYTE / scale, tau))
+        self.prob.addConstraint(pulp.lpSum(tt for _, tt in taus) == t, _name(family, "split", *r))
+        self.prob.addConstraint((1.0 / scale) * load == pulp.lpSum(c * tt for c, tt in taus), _name(family, "capacity", *r))
+        return t
+
+    def _exact_step(self, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any) -> None:
+        """Make the step-time variable equal the plan's step time (not just bound it), so
+        that a limit relative to it (resilience max_slowdown) cannot be met by overstating
+        the healthy time. Each max gets a one-hot choice of the term that attains it."""
+        d, add = self.d, self.prob.addConstraint
+        big = self.t_max * 4
+        for g, x, _ in self._intra_terms:
+            add(x >= 2 * g, _name("exact.intra_on", g.name))
+        for dem, share, bp, S_k, ha, hb, _ in self._pairs:
+            add(bp <= ha, _name("exact.pair_a", bp.name))
+            add(bp <= hb, _name("exact.pair_b", bp.name))
+            add(dem <= share, _name("exact.share", dem.name))
+            add(dem <= S_k * bp, _name("exact.pair_off", dem.name))
+        pipe_terms: list[tuple[Any, Any]] = [(d.chain_time[c] / self.ts, self.u[c]) for c in self.u]
+        for r, (load, max_load) in self.pp_loads.items():
+            pipe_terms.append((self._exact_route_time(load, max_load, r, "exact.pp"), None))
+        self._exact_max(T_pipe, pipe_terms, big, "exact.pipe")
+        dp_terms: list[tuple[Any, Any]] = [(0, None)]
+        for r, (load, max_load) in self.dp_loads.items():
+            dp_terms.append((self._exact_route_time(load, max_load, r, "exact.dp"), None))
+        self._exact_max(T_dpbw, dp_terms, big, "exact.dpbw")
+        self._exact_max(T_lat, [(0, None)] + [(lat, bp) for _dem, _share, bp, _S, _ha, _hb, lat in self._pairs], big, "exact.lat")
+        self._exact_max(T_intra, [(0, None)] + [(sec, g) for g, _, sec in self._intra_terms], big, "exact.intra")
+        if getattr(self, "_exposed", None) is not None:
+            T_wan = T_dpbw + T_lat
+            self._exact_max(self._exposed, [(0, None), ((1.0 / d.every_steps) * T_wan - T_pipe, None)], big, "exact.exposed")
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str) -> Any:
         """The data-parallel WAN term of the step for the sync policy."""
@@ -245,7 +304,13 @@ class MilpInner:
         """The objective's model unit in its user unit (time is counted in units of ts)."""
         return self.ts if self.objective == "step_time" else 1.0
 
-    def _route_time(self, T_var: Any, load: Any, max_load: float, r: Any, family: str) -> None:
+    def _wan_factor(self) -> float:
+        """How much longer than the step the WAN exchange may take: T_wan / H counts in a
+        diloco step, and streaming hides up to T_pipe <= T more of it."""
+        H = self.d.every_steps
+        return {"synchronous": 1.0, "diloco": float(H)}.get(self.d.sync_mode, 2.0 * H)
+
+    def _route_time(self, T_var: Any, load: Any, max_load: float, r: Any, family: str, t_max: float | None = None) -> None:
         """load <= capacity(waves) * T_var, written on the convex hull of the wave one-hot:
         T_var is split into tau_i <= T_max * y_i, and load <= sum_i capacity_i * tau_i.
         (Much tighter than big-M rows T >= load / capacity_i - M (1 - y_i).)
@@ -256,7 +321,7 @@ class MilpInner:
         taus = []
         for i, opt in enumerate(opts):
             tau = pulp.LpVariable(_name("tau", family, *r, i), 0)
-            self.prob.addConstraint(tau <= self.t_max * self.y[(r, i)], _name(family, "hull", *r, i))
+            self.prob.addConstraint(tau <= (t_max or self.t_max) * self.y[(r, i)], _name(family, "hull", *r, i))
             taus.append((opt.capacity_Bps * self.ts / GBYTE / scale, tau))
         self.prob.addConstraint(pulp.lpSum(t for _, t in taus) == T_var, _name(family, "split", *r))
         self.prob.addConstraint((1.0 / scale) * load <= pulp.lpSum(c * t for c, t in taus), _name(family, "capacity", *r))

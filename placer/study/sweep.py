@@ -22,6 +22,7 @@ results.parquet when pyarrow is importable) is the tidy table, one row per point
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import itertools
@@ -283,27 +284,32 @@ def study_from_data(
     for index, (ov, locs) in enumerate(raw):
         inst_data = copy.deepcopy(base_data)
         problem: Problem | None = None
-        bad: tuple[str, str] | None = None  # (override path, message)
+        issues: list[tuple[Loc, str]] = []  # (instance field path, message without the path)
         for k, v in ov.items():
             try:
                 set_path(inst_data, parsed[k], v)
             except ValueError as exc:
-                bad = (k, str(exc))
+                issues.append((parsed[k], str(exc)))
                 break
-        if bad is None:
+        if not issues:
             try:
                 problem = _problem(inst_data, base_path)
             except _PointError as exc:
-                bad = (_blame(exc.locs, ov, parsed), exc.message)
-        if bad is not None or problem is None:
-            k, msg = bad or (next(iter(ov), ""), "invalid")
-            others = {o: v for o, v in ov.items() if o != k}
-            with_others = f" (with {_fmt_overrides(others)})" if others and not msg.startswith(k) else ""
-            value = f" = {_fmt_value(ov[k])}" if k in ov else ""
-            text = f"{at(locs.get(k, ()))}: {_label(locs.get(k, ()), where_label)}{k}{value}{with_others}: {msg}"
-            if text not in seen_err:
-                seen_err.add(text)
-                errors.append(text)
+                issues = exc.issues
+        if issues or problem is None:
+            for loc, msg in issues:
+                k, exact = _blame(loc, ov, parsed)
+                field_ = f"{format_loc(loc)}: " if loc and loc != parsed.get(k) else ""
+                if k:
+                    head = f"{_label(locs[k], where_label)}{k} = {_fmt_value(ov[k])}"
+                    if not exact and len(ov) > 1:
+                        head += f" (with {_fmt_overrides({o: v for o, v in ov.items() if o != k})})"
+                    text = f"{at(locs[k])}: {head}: {field_}{msg}"
+                else:
+                    text = f"{at(('points', index) if spec.points is not None else ('grid',))}: {field_}{msg}"
+                if text not in seen_err:
+                    seen_err.add(text)
+                    errors.append(text)
             continue
         pid = point_id(ov)
         if pid in ids:
@@ -337,10 +343,9 @@ def study_from_data(
 
 
 class _PointError(Exception):
-    def __init__(self, message: str, locs: list[Loc]):
-        super().__init__(message)
-        self.message = message
-        self.locs = locs
+    def __init__(self, issues: list[tuple[Loc, str]]):
+        super().__init__("; ".join(f"{format_loc(loc)}: {msg}" for loc, msg in issues))
+        self.issues = issues
 
 
 _SENTINEL = "\x00point"
@@ -351,28 +356,32 @@ def _problem(data: dict[str, Any], base_path: Path) -> Problem:
     try:
         inst = Instance.model_validate(data)
     except ValidationError as exc:
-        msgs, locs = [], []
+        issues: list[tuple[Loc, str]] = []
+        seen: set[Loc] = set()
         for err in exc.errors(include_url=False):
             msg = err["msg"].removeprefix("Value error, ")
-            if not err["loc"] and ":" in msg.split(" ")[0]:
-                field_path = msg.split(":", 1)[0]
-                locs.append(_loc_of(field_path))
-                msgs.append(msg)
+            if not err["loc"] and ":" in msg.split(" ")[0]:  # model-level: "routes[0].sites: ..."
+                field_path, _, rest = msg.partition(":")
+                issues.append((_loc_of(field_path), rest.strip()))
                 continue
             loc = _clean(tuple(err["loc"]))
+            if loc in seen:  # union members repeat the same field
+                continue
+            seen.add(loc)
             got = err.get("input")
             if err["type"] == "extra_forbidden":
                 msg = "unknown field"
             elif not isinstance(got, dict | list):
                 msg += f" (got {got!r})"
-            locs.append(loc)
-            msgs.append(f"{format_loc(loc)}: {msg}")
-        raise _PointError("; ".join(msgs), locs) from None
+            issues.append((loc, msg))
+        raise _PointError(issues) from None
     try:
         problem = problem_from_data(inst, where=_SENTINEL, base=base_path.parent)
     except InputError as exc:
         msg = str(exc).replace(f"{_SENTINEL}: ", "").replace(_SENTINEL, "instance")
-        raise _PointError(msg, [_loc_of(msg.split(":", 1)[0])]) from None
+        field_path, _, rest = msg.partition(": ")
+        loc = _loc_of(field_path)
+        raise _PointError([(loc, rest if loc else msg)]) from None
     return Problem(instance=problem.instance, catalog=problem.catalog, model=problem.model, path=base_path)
 
 
@@ -389,17 +398,19 @@ def _loc_of(text: str) -> Loc:
         return ()
 
 
-def _blame(err_locs: list[Loc], overrides: dict[str, Any], parsed: dict[str, Loc]) -> str:
-    """The override most likely responsible: the longest override path that is a prefix of
-    an error location (or has it as a prefix); otherwise the first override."""
-    best, best_len = None, -1
+def _blame(loc: Loc, overrides: dict[str, Any], parsed: dict[str, Loc]) -> tuple[str, bool]:
+    """The override responsible for an error at instance path `loc`: the one with the longest
+    common prefix with it (exact = the override addresses that field or one inside/around
+    it); else the first override, not exact (a combination of overrides is invalid)."""
+    best, best_len = "", 0
     for k in overrides:
         p = parsed[k]
-        for loc in err_locs:
-            n = min(len(p), len(loc))
-            if n and p[:n] == loc[:n] and n > best_len:
-                best, best_len = k, n
-    return best if best is not None else next(iter(overrides), "")
+        n = min(len(p), len(loc))
+        if n and p[:n] == loc[:n] and n > best_len:
+            best, best_len = k, n
+    if best:
+        return best, True
+    return next(iter(overrides), ""), False
 
 
 def _label(loc: Loc, where_label: dict[str, str]) -> str:
@@ -454,6 +465,26 @@ class Task:
     backend: str | None
     time_limit_s: float | None
     fingerprint: str
+    quiet: bool = True  # silence solver chatter on the worker's stdout (HiGHS banner)
+
+
+@contextlib.contextmanager
+def _quiet_stdout(enabled: bool) -> Iterator[None]:
+    """Point file descriptor 1 at /dev/null (native solver libraries print there)."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
 
 
 def run_point(task: Task) -> dict[str, Any]:
@@ -472,7 +503,8 @@ def run_point(task: Task) -> dict[str, Any]:
         "plan": None,
     }
     try:
-        res = solve(task.problem, backend=task.backend, time_limit_s=task.time_limit_s, threads=1)
+        with _quiet_stdout(task.quiet):
+            res = solve(task.problem, backend=task.backend, time_limit_s=task.time_limit_s, threads=1)
     except InfeasibleError as exc:
         rec.update(status="infeasible", message=str(exc))
         return rec
@@ -522,10 +554,9 @@ def _metrics(problem: Problem, res: Any, plan: dict[str, Any]) -> dict[str, Any]
     for r in problem.instance.routes:
         lab = _route_label(r.sites)
         m[f"waves[{lab}]"] = waves.get(lab, 0)
-    # columns of the resilience feature (e.g. spare_waves_ring / spare_waves_optcc), wherever
-    # the plan or the evaluation carries them
-    for source in (plan.get("resilience"), getattr(ev, "resilience", None)):
-        m.update(_flat_scalars(source))
+    # columns of the resilience feature (plan["resilience"], written when the instance has a
+    # resilience: block): spare waves under ring vs OptCC, worst single-failure slowdown
+    m.update(resilience_columns(plan.get("resilience")))
     m.update(solver_s=float(res.seconds), gap=float(res.gap))
     return m
 
@@ -535,17 +566,34 @@ def _route_label(sites: Iterable[str]) -> str:
     return f"{a}-{b}"
 
 
-def _flat_scalars(obj: Any, prefix: str = "") -> dict[str, Any]:
-    if obj is None:
+def resilience_columns(res: Any) -> dict[str, Any]:
+    """Flat columns from a plan's resilience summary; tolerant of absent keys."""
+    if not isinstance(res, dict):
         return {}
-    if not isinstance(obj, dict):
-        obj = getattr(obj, "__dict__", None) or (obj.model_dump() if hasattr(obj, "model_dump") else {})
     out: dict[str, Any] = {}
-    for k, v in obj.items():
-        if isinstance(v, bool | int | float | str) or v is None:
-            out[f"{prefix}{k}"] = v
-        elif isinstance(v, dict):
-            out.update(_flat_scalars(v, f"{prefix}{k}_"))
+    for name in ("ring", "optcc"):
+        key = f"spare_waves_{name}"
+        if key in res:
+            out[key] = res[key]
+        for route, n in sorted((res.get(f"{key}_by_route") or {}).items()):
+            out[f"{key}[{route}]"] = n
+    if "collective" in res:
+        out["resilience_collective"] = res["collective"]
+    fail = res.get("failures") if isinstance(res.get("failures"), dict) else {}
+    worst = fail.get("worst") if isinstance(fail.get("worst"), dict) else None
+    healthy = fail.get("healthy_step_time_s")
+    if worst is not None:
+        steps = worst.get("step_time_s") or {}
+        t_w = steps.get(fail.get("collective") or res.get("collective"))
+        out["worst_failure"] = worst.get("description")
+        out["worst_failure_step_time_s"] = t_w
+        if t_w is not None and healthy:
+            out["worst_failure_slowdown"] = t_w / healthy - 1
+    if "survives" in fail:
+        out["survives"] = bool(fail["survives"])
+    for k, v in res.items():
+        if k.endswith("_error") and isinstance(v, str):
+            out[f"resilience_{k}"] = v
     return out
 
 
