@@ -251,7 +251,10 @@ def evaluate(
 
         fr = failure_report(problem, plan)
         worst = fr.worst()
-        if worst is not None and not fr.survives:
+        dark = [sc for sc in fr.scenarios if sc.dark]
+        for sc in dark:
+            viol.append(Violation("resilience", sc.where, f"{sc.klass}: {sc.description}: the route carries traffic and would go dark (placer does not count on rerouting)"))
+        if worst is not None and not dark and not fr.survives:
             t_w = worst.step_s[fr.collective]
             viol.append(Violation("resilience", worst.where, f"{worst.description}: step time {t_w:.4g} s under {fr.collective} exceeds the limit {fr.limit_s:.4g} s", t_w - (fr.limit_s or 0)))
 

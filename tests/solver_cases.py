@@ -101,20 +101,53 @@ def _pipe_reference_s(instance: dict[str, Any]) -> float | None:
 def _draw(rng: random.Random, name: str) -> dict[str, Any]:
     model = rng.choice(sorted(MODELS))
     layers = MODELS[model]
+    if rng.random() < 0.3:
+        mode: Any = rng.choice(SYNC_MODES)
+    else:
+        mode = _subset(rng, SYNC_MODES, 3)
+    par = {
+        "tp": _subset(rng, (1, 2, 4)),
+        "pp": _subset(rng, tuple(p for p in (1, 2, 4) if p <= layers)),
+        "dp": _subset(rng, (1, 2, 4, 8)),
+        "micro_batch": rng.choice(([1], [1, 2])),
+    }
+    job: dict[str, Any] = {
+        "model": model,
+        "global_batch": rng.choice((8, 16)),
+        "recompute": rng.choice(("none", "selective", "full")),
+        "sync": {"mode": mode, "every_steps": rng.choice((1, 4, 16)), "bits": rng.choice((16, 8, 4))},
+        "parallelism": par,
+    }
+    cost = rng.random() < 0.3
+    # half of the draws (and every cost draw) size the sites so that the largest candidate
+    # job needs all of them: that is where placement, routes and waves matter
     n_sites = rng.choice((1, 2, 2, 2, 3))
+    spread = n_sites > 1 and (cost or rng.random() < 0.5)
+    largest = max(par["tp"]) * max(par["pp"]) * max(par["dp"])
     base_gpu = rng.choice(GPUS)
     sites = []
     for i in range(n_sites):
         gpn = rng.choice((2, 4, 8))
-        gpus = rng.choice((8, 16, 32))
+        if spread:
+            share = largest * rng.choice((0.5, 0.75)) if n_sites == 2 else largest * rng.choice((0.34, 0.5))
+            gpus = max(gpn, math.ceil(share / gpn) * gpn)
+        else:
+            gpus = rng.choice((8, 16, 32))
         gpu = base_gpu if rng.random() < 0.8 else rng.choice(GPUS)
         pue = rng.choice((1.1, 1.2, 1.3))
         site: dict[str, Any] = {"name": f"s{i}", "gpu": gpu, "gpus": gpus, "gpus_per_node": gpn, "pue": pue}
-        if rng.random() < 0.35:
-            fed = rng.randint(1, gpus // gpn)
+        if rng.random() < 0.3:
+            fed = rng.randint(max(1, gpus // gpn - 1), gpus // gpn)
             spare_w = rng.choice((0.0, 60.0, 500.0))  # 0: exactly `fed` nodes, so a wave's optics tip it over
             site["power_mw"] = round(fed * node_power_mw(gpu, gpn, pue) + spare_w * pue / 1e6, 9)
         sites.append(site)
+    if min(par["tp"]) > min(s["gpus_per_node"] for s in sites):
+        par["tp"] = [1, *par["tp"]]  # every site must fit some candidate (io rejects it otherwise)
+    if spread or rng.random() < 0.3:
+        sizes = sorted({t * p * d for t in par["tp"] for p in par["pp"] for d in par["dp"]})
+        fitting = [g for g in sizes if g <= sum(s["gpus"] for s in sites)]
+        wide = [g for g in fitting if g > max(s["gpus"] for s in sites)]
+        job["gpus"] = max(wide or fitting or sizes[:1])
     names = [s["name"] for s in sites]
     pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
     if len(pairs) == 3 and rng.random() < 0.5:
@@ -128,39 +161,16 @@ def _draw(rng: random.Random, name: str) -> dict[str, Any]:
         if rng.random() < 0.2:
             route["latency_ms"] = round(km * 0.0049 * rng.choice((1.0, 1.5)), 6)
         routes.append(route)
-    if rng.random() < 0.3:
-        mode: Any = rng.choice(SYNC_MODES)
-    else:
-        mode = _subset(rng, SYNC_MODES, 3)
-    job: dict[str, Any] = {
-        "model": model,
-        "global_batch": rng.choice((8, 16)),
-        "recompute": rng.choice(("none", "selective", "full")),
-        "sync": {"mode": mode, "every_steps": rng.choice((1, 4, 16)), "bits": rng.choice((16, 8, 4))},
-        "parallelism": {
-            "tp": _subset(rng, (1, 2, 4)),
-            "pp": _subset(rng, tuple(p for p in (1, 2, 4) if p <= layers)),
-            "dp": _subset(rng, (1, 2, 4, 8)),
-            "micro_batch": rng.choice(([1], [1, 2])),
-        },
-    }
-    par = job["parallelism"]
-    if min(par["tp"]) > min(s["gpus_per_node"] for s in sites):
-        par["tp"] = [1, *par["tp"]]  # every site must fit some candidate (io rejects it otherwise)
-    if rng.random() < 0.25:
-        sizes = sorted({t * p * d for t in par["tp"] for p in par["pp"] for d in par["dp"]})
-        fitting = [g for g in sizes if g <= sum(s["gpus"] for s in sites)]
-        job["gpus"] = max(fitting) if fitting else sizes[0]  # the largest that fits: spreads over sites
     objective: dict[str, Any] = {"minimize": "step_time"}
     budget = rng.choice((None, None, 0, 60_000, 150_000, 400_000))
     if budget is not None:
         objective["max_cost_usd"] = budget
     inst = {"name": name, "sites": sites, "routes": routes, "job": job, "objective": objective}
-    if rng.random() < 0.3:
+    if cost:
         ref = _pipe_reference_s(inst)
         if ref is not None:
             objective["minimize"] = "cost"
-            objective["max_step_time_s"] = round(ref * rng.choice((1.05, 1.5, 3.0)), 12)
+            objective["max_step_time_s"] = round(ref * rng.choice((1.2, 2.0, 5.0)), 12)
     return inst
 
 

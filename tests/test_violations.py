@@ -5,6 +5,7 @@ recomputes by hand from the catalog figures below; the CLI exits 3 and lists the
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import subprocess
@@ -87,14 +88,11 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def problem(folder: Path, **changes: Any) -> placer.Problem:
-    data = copy.deepcopy(INSTANCE)
-    for key, value in changes.items():
-        if key == "routes":
-            data["routes"] = value
-        else:
-            data.setdefault(key, {}).update(value) if isinstance(value, dict) else data.update({key: value})
-    path = folder / f"inst-{abs(hash(json.dumps(data, sort_keys=True)))}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    """INSTANCE with top-level keys replaced, written as YAML and loaded like a user's file."""
+    data = {**copy.deepcopy(INSTANCE), **changes}
+    text = yaml.safe_dump(data, sort_keys=False)
+    path = folder / f"inst-{hashlib.sha1(text.encode()).hexdigest()[:10]}.yaml"
+    path.write_text(text)
     return placer.load_instance(path)
 
 

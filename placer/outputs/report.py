@@ -91,6 +91,8 @@ def markdown_report(problem: Problem, plan: Plan, ev: Evaluation, solver: dict[s
         lines.append(f"| {s.name} | {ev.gpus_by_site.get(s.name, 0)} | {ev.nodes_by_site.get(s.name, 0)} | {ev.power_mw.get(s.name, 0):.3f} | {lim} |")
     lines += ["", f"Link capex: ${ev.capex_usd:,.0f}", "", "## Binding constraints", ""]
     lines += [f"- {b}" for b in binding_constraints(problem, ev)] or ["- none within 1% of its limit"]
+    if plan.resilience:
+        lines += resilience_section(plan.resilience)
     if ev.violations:
         lines += ["", "## Violations", ""] + [f"- {v}" for v in ev.violations]
     if solver:
@@ -136,3 +138,35 @@ def print_summary(console: Console, problem: Problem, plan: Plan, ev: Evaluation
         console.print("[red]violations:[/red]")
         for v in ev.violations:
             console.print(f"  - {v}")
+
+
+def resilience_section(res: dict[str, Any]) -> list[str]:
+    """Failures, spare waves bought for the guarantee, and ring vs OptCC spare capacity."""
+    fr = res.get("failures", {})
+    lines = [
+        "",
+        "## Resilience",
+        "",
+        f"- guarantee: every single failure of {', '.join(res.get('survive', []))} keeps the step within "
+        + (f"{fr.get('limit_s'):.4f} s" if fr.get("limit_s") else "the limit")
+        + f" (max_slowdown {res.get('max_slowdown')}), priced with the {res.get('collective')} collective",
+        f"- healthy step {fr.get('healthy_step_time_s', 0):.4f} s; holds: {fr.get('survives')}",
+        "",
+        "| failure | where | ring s | OptCC s | bound s |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for sc in fr.get("scenarios", []):
+        st = sc["step_time_s"]
+        cell = lambda v: "no capacity" if v is None else f"{v:.4f}"  # noqa: E731
+        lines.append(f"| {sc['class']}: {sc['description']} | {sc['where']} | {cell(st.get('ring'))} | {cell(st.get('optcc'))} | {cell(st.get('bound'))} |")
+    exp = fr.get("expected_step_time_s") or {}
+    if exp:
+        lines += ["", "Expected step time over NIC failures: " + ", ".join(f"{c} {v:.4f} s" for c, v in exp.items())]
+    lines += ["", "| route | waves without guarantee | spare under ring | spare under OptCC |", "|---|---:|---:|---:|"]
+    base = res.get("waves_without_resilience") or {}
+    ring = res.get("spare_waves_ring_by_route") or {}
+    opt = res.get("spare_waves_optcc_by_route") or {}
+    for route in sorted(set(base) | set(ring) | set(opt)):
+        lines.append(f"| {route} | {base.get(route, 0)} | {ring.get(route, '-')} | {opt.get(route, '-')} |")
+    lines.append(f"| **total** | {sum(base.values())} | {res.get('spare_waves_ring')} | {res.get('spare_waves_optcc')} |")
+    return lines

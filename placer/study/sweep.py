@@ -907,8 +907,13 @@ class _Progress:
 
     def _text(self) -> str:
         c = self.counts
-        fail = f"[red]{c['error']} failed[/red]" if c["error"] else "0 failed"
-        return f"ok {c['ok']}  infeasible {c['infeasible']}  time-limit {c['time_limit']}  {fail}"
+        parts = [f"ok {c['ok']}"]
+        if c["infeasible"]:
+            parts.append(f"infeasible {c['infeasible']}")
+        if c["time_limit"]:
+            parts.append(f"time limit {c['time_limit']}")
+        parts.append(f"[red]failed {c['error']}[/red]" if c["error"] else "failed 0")
+        return ", ".join(parts)
 
     def __enter__(self) -> _Progress:
         return self
@@ -927,8 +932,7 @@ class _Progress:
         )
 
         self._bar = Progress(
-            TextColumn("sweep"),
-            BarColumn(),
+            BarColumn(bar_width=20),
             MofNCompleteColumn(),
             TextColumn("{task.fields[outcome]}"),
             TimeElapsedColumn(),
