@@ -49,13 +49,13 @@ def main() -> None:
     backends = args.backends.split(",")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     print()
-    print("| instance | backend | status | seconds | step time s | gap | configs (solved) |")
+    print("| instance | backend | status | seconds | objective | gap | configs (solved) |")
     print("|---|---|---|---:|---:|---:|---|")
     for path in sorted((ROOT / "instances").glob("*.yaml")):
         prob = load_instance(path)
         for b in backends:
             st, sec, obj, gap, total, solved = run(prob, b, args.time_limit)
-            print(f"| {prob.name} | {b} | {st} | {sec:.2f} | {obj:.4f} | {gap:.1e} | {total} ({solved}) |", flush=True)
+            print(f"| {prob.name} | {b} | {st} | {sec:.2f} | {obj:.6g} | {gap:.1e} | {total} ({solved}) |", flush=True)
     if args.quick:
         return
     print()

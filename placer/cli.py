@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from placer.errors import InputError, PlacerError
 
@@ -31,14 +32,14 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except PlacerError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True, soft_wrap=True)
+            err.print(Text("error: ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except typer.Exit:
             raise
         except Exception as exc:  # noqa: BLE001
             if os.environ.get("PLACER_DEBUG"):
                 raise
-            err.print(f"[red]internal error:[/red] {type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)", soft_wrap=True)
+            err.print(Text("internal error: ", style="red") + Text(f"{type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)"), soft_wrap=True)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -57,7 +58,7 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
             out.print(f"[green]ok[/green] {p} ({prob.name}: {len(prob.instance.sites)} sites, model {prob.model.name})", highlight=False)
         except InputError as exc:
             bad += 1
-            err.print(f"[red]invalid[/red] {exc}", highlight=False, soft_wrap=True)
+            err.print(Text("invalid ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
     if bad:
         raise typer.Exit(2)
 
@@ -87,7 +88,7 @@ def solve(
     prob = load_instance(instance)
     if explain:
         err.print_json(json.dumps({"catalog": prob.catalog.model_dump(), "instance": prob.instance.model_dump(mode="json")}))
-    progress = None if quiet else (lambda msg: err.print(f"[dim]{msg}[/dim]", highlight=False))
+    progress = None if quiet else (lambda msg: err.print(Text(msg, style="dim"), highlight=False))
     res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
     plan_data = res.plan.model_dump(mode="json", exclude_none=True)
     if as_json:

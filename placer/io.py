@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from placer.errors import InputError
 from placer.schema import Catalog, Instance, ModelSpec, Plan
@@ -217,7 +217,6 @@ def _show(v: Any) -> str:
 
 def _allowed_keys(root: Any, loc: Loc) -> list[str] | None:
     """Keys the model at `loc` accepts (for 'unknown key' hints), when it can be found."""
-    from pydantic import BaseModel
 
     def first_model(ann: Any) -> Any:
         if isinstance(ann, type) and issubclass(ann, BaseModel):
@@ -275,6 +274,8 @@ def validation_message(
     import placer.schema as schema_module
 
     root = getattr(schema_module, exc.title, None)
+    if not (isinstance(root, type) and issubclass(root, BaseModel)):
+        root = None
     rows = []  # (loc, tag site, branch, mismatch, err)
     for err in exc.errors(include_url=False):
         raw = tuple(err["loc"])
@@ -334,8 +335,13 @@ def validation_message(
         if t in {"value_error", "assertion_error"}:
             # validators name the field they reject relative to their model: "hidden: ..."
             m = _EMBEDDED_PATH.match(msg)
-            if m:
-                full, msg = full + _parse_loc(m.group(1)), m.group(2)
+            rel = _parse_loc(m.group(1)) if m else ()
+            if rel and loc and rel[0] == loc[-1]:  # a field validator naming its own field
+                full, msg = prefix + loc[:-1] + rel, m.group(2)
+            elif rel:  # a model validator naming one of its fields
+                allowed = _allowed_keys(root, loc) if root is not None else None
+                if allowed is None or rel[0] in allowed:
+                    full, msg = full + rel, m.group(2)
             emit(full, msg)
             continue
         if t == "extra_forbidden":
@@ -525,10 +531,17 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; outputs are ordinary files
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | os.PathLike[str], data: Any) -> None:

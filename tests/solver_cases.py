@@ -154,15 +154,15 @@ def _draw(rng: random.Random, name: str) -> dict[str, Any]:
         pairs.pop(rng.randrange(3))  # a path instead of a triangle
     routes = []
     for a, b in pairs:
-        km = rng.choice((10, 60, 100, 400, 1200))
-        route: dict[str, Any] = {"sites": [a, b], "km": km, "fiber_pairs": 1, "max_waves": rng.choice((0, 1, 2, 3))}
+        km = rng.choice((10, 60, 100, 100, 400, 1200))
+        route: dict[str, Any] = {"sites": [a, b], "km": km, "fiber_pairs": 1, "max_waves": rng.choice((0, 1, 1, 2, 3))}
         if km > 1000 or rng.random() < 0.3:
             route["capacity_gbps"] = rng.choice((0, 10, 100, 400))
         if rng.random() < 0.2:
             route["latency_ms"] = round(km * 0.0049 * rng.choice((1.0, 1.5)), 6)
         routes.append(route)
     objective: dict[str, Any] = {"minimize": "step_time"}
-    budget = rng.choice((None, None, 0, 60_000, 150_000, 400_000))
+    budget = rng.choice((None, None, None, 0, 80_000, 150_000, 400_000))
     if budget is not None:
         objective["max_cost_usd"] = budget
     inst = {"name": name, "sites": sites, "routes": routes, "job": job, "objective": objective}

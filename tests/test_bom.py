@@ -24,21 +24,30 @@ from placer.schema import Plan
 GOLDEN = Path(__file__).resolve().parent / "golden" / "bom_small.csv"
 
 
-@pytest.fixture(scope="module")
-def problem():
+def make_problem():
     site = {"gpu": "h100-sxm", "gpus": 64}
     return problem_from_data(
         {
             "name": "bom-test",
-            "sites": [{"name": "a", **site}, {"name": "b", **site}, {"name": "c", **site}],
+            "sites": [{"name": n, **site} for n in "abcd"],
             "routes": [
                 {"sites": ["a", "b"], "km": 100, "fiber_pairs": 2},
                 {"sites": ["a", "c"], "km": 500, "fiber_pairs": 1, "fiber_usd_per_pair_km_year": 12.5},
-                {"sites": ["b", "c"], "km": 60, "fiber_pairs": 2, "latency_ms": 0.5},
+                {"sites": ["b", "c"], "km": 60, "fiber_pairs": 2},
+                {"sites": ["c", "d"], "km": 30, "latency_ms": 0.5},
             ],
             "job": {"model": "tiny-4l", "global_batch": 1},
         }
     )
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return make_problem()
+
+
+def golden_plan() -> Plan:
+    return plan_with({"sites": ["a", "b"], "waves": 3}, {"sites": ["a", "c"], "waves": 2})
 
 
 def plan_with(*links: dict) -> Plan:
@@ -58,17 +67,29 @@ def route(data: dict, name: str) -> dict:
 
 
 def test_short_route_800zr_no_amplifiers(problem):
-    plan = plan_with({"sites": ["a", "b"], "waves": 3})
-    r = route(bom_data(problem, plan), "a-b")
-    assert r["optic"] == "800zr"  # default: 100 km <= 120 km reach, 800G beats 400G
+    plan = plan_with({"sites": ["b", "c"], "waves": 3})
+    r = route(bom_data(problem, plan), "b-c")
+    assert r["optic"] == "800zr"  # default: 60 km <= 120 km reach, 800G beats 400G
     assert (r["transceivers"], r["router_ports"], r["fiber_pairs_lit"], r["mux_demux"], r["amplifiers"]) == (6, 6, 1, 2, 0)
     # 3 waves x (2 x 6,000 + 2 x 10,000) + 1 pair x 2 x 20,000
     assert r["capex_usd"] == 136_000
-    # 800 Gb/s x 2 x 100 km x 4.9 us/km = 800e9 x 0.98e-3 / 8 bytes = 98 MB (hardware.md)
-    assert r["buffer_per_port_mb"] == pytest.approx(98.0)
-    assert r["optics_power_w"] == {"a": 84, "b": 84}  # 3 x 28 W at each end
+    # 800 Gb/s x 2 x 60 km x 4.9 us/km / 8 = 58.8 MB
+    assert r["buffer_per_port_mb"] == pytest.approx(58.8)
+    assert r["optics_power_w"] == {"b": 84, "c": 84}  # 3 x 28 W at each end
     assert r["amplifier_power_w"] == 0
     assert r["fiber_opex_usd_per_year"] is None
+
+
+def test_100km_route_buffer_and_one_amplifier(problem):
+    plan = plan_with({"sites": ["a", "b"], "waves": 3})
+    r = route(bom_data(problem, plan), "a-b")
+    assert r["optic"] == "800zr"
+    # 800 Gb/s x 2 x 0.49 ms = 800e9 x 0.98e-3 / 8 bytes = 98 MB (hardware.md)
+    assert r["rtt_ms"] == pytest.approx(0.98)
+    assert r["buffer_per_port_mb"] == pytest.approx(98.0)
+    # 100 km is two 80 km spans: ceil(100 / 80) - 1 = 1 in-line amplifier per lit pair
+    assert (r["fiber_pairs_lit"], r["amplifiers"]) == (1, 1)
+    assert r["capex_usd"] == 136_000 + 30_000
 
 
 def test_long_route_800zr_plus_with_amplifiers(problem):
@@ -82,14 +103,14 @@ def test_long_route_800zr_plus_with_amplifiers(problem):
     assert r["capex_usd"] == 296_000
     assert r["amplifier_power_w"] == 1200  # 6 x 200 W, in huts
     assert r["optics_power_w"] == {"a": 60, "c": 60}  # 2 x 30 W per end; amplifiers charged to no site
-    assert data["totals"]["optics_power_w_by_site"] == {"a": 60, "b": 0, "c": 60}
+    assert data["totals"]["optics_power_w_by_site"] == {"a": 60, "b": 0, "c": 60, "d": 0}
     # 1 lit pair x 500 km x 12.5 USD per pair-km-year
     assert r["fiber_opex_usd_per_year"] == 6250
     # RTT 2 x 500 x 4.9 us = 4.9 ms; 800e9 x 4.9e-3 / 8 = 490 MB
     assert r["buffer_per_port_mb"] == pytest.approx(490.0)
 
 
-def test_several_fiber_pairs_and_measured_latency(problem):
+def test_several_fiber_pairs(problem):
     plan = plan_with({"sites": ["b", "c"], "waves": 40, "optic": "800zr"})
     r = route(bom_data(problem, plan), "b-c")
     # 40 waves / 32 channels per pair (4800 / 150 GHz) -> 2 pairs
@@ -97,16 +118,23 @@ def test_several_fiber_pairs_and_measured_latency(problem):
     assert (r["transceivers"], r["router_ports"]) == (80, 80)
     # 40 x 32,000 + 2 x 40,000
     assert r["capex_usd"] == 1_360_000
-    # the route's measured latency_ms 0.5 (not 60 km x 4.9 us): RTT 1 ms -> 800e9 x 1e-3 / 8 = 100 MB
-    assert r["buffer_per_port_mb"] == pytest.approx(100.0)
     assert r["optics_power_w"] == {"b": 1120, "c": 1120}  # 40 x 28 W
+
+
+def test_buffer_uses_measured_latency(problem):
+    plan = plan_with({"sites": ["c", "d"], "waves": 1})
+    r = route(bom_data(problem, plan), "c-d")
+    # latency_ms 0.5 (not 30 km x 4.9 us): RTT 1 ms -> 800e9 x 1e-3 / 8 = 100 MB
+    assert r["rtt_ms"] == pytest.approx(1.0)
+    assert r["buffer_per_port_mb"] == pytest.approx(100.0)
 
 
 def test_optic_from_plan_400zr(problem):
     plan = plan_with({"sites": ["a", "b"], "waves": 3, "optic": "400zr"})
     r = route(bom_data(problem, plan), "a-b")
     assert (r["optic"], r["channels_per_pair"], r["fiber_pairs_lit"]) == ("400zr", 64, 1)
-    assert r["capex_usd"] == 3 * (2 * 2000 + 2 * 10_000) + 2 * 20_000
+    # 3 waves x (2 x 2,000 + 2 x 10,000) + 1 pair x (2 x 20,000 + 1 amplifier x 30,000)
+    assert r["capex_usd"] == 3 * (2 * 2000 + 2 * 10_000) + 2 * 20_000 + 30_000
     assert r["buffer_per_port_mb"] == pytest.approx(49.0)  # 400e9 x 0.98e-3 / 8
 
 
@@ -128,8 +156,8 @@ def test_capex_and_power_match_evaluator(problem, links):
     (total,) = [r for r in rows if r["route"] == "TOTAL" and r["item"] == "capex"]
     assert float(total["capex_usd"]) == pytest.approx(ev.capex_usd)
     assert sum(float(r["capex_usd"] or 0) for r in rows if r["route"] != "TOTAL") == pytest.approx(ev.capex_usd)
-    # sites b and c run no GPUs: their evaluated power is the BOM's module watts x PUE 1.2
-    for s in ("b", "c"):
+    # sites b, c and d run no GPUs: their evaluated power is the BOM's module watts x PUE 1.2
+    for s in ("b", "c", "d"):
         assert ev.power_mw[s] == pytest.approx(data["totals"]["optics_power_w_by_site"][s] * 1.2 / 1e6)
     json.loads(bom_json(problem, plan))
 
@@ -155,8 +183,8 @@ def test_sources_beside_costs(problem):
 
 
 def test_golden_small(problem):
-    """Two routes: a-b 100 km with 3 default-optic waves, a-c 500 km with 2 waves and a fiber
-    price. Every number in tests/golden/bom_small.csv was checked by hand (see the tests above
-    for the arithmetic)."""
-    plan = plan_with({"sites": ["a", "b"], "waves": 3}, {"sites": ["a", "c"], "waves": 2})
-    assert bom_csv(problem, plan) == GOLDEN.read_text()
+    """Two routes: a-b 100 km with 3 default-optic waves (800zr, 1 amplifier), a-c 500 km with
+    2 waves (800zr+, 6 amplifiers) and a fiber price. Every number in tests/golden/bom_small.csv
+    was checked by hand: a-b 166,000 + a-c 296,000 = 462,000 USD capex; 6,250 USD/yr lease;
+    optics power a 84 + 60 = 144 W, b 84 W, c 60 W; amplifiers 7 x 200 = 1,400 W in huts."""
+    assert bom_csv(problem, golden_plan()) == GOLDEN.read_text()

@@ -215,7 +215,7 @@ def check_slurm_torchrun(files: dict[str, str], host_text: str) -> None:
     hosts = files["slurm_hostfile.txt"].split()
     assert hosts == [f"{s}-node{n}" for s, n, _ in loc]
     seen: Counter = Counter()
-    for (s, n, gpu), h in zip(loc, hosts, strict=True):
+    for (_site, _node, gpu), h in zip(loc, hosts, strict=True):
         assert seen[h] == gpu, "SLURM_LOCALID (order on the host) must be the planned GPU"
         seen[h] += 1
     assert "--distribution=arbitrary" in files["slurm.sbatch"]

@@ -140,10 +140,11 @@ def bom_data(problem: Problem, plan: Plan | dict[str, Any]) -> dict[str, Any]:
         one_way_s = net.latency_s(key)
         rtt_s = 2 * one_way_s
         buffer_bytes = spec.line_rate_gbps * 1e9 * rtt_s / 8
-        chosen = "plan" if plan_optic.get(key) else "default (cheapest optic that reaches)"
+        chosen = "plan" if plan_optic.get(key) else "default"
+        why = "set by the plan" if chosen == "plan" else "placer's default (highest line rate, then lowest cost per Gb/s, among the optics that reach)"
         items: list[dict[str, Any]] = []
 
-        items.append(_line(label, "wave", optic, w, "wave", None, "", opt_src, f"from the plan; optic {optic} ({chosen}), {spec.line_rate_gbps:g}G, reach {spec.reach_km:g} km >= {route.km:g} km"))
+        items.append(_line(label, "wave", optic, w, "wave", None, "", opt_src, f"waves from the plan; optic {why}: {spec.line_rate_gbps:g}G, reach {spec.reach_km:g} km >= {route.km:g} km"))
         for end in key:
             items.append(_line(label, "coherent transceiver", optic, w, "module", spec.module_cost_usd, end, opt_src, "one per wave per end", power_w=w * spec.module_w))
         for end in key:
@@ -156,7 +157,7 @@ def bom_data(problem: Problem, plan: Plan | dict[str, Any]) -> dict[str, Any]:
         items.append(_line(label, "fiber pair lit", "dark fiber pair", pairs, "pair", None, "", lease_src or "instance route fiber_pairs", f"ceil({w} waves / {channels} channels per pair); {route.fiber_pairs} available", opex=opex))
         for end in key:
             items.append(_line(label, "DWDM mux/demux", f"{channels}-channel", pairs, "unit", costs.mux_usd, end, cost_src, "one per lit pair per end"))
-        items.append(_line(label, "in-line amplifier", "ILA", amps, "unit", costs.amplifier_usd, HUTS, cost_src, f"{pairs} pairs x (ceil({route.km:g} / {cat.network.amplifier_spacing_km:g}) - 1 = {amps_per_pair})", power_w=amps * costs.amplifier_w))
+        items.append(_line(label, "in-line amplifier", "ILA", amps, "unit", costs.amplifier_usd, HUTS, cost_src, f"{pairs} lit pair(s) x (ceil({route.km:g} km / {cat.network.amplifier_spacing_km:g} km) - 1 = {amps_per_pair})", power_w=amps * costs.amplifier_w))
         capex = sum(it["capex_usd"] or 0.0 for it in items)
         routes.append(
             {

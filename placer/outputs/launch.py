@@ -25,6 +25,8 @@ that replica. At each site its TP groups, in increasing rank order, fill the sit
 ``gpus_per_node // tp`` at a time (exactly the evaluator's node count); the local GPU is
 ``slot * tp + tp_rank``. So a TP group never straddles a node, and within a node increasing
 rank means increasing local GPU (SLURM_LOCALID = local GPU under arbitrary distribution).
+When tp does not divide gpus_per_node (e.g. tp=16 on a 72-GPU NVL72 node) the last
+``gpus_per_node % tp`` GPUs of each node stay idle, as the evaluator assumes.
 
 Node ranks
 ----------
@@ -632,7 +634,7 @@ def torchrun_files(layout: Layout) -> dict[str, str]:
                 text += f"    # node rank {u.index}: GPUs {u.gpu_range}, global ranks {u.first_rank}-{u.first_rank + u.nproc - 1}\n"
                 text += f"    {torchrun_line(layout, u)} &\n"
             text += "    wait ;;\n"
-        text += f'  *) echo "host $HOST is not a {site} host in this plan" >&2; exit 2 ;;\nesac\n'
+        text += f'  *) echo "host $HOST is not a host of site {site} in this plan" >&2; exit 2 ;;\nesac\n'
         out[f"torchrun_{site}.sh"] = text
         hosts = [f"# hosts of site {site} (placeholders: replace with real names); slots = GPUs used", *(f"{host_name(site, n)} slots={sum(u.nproc for u in units if u.node == n)}" for n in range(layout.nodes_by_site[site]))]
         out[f"hosts_{site}.txt"] = "\n".join(hosts) + "\n"

@@ -89,7 +89,12 @@ def markdown_report(problem: Problem, plan: Plan, ev: Evaluation, solver: dict[s
     for s in problem.instance.sites:
         lim = f"{s.power_mw:g}" if s.power_mw is not None else "unlimited"
         lines.append(f"| {s.name} | {ev.gpus_by_site.get(s.name, 0)} | {ev.nodes_by_site.get(s.name, 0)} | {ev.power_mw.get(s.name, 0):.3f} | {lim} |")
-    lines += ["", f"Link capex: ${ev.capex_usd:,.0f}", "", "## Binding constraints", ""]
+    lines += ["", f"Link capex: ${ev.capex_usd:,.0f}", ""]
+    if ev.links:
+        from placer.outputs.bom import bom_markdown
+
+        lines += [bom_markdown(problem, plan).strip(), ""]
+    lines += ["## Binding constraints", ""]
     lines += [f"- {b}" for b in binding_constraints(problem, ev)] or ["- none within 1% of its limit"]
     if plan.resilience:
         lines += resilience_section(plan.resilience)

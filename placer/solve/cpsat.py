@@ -96,7 +96,16 @@ class CpsatInner:
             M.Add(capex <= math.floor(d.max_cost_usd)).WithName("budget")
         # route capacities in integer units: cap_i * T_ticks >= Q * load_bytes
         max_cap_tick = max((opt.capacity_Bps * self.tau for r in d.routes for opt in d.wave_options[r]), default=1.0)
-        self.Q = float(max(1, min(10**6, math.floor(INT_LIMIT / (max(max_cap_tick, 1e-30) * TT) / 1e3))))
+        # Q as large as int64 allows on both sides of a row (sum_i cap_i x ticks, Q x load bytes),
+        # with room for the terms of one row (options, x sites and 2 x ticks in the resilience
+        # rows). A fixed cap of Q <= 1e6 left a 10 Gbps route 31 100 units per tick on a 3e-11 s
+        # grid: 3e-5 off the evaluator, which the driver rejects.
+        max_load = max(
+            [cfg.dp * max((cr.get(r, 0) for cr in d.chain_cross), default=0) * d.pp_bytes_per_crossing for r in d.routes]
+            + [len(d.pairs) * sum(d.wan_bytes), 1.0]
+        )
+        terms = 4 * max((len(o) for o in d.wave_options.values()), default=1) * len(d.sites)
+        self.Q = float(max(1, math.floor(min(INT_LIMIT / (max(max_cap_tick, 1e-30) * TT), INT_LIMIT / max_load) / terms)))
         pp_bytes = round(d.pp_bytes_per_crossing)
         self.pp_loads: dict[Any, Any] = {}
         self.dp_loads: dict[Any, Any] = {}

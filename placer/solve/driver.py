@@ -141,11 +141,17 @@ def solve(
         data = cand.data or build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
         sol = _solve_inner(problem, perf, data, backend, objective, inc, remaining, threads, opts, best)
         solved += 1
-        if sol is None:
-            continue
-        if not sol.optimal:
-            open_bounds.append(sol.bound)
-        consider(data, sol, backend)
+        if sol is not None:
+            if not sol.optimal:
+                open_bounds.append(sol.bound)
+            consider(data, sol, backend)
+        nxt = cands[i + 1].lower_bound if i + 1 < len(cands) else math.inf
+        inc = best[0][0] if best else math.inf
+        say(
+            f"[{i + 1}/{len(cands)}] {cand.cfg.label()}: "
+            + ("no better plan" if sol is None else _fmt(objective, sol.objective))
+            + (f"; incumbent {_fmt(objective, inc)}, bound {_fmt(objective, min([inc, nxt, *open_bounds]))}" if objective != "cost" and math.isfinite(inc) else "")
+        )
 
     seconds = time.perf_counter() - t0
     if best is None:

@@ -65,6 +65,8 @@ def axis_label(column: str) -> tuple[str, float]:
         return LABELS[column]
     if column.endswith("_s") and column in {"compute_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s", "solver_s"}:
         return (f"{column.removesuffix('_s').replace('_', ' ')} (s)", 1.0)
+    if column.endswith(".km"):
+        return (f"fiber route length {column} (km)", 1.0)
     if column.startswith("waves["):
         return (f"new waves on {column[6:-1]} (800G waves)", 1.0)
     for suffix, unit in _SUFFIX_UNITS:

@@ -177,6 +177,7 @@ class Point:
     overrides: dict[str, Any]
     problem: Problem
     fingerprint: str  # what the result depends on besides the overrides (base, model, catalog, solver settings)
+    values: dict[str, Any] = field(default_factory=dict)  # value of every study column in this point's instance
 
 
 @dataclass
@@ -188,7 +189,6 @@ class Study:
     spec: StudySpec
     points: list[Point]
     columns: list[str]  # override paths, in the order they first appear
-    base_values: dict[str, Any] = field(default_factory=dict)  # base instance value per override path
     backend: str | None = None
     time_limit_s: float | None = None
 
@@ -319,7 +319,9 @@ def study_from_data(
         ids[pid] = index
         eff_backend = backend or problem.instance.solver.backend
         eff_limit = time_limit if time_limit is not None else problem.instance.solver.time_limit_s
-        points.append(Point(pid, len(points), ov, problem, _fingerprint(problem, eff_backend, eff_limit)))
+        dump = problem.instance.model_dump(mode="json")
+        values = {c: ov[c] if c in ov else get_path(dump, parsed[c]) for c in columns}
+        points.append(Point(pid, len(points), ov, problem, _fingerprint(problem, eff_backend, eff_limit), values))
     if errors:
         shown = errors[:20]
         more = f"\n... and {len(errors) - len(shown)} more" if len(errors) > len(shown) else ""
@@ -327,7 +329,6 @@ def study_from_data(
 
     stem = Path(where).stem if isinstance(where, Path) else "study"
     study_name = name or spec.name or re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
-    base_values = {k: get_path(base_data, parsed[k]) for k in columns}
     return Study(
         name=study_name,
         path=Path(where) if isinstance(where, Path) else None,
@@ -336,7 +337,6 @@ def study_from_data(
         spec=spec,
         points=points,
         columns=columns,
-        base_values=base_values,
         backend=backend,
         time_limit_s=time_limit,
     )
@@ -808,8 +808,9 @@ def _cell(v: Any) -> Any:
 
 
 def results_table(study: Study, records: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """One row per finished point, in study order: point_id, the override columns (the base
-    value where a point leaves a path alone), status, message, then the metrics."""
+    """One row per finished point, in study order: point_id, the override columns (where a
+    point leaves a path alone: the value in its instance, defaults included), status,
+    message, then the metrics."""
     import pandas as pd
 
     rows = []
@@ -820,7 +821,7 @@ def results_table(study: Study, records: dict[str, dict[str, Any]]) -> pd.DataFr
             continue
         row: dict[str, Any] = {"point_id": p.id}
         for k in study.columns:
-            row[k] = _cell(p.overrides.get(k, study.base_values.get(k)))
+            row[k] = _cell(p.values.get(k))
         row["status"] = rec.get("status", "error")
         row["message"] = rec.get("message", "")
         for k, v in (rec.get("metrics") or {}).items():
