@@ -179,6 +179,19 @@ class PerfModel:
             return math.inf
         return one_f_one_b_time(fwd, bwd, lat, tx, cfg.num_micro_batches)
 
+    def pipeline_lower_bound(self, cfg: Config, chains: list[Chain]) -> float:
+        """A bound no chain beats: every stage on the fastest GPU any chain gives it, and no
+        pipeline communication. Valid because the 1F1B makespan is non-decreasing in every
+        stage and boundary time (it is a max-plus expression of them)."""
+        inst = self.problem.instance
+        fwd, bwd = [], []
+        for k in range(cfg.pp):
+            options = [self.stage_times(cfg, inst.site(s).gpu)[k] for s in {c[k] for c in chains}]
+            fwd.append(min(t.fwd for t in options))
+            bwd.append(min(t.bwd for t in options))
+        zeros = [0.0] * (cfg.pp - 1)
+        return one_f_one_b_time(fwd, bwd, zeros, zeros, cfg.num_micro_batches)
+
     def chain_crossings(self, chain: Chain) -> dict[RouteKey, int]:
         """How many pipeline boundaries of one chain use each route."""
         out: dict[RouteKey, int] = defaultdict(int)

@@ -122,7 +122,7 @@ class CpsatInner:
         wan_factor = {"synchronous": 1, "diloco": d.every_steps}.get(d.sync_mode, 2 * d.every_steps)
         TW = wan_factor * TT
         Q_wan = float(max(1, math.floor(self.Q / wan_factor)))
-        T_intra = M.NewIntVar(0, TT, "T_intra")
+        T_intra = M.NewIntVar(min(TT, math.floor(d.intra_lower_bound / self.tau)), TT, "T_intra")
         T_dpbw = M.NewIntVar(0, TW, "T_dpbw")
         T_lat = M.NewIntVar(0, TW, "T_lat")
         h: dict[tuple[str, int], Any] = {}

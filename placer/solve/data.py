@@ -71,6 +71,16 @@ class InnerData:
     resilience: ResilienceData | None = None
 
     @property
+    def intra_lower_bound(self) -> float:
+        """Pigeonhole: a stage with more replicas than sites that may host it has two of them
+        in one site, so the intra-site sync of its cheapest host is paid."""
+        lb = 0.0
+        for k, hosts in enumerate(self.stage_sites):
+            if self.cfg.dp > len(hosts) and self.cfg.dp >= 2:
+                lb = max(lb, min(self.intra[(k, s)] for s in hosts))
+        return lb
+
+    @property
     def n_stages(self) -> int:
         return self.cfg.pp
 

@@ -28,6 +28,7 @@ from placer.solve.greedy import greedy
 from placer.solve.milp import MilpInner
 from placer.solve.space import SpaceReport, chain_types, enumerate_configs
 
+GREEDY_CONFIGS = 4  # configurations (best bounds first) that get a greedy incumbent
 AGREEMENT_REL = 1e-5  # backend objective vs evaluator (CP-SAT works on a 1e-9 time grid)
 
 Progress = Callable[[str], None]
@@ -117,7 +118,7 @@ def solve(
             say(f"incumbent {source} {data.cfg.label()}: {_fmt(objective, key[0])}")
 
     # greedy incumbent over the most promising configurations
-    for cand in cands[: max(8, len(cands) // 4)]:
+    for cand in cands[:GREEDY_CONFIGS]:
         cand.data = build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
         g = greedy(cand.data)
         if g is not None:
@@ -245,7 +246,7 @@ def prepare_candidates(
         if not chains:
             report.drop("no stage placement fits in GPU memory")
             continue
-        lb_pipe = min(perf.chain_time(cfg, c) for c in chains)
+        lb_pipe = perf.pipeline_lower_bound(cfg, chains)
         n_sites = len({s for c in chains for s in c})
         lb_intra = 0.0
         if cfg.dp > n_sites:  # some site must hold two replicas of every stage

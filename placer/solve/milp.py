@@ -107,7 +107,7 @@ class MilpInner:
             self.pp_loads[r] = (load, max_load)
             self._route_time(T_pipe, load, max_load, r, "route.pp")
         # data-parallel hosting
-        T_intra = pulp.LpVariable("T_intra", 0)
+        T_intra = pulp.LpVariable("T_intra", d.intra_lower_bound / ts)
         T_dpbw = pulp.LpVariable("T_dpbw", 0)
         T_lat = pulp.LpVariable("T_lat", 0)
         h: dict[tuple[str, int], pulp.LpVariable] = {}

@@ -91,7 +91,7 @@ def _numeric(s: pd.Series) -> bool:
 
 
 def _varying(df: pd.DataFrame, cols: Sequence[str]) -> list[str]:
-    return [c for c in cols if df[c].astype(str).nunique() > 1]
+    return [c for c in cols if df[c].nunique(dropna=False) > 1]
 
 
 def default_x(df: pd.DataFrame) -> str | None:
@@ -108,11 +108,21 @@ def _parse_by(by: str | Sequence[str] | None) -> list[str]:
     return [c.strip() for item in items for c in item.split(",") if c.strip()]
 
 
+def _fmt_key(k: Any) -> str:
+    import pandas as pd
+
+    if k is None or (not isinstance(k, str) and pd.isna(k)):
+        return "null"
+    if isinstance(k, float) and k.is_integer():
+        return str(int(k))
+    return str(k)
+
+
 def _group_label(keys: Any, by: list[str]) -> str:
     keys = keys if isinstance(keys, tuple) else (keys,)
     if len(by) == 1:
-        return str(keys[0])
-    return ", ".join(f"{c}={k}" for c, k in zip(by, keys, strict=True))
+        return _fmt_key(keys[0])
+    return ", ".join(f"{c}={_fmt_key(k)}" for c, k in zip(by, keys, strict=True))
 
 
 def _ok(df: pd.DataFrame, y: str) -> pd.Series:

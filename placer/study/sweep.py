@@ -438,6 +438,12 @@ def _fmt_overrides(ov: dict[str, Any]) -> str:
     return ", ".join(f"{k} = {_fmt_value(v)}" for k, v in ov.items())
 
 
+def _placer_version() -> str:
+    from placer import __version__
+
+    return __version__
+
+
 def _fingerprint(problem: Problem, backend: str, time_limit_s: float) -> str:
     """Hash of everything a point's result depends on besides its overrides (a finished point
     is reused on resume only when this matches)."""
@@ -448,6 +454,7 @@ def _fingerprint(problem: Problem, backend: str, time_limit_s: float) -> str:
         "backend": backend,
         "time_limit_s": time_limit_s,
         "record": RECORD_VERSION,
+        "placer": _placer_version(),
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -715,7 +722,7 @@ def _run_dask(tasks: list[Task], workers: int, scheduler: str | None, started: C
     cluster = None
     try:
         if scheduler:
-            client = Client(scheduler, timeout="30s")
+            client = Client(scheduler, timeout="10s")
         else:
             cluster = LocalCluster(
                 n_workers=min(workers, len(tasks)),
@@ -835,6 +842,10 @@ def results_table(study: Study, records: dict[str, dict[str, Any]]) -> pd.DataFr
     tail = [c for c in TAIL if c in metric_cols]
     cols = ["point_id", *study.columns, "status", "message", *known, *waves, *extra, *tail]
     df = pd.DataFrame(rows, columns=cols)
+    for c in df.columns:  # integer columns stay integers when some rows have no value
+        vals = [v for v in (r.get(c) for r in rows) if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        if vals and all(isinstance(v, int) and not isinstance(v, bool) for v in vals) and len(vals) < len(rows):
+            df[c] = df[c].astype("Int64")
     if "step_time_s" not in df:
         for c in ("step_time_s", "tokens_per_s", "mfu", "capex_usd"):
             df[c] = float("nan")
