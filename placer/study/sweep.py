@@ -700,7 +700,7 @@ def _run_local(tasks: list[Task], workers: int, scheduler: str | None, started: 
         raise InputError("--scheduler needs --executor dask")
     # fork on Linux: fast, and a script or notebook without a __main__ guard still works
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx)
+    pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_ignore_sigint)
     try:
         futures = {pool.submit(run_point, t): t for t in tasks}  # processes start here (before the progress thread)
         started()
@@ -709,8 +709,21 @@ def _run_local(tasks: list[Task], workers: int, scheduler: str | None, started: 
                 yield fut.result()
             except Exception as exc:  # noqa: BLE001 - e.g. a worker killed by the OS
                 yield _failed(futures[fut], exc)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:
+        # Ctrl-C (or the consumer stopped): drop the queue and stop the running solves now;
+        # finished points are already on disk
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them and keeps what is finished."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run_dask(tasks: list[Task], workers: int, scheduler: str | None, started: Callable[[], None]) -> Iterator[dict[str, Any]]:
