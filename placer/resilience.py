@@ -176,7 +176,8 @@ def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[
         scenarios.append(sc)
     limit = None
     if res is not None:
-        limit = problem.instance.objective.max_step_time_s or ev.step_time_s * (1 + res.max_slowdown)
+        # (1 + max_slowdown) x the healthy target: max_step_time_s when set, else the plan's own step
+        limit = (problem.instance.objective.max_step_time_s or ev.step_time_s) * (1 + res.max_slowdown)
     report = FailureReport(ev.step_time_s, scenarios, collective, limit)
     if res is not None and res.nic_failure_rate and scenarios:
         nic = next((s for s in scenarios if s.klass == "nic"), None)

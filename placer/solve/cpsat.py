@@ -270,7 +270,7 @@ class CpsatInner:
         big = 2 * TT
         if res.max_step_time_s is not None:
             limit_rhs = None
-            limit_ticks = math.floor(res.max_step_time_s / self.tau * (1 + 1e-9))
+            limit_ticks = math.floor((1 + res.max_slowdown) * res.max_step_time_s / self.tau * (1 + 1e-9))
         else:
             limit_rhs = round((1 + res.max_slowdown) * 10**6)
         used = self.sites_used

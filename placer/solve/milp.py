@@ -254,7 +254,7 @@ class MilpInner:
         d, P, res = self.d, self.prob, self.d.resilience
         assert res is not None
         add = P.addConstraint
-        limit = (res.max_step_time_s / self.ts) if res.max_step_time_s is not None else (1 + res.max_slowdown) * T
+        limit = (1 + res.max_slowdown) * ((res.max_step_time_s / self.ts) if res.max_step_time_s is not None else T)
         # number of sites the plan uses (participants of the inter-site collective)
         used = self.sites_used
         for s in d.sites:
@@ -262,7 +262,7 @@ class MilpInner:
         zp = {p: pulp.LpVariable(_name("res.p", p), cat="Binary") for p in range(1, len(d.sites) + 1)}
         add(pulp.lpSum(zp.values()) == 1, "res.p_onehot")
         add(pulp.lpSum(p * z for p, z in zp.items()) == pulp.lpSum(used.values()), "res.p_count")
-        t_max = self.t_max * (1 + res.max_slowdown) * 1.01 if res.max_step_time_s is None else res.max_step_time_s / self.ts * 1.01
+        t_max = self.t_max * (1 + res.max_slowdown) * 1.01 if res.max_step_time_s is None else (1 + res.max_slowdown) * res.max_step_time_s / self.ts * 1.01
         for (klass, r), caps in sorted(res.degraded_capacity.items()):
             tag = f"{klass}_{r[0]}_{r[1]}"
             Tp = pulp.LpVariable(_name("res.T_pipe", tag), 0)
