@@ -165,7 +165,7 @@ def evaluate(
         optic = optic or net.default_optic(key)
         where = f"route {key[0]}-{key[1]}"
         if optic is None:
-            viol.append(Violation("reach", where, f"{route.km:g} km: no optic in the catalog reaches (longest reach {max(o.reach_km for o in cat.optics.values()):g} km)", route.km))
+            viol.append(Violation("reach", where, f"{route.km:g} km: no optic in the catalog reaches (longest reach {max(o.reach_km for o in cat.optics.values()):g} km)", route.km - max(o.reach_km for o in cat.optics.values())))
             continue
         if optic not in cat.optics:
             viol.append(Violation("reach", where, f"unknown optic '{optic}' (catalog: {', '.join(sorted(cat.optics))})"))
@@ -220,7 +220,7 @@ def evaluate(
     for _count, chain in groups:
         for k, s in enumerate(chain):
             gpu_key = inst.site(s).gpu
-            label = f"stage {k} on {gpu_key}"
+            label = f"stage {k} at site {s} ({gpu_key})"
             if label in memory_gb:
                 continue
             mem = stage_memory_bytes(problem.model, cfg.stage_layers[k], k, cfg.pp, cfg.tp, cfg.dp, cfg.micro_batch, cfg.num_micro_batches, inst.job.recompute, inst.job.zero1)

@@ -142,7 +142,7 @@ def print_summary(console: Console, problem: Problem, plan: Plan, ev: Evaluation
     if ev.violations:
         console.print("[red]violations:[/red]")
         for v in ev.violations:
-            console.print(f"  - {v}")
+            console.print(f"  - {v}", markup=False, highlight=False)
 
 
 def resilience_section(res: dict[str, Any]) -> list[str]:
