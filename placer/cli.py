@@ -219,6 +219,17 @@ def export(
         out.print(f"wrote {path}", highlight=False)
 
 
+def _register_study_commands() -> None:
+    """`placer sweep` and `placer plot` live in placer.study (pandas, matplotlib, dask are
+    imported only when those commands run)."""
+    from placer.study.cli import register
+
+    register(app)
+
+
+_register_study_commands()
+
+
 def main() -> None:
     app()
 

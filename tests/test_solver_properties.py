@@ -154,26 +154,26 @@ FREE_WAN_XFAIL = (
 )
 
 
+def free_wan_repro() -> tuple[dict, dict]:
+    """Two sites of 8 H100s (nodes of 4) and a free route, vs one site of 16: tiny-8l with
+    tp 4, pp 2, dp 2. Over the free WAN one replica per site skips the intra-site ring."""
+    job = {"model": "tiny-8l", "global_batch": 16, "parallelism": {"tp": [4], "pp": [2], "dp": [2], "micro_batch": [1]}}
+    multi = {
+        "name": "free-wan",
+        "sites": [{"name": s, "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4} for s in ("a", "b")],
+        "routes": [{"sites": ["a", "b"], "km": 100, "latency_ms": 0, "capacity_gbps": 1e9, "max_waves": 0}],
+        "job": job,
+    }
+    single = {"name": "one-site", "sites": [{"name": "one", "gpu": "h100-sxm", "gpus": 16, "gpus_per_node": 4}], "job": job}
+    return multi, single
+
+
 @pytest.mark.xfail(strict=True, reason=FREE_WAN_XFAIL)
 @SETTINGS
 @given(seed=seeds)
-@example(seed=-1)  # the minimal repro below
+@example(seed=-1)  # free_wan_repro(): 0.876 ms over the free WAN, 1.085 ms in one site
 def test_free_wan_equals_one_site(seed: int) -> None:
-    if seed == -1:
-        multi, single = free_wan_pair(0)
-        job = {"model": "tiny-8l", "global_batch": 16, "parallelism": {"tp": [4], "pp": [2], "dp": [2], "micro_batch": [1]}}
-        for inst in (multi, single):
-            inst["job"] = copy.deepcopy(job)
-            inst["catalog"] = {}
-            for s in inst["sites"]:
-                s.update(gpu="h100-sxm", gpus_per_node=4)
-        multi["sites"] = multi["sites"][:2]
-        multi["routes"] = multi["routes"][:1]
-        for s in multi["sites"]:
-            s["gpus"] = 8
-        single["sites"][0]["gpus"] = 16
-    else:
-        multi, single = free_wan_pair(seed)
+    multi, single = free_wan_repro() if seed == -1 else free_wan_pair(seed)
     m, s = optimum(multi), optimum(single)
     assert (m is None) == (s is None)
     if s is not None:
@@ -201,7 +201,6 @@ def check_tp_inside_nodes(instance: dict[str, Any], res: SolveResult) -> None:
         assert ev.gpus_by_site[site.name] == n * par.tp
         if n:
             assert par.tp <= gpn, f"tp={par.tp} spans nodes of {gpn} GPUs at {site.name}"
-            assert gpn % par.tp == 0 or tp_groups_per_node(gpn, par.tp) * par.tp <= gpn
             assert ev.nodes_by_site[site.name] == math.ceil(n / tp_groups_per_node(gpn, par.tp))
         else:
             assert ev.nodes_by_site[site.name] == 0
@@ -264,7 +263,7 @@ SYMMETRIC = {
         "global_batch": 16,
         "gpus": 32,
         "sync": {"mode": ["synchronous", "diloco"], "every_steps": 4},
-        "parallelism": {"tp": [2, 4], "pp": [2, 4], "dp": [2, 4, 8], "micro_batch": [1]},
+        "parallelism": {"tp": [4], "pp": [2, 4], "dp": [2, 4], "micro_batch": [1]},
     },
     "objective": {"minimize": "step_time", "max_cost_usd": 400_000},
 }
