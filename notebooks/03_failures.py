@@ -38,8 +38,8 @@ import pandas as pd
 
 from placer.evaluate import evaluate
 from placer.io import problem_from_data
-from placer.solve.driver import solve
 from placer.perf.flops import param_count
+from placer.solve.driver import solve
 from placer.study.plot import plot_spare_waves, save_figure
 
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "instances").is_dir())
@@ -54,7 +54,11 @@ def mesh(n: int, extra: dict | None = None) -> dict:
     inst = {
         "name": f"mesh-{n}",
         "sites": [{"name": s, "gpu": "h100-sxm", "gpus": 8} for s in names],
-        "routes": [{"sites": [a, b], "km": 50, "max_waves": 8} for i, a in enumerate(names) for b in names[i + 1 :]],
+        "routes": [
+            {"sites": [a, b], "km": 50, "max_waves": 8}
+            for i, a in enumerate(names)
+            for b in names[i + 1 :]
+        ],
         "job": {
             "model": "sc21-1.7b",
             "global_batch": n,
@@ -86,7 +90,11 @@ for n in SITES:
                 n,
                 {
                     "objective": {"minimize": "cost", "max_step_time_s": sla},
-                    "resilience": {"survive": ["wave"], "collective": "optcc", "max_slowdown": 0.05},
+                    "resilience": {
+                        "survive": ["wave"],
+                        "collective": "optcc",
+                        "max_slowdown": 0.05,
+                    },
                 },
             )
         )
@@ -104,12 +112,13 @@ for n in SITES:
     )
 df = pd.DataFrame(rows)
 df.to_csv(OUT / "spare_waves.csv", index=False)
-df
+print(df.to_string(index=False))
 
 # %%
-fig = plot_spare_waves(df, x="sites", title="Spare waves for a 5% worst-case slowdown under one lost wave")
-save_figure(fig, OUT / "spare_waves.png")
-fig
+fig = plot_spare_waves(
+    df, x="sites", title="Spare waves for a 5% worst-case slowdown under one lost wave"
+)
+print("wrote", save_figure(fig, OUT / "spare_waves.png"))
 
 # %% [markdown]
 # ## Conclusion
@@ -127,9 +136,11 @@ for _, r in many.iterrows():
         f"ring needs {int(r['spare_waves_ring'])} spare waves, OptCC {int(r['spare_waves_optcc'])}."
     )
 assert two["spare_waves_ring"] == two["spare_waves_optcc"], "two sites: OptCC and ring must agree"
-assert (df["spare_waves_optcc"] <= df["spare_waves_ring"]).all(), "OptCC never needs more spares than the ring"
+assert (df["spare_waves_optcc"] <= df["spare_waves_ring"]).all(), (
+    "OptCC never needs more spares than the ring"
+)
 saving = (many["spare_waves_ring"] - many["spare_waves_optcc"]).astype(int).tolist()
-grows = all(a <= b for a, b in zip(saving, saving[1:]))
+grows = all(a <= b for a, b in zip(saving, saving[1:], strict=False))
 print(
     f"Conclusion: with 3 to {int(many['sites'].max())} sites OptCC saves {saving} spare waves "
     f"({sum(saving)} in all) for the same 5% guarantee"
