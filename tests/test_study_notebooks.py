@@ -10,7 +10,7 @@ import pytest
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
-@pytest.mark.parametrize("name", ["01_distance.py", "02_links_vs_cost.py"])
+@pytest.mark.parametrize("name", ["01_distance.py", "02_links_vs_cost.py", "03_failures.py"])
 def test_notebook_executes(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     jupytext = pytest.importorskip("jupytext")
     nbclient = pytest.importorskip("nbclient")
