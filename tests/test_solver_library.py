@@ -25,6 +25,8 @@ from placer.evaluate import evaluate
 from placer.io import load_instance, problem_from_data
 from placer.solve.driver import SolveResult, solve
 
+pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:DeprecationWarning")
+
 REL = {"brute": 0.0, "cpsat": 1e-5, "milp": 1e-6}
 ABS_S = 1e-9  # the driver's tie-break grid on step times
 BACKENDS = ("brute", "cpsat", "milp")

@@ -169,9 +169,12 @@ class MilpInner:
             add(T <= self.t_cap / ts, "objective.t_cap")
         if self.rate_cap is not None:
             add(self.rate <= self.rate_cap, "objective.rate_cap")
-        if self.cutoff is not None and self.objective != "step_time":
-            # (for step time the hull's t_max, set from the incumbent, already cuts off
-            # worse plans; an explicit row on T measurably slows HiGHS down)
+        if self.cutoff is not None:
+            # needed for step time too: the hulls' t_max bounds only the route-time splits,
+            # not T_pipe + T_dp. Without this row HiGHS solves a configuration that cannot
+            # beat the incumbent to its own optimum: 60 s instead of 0.06 s for
+            # tp8-pp16-dp32-mb1-synchronous of four-site-metro-longhaul (seed-1t-two-sites
+            # is ~2 s slower with it)
             add(self._main() <= self.cutoff / self._unit(), "objective.cutoff")
         self.sites_used = {s: pulp.LpVariable(_name("site_used", s), cat="Binary") for s in d.sites}
         for s in d.sites:
@@ -194,14 +197,14 @@ class MilpInner:
             deltas.append(dl)
         self.prob.addConstraint(pulp.lpSum(deltas) == 1, _name(name, "onehot"))
 
-    def _exact_route_time(self, load: Any, max_load: float, r: Any, family: str) -> Any:
+    def _exact_route_time(self, load: Any, max_load: float, r: Any, family: str, factor: float = 1.0) -> Any:
         """A variable equal to load / capacity(waves): the hull with an equality row."""
         scale = max_load if max_load > 0 else 1.0
         t = pulp.LpVariable(_name("t", family, *r), 0)
         taus = []
         for i, opt in enumerate(self.d.wave_options[r]):
             tau = pulp.LpVariable(_name("tau", family, *r, i), 0)
-            self.prob.addConstraint(tau <= self.t_max * 4 * self.y[(r, i)], _name(family, "hull", *r, i))
+            self.prob.addConstraint(tau <= self.t_max * 4 * factor * self.y[(r, i)], _name(family, "hull", *r, i))
             taus.append((opt.capacity_Bps * self.ts / GBYTE / scale, tau))
         self.prob.addConstraint(pulp.lpSum(tt for _, tt in taus) == t, _name(family, "split", *r))
         self.prob.addConstraint((1.0 / scale) * load == pulp.lpSum(c * tt for c, tt in taus), _name(family, "capacity", *r))
@@ -226,13 +229,15 @@ class MilpInner:
         self._exact_max(T_pipe, pipe_terms, big, "exact.pipe")
         dp_terms: list[tuple[Any, Any]] = [(0, None)]
         for r, (load, max_load) in self.dp_loads.items():
-            dp_terms.append((self._exact_route_time(load, max_load, r, "exact.dp"), None))
-        self._exact_max(T_dpbw, dp_terms, big, "exact.dpbw")
-        self._exact_max(T_lat, [(0, None)] + [(lat, bp) for _dem, _share, bp, _S, _ha, _hb, lat in self._pairs], big, "exact.lat")
+            dp_terms.append((self._exact_route_time(load, max_load, r, "exact.dp", self._wan_factor()), None))
+        # the WAN exchange may last H (diloco) or 2H (streaming) steps: its bigs scale with it
+        big_wan = big * self._wan_factor()
+        self._exact_max(T_dpbw, dp_terms, big_wan, "exact.dpbw")
+        self._exact_max(T_lat, [(0, None)] + [(lat, bp) for _dem, _share, bp, _S, _ha, _hb, lat in self._pairs], big_wan, "exact.lat")
         self._exact_max(T_intra, [(0, None)] + [(sec, g) for g, _, sec in self._intra_terms], big, "exact.intra")
         if getattr(self, "_exposed", None) is not None:
             T_wan = T_dpbw + T_lat
-            self._exact_max(self._exposed, [(0, None), ((1.0 / d.every_steps) * T_wan - T_pipe, None)], big, "exact.exposed")
+            self._exact_max(self._exposed, [(0, None), ((1.0 / d.every_steps) * T_wan - T_pipe, None)], big_wan, "exact.exposed")
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str) -> Any:
         """The data-parallel WAN term of the step for the sync policy."""
@@ -276,7 +281,7 @@ class MilpInner:
                 load, max_load = self.dp_loads[r]
                 healthy = [opt.capacity_Bps for opt in d.wave_options[r]]
                 eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
-                self._hull(Td, load, max_load, r, eff, zp, t_max, f"res.dp.{tag}")
+                self._hull(Td, load, max_load, r, eff, zp, t_max * self._wan_factor(), f"res.dp.{tag}")
             add(Tp + T_intra + self._wan_part(Td + T_lat, Tp, tag) <= limit, _name("res.survive", tag))
         if res.nic_factor is not None:
             add(T_pipe + res.nic_factor * T_intra + self._wan_part(T_dpbw + T_lat, T_pipe, "nic") <= limit, "res.survive_nic")
