@@ -19,7 +19,7 @@ from pathlib import Path
 from placer.errors import PlacerError
 from placer.generate import random_instance
 from placer.io import load_instance, problem_from_data
-from placer.solve.driver import solve
+from placer.optimize.driver import solve
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = [  # sites, total GPUs, max sites per replica

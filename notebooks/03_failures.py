@@ -38,8 +38,8 @@ import pandas as pd
 
 from placer.evaluate import evaluate
 from placer.io import problem_from_data
+from placer.optimize.driver import solve
 from placer.perf.flops import param_count
-from placer.solve.driver import solve
 from placer.study.plot import plot_spare_waves, save_figure
 
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "instances").is_dir())

@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 
 def solve(problem: Problem, backend: str | None = None, time_limit_s: float | None = None, threads: int | None = None) -> Plan:
     """Solve an instance and return the evaluator-verified plan (CONTRACT section 6)."""
-    from placer.solve.driver import solve as _solve
+    from placer.optimize.driver import solve as _solve
 
     return _solve(problem, backend=backend, time_limit_s=time_limit_s, threads=threads).plan
 

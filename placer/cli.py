@@ -77,9 +77,9 @@ def solve(
 ) -> None:
     """Find the best plan; write plan.json, bom.csv and report.md."""
     from placer.io import load_instance, write_atomic, write_json
+    from placer.optimize.driver import solve as run
     from placer.outputs.bom import bom_csv
     from placer.outputs.report import markdown_report, print_summary
-    from placer.solve.driver import solve as run
 
     if backend is not None and backend not in {"cpsat", "milp", "brute"}:
         raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")

@@ -2,7 +2,7 @@
 throughput, power and cost of a plan computed by the one performance model.
 
 Every plan that `placer solve` writes goes through `evaluate` first; the solver's
-objective must equal what this module computes (placer.solve checks it).
+objective must equal what this module computes (placer.optimize checks it).
 """
 
 from __future__ import annotations

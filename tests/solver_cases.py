@@ -33,9 +33,9 @@ from typing import Any
 
 from placer.io import default_catalog_data, problem_from_data
 from placer.network import Network
+from placer.optimize.data import build_inner
+from placer.optimize.space import chain_types, enumerate_configs, memory_fits
 from placer.perf.step import PerfModel
-from placer.solve.data import build_inner
-from placer.solve.space import chain_types, enumerate_configs, memory_fits
 
 MODELS = {"tiny-4l": 4, "tiny-8l": 8, "tiny-gqa": 4}  # name -> layers
 GPUS = ("h100-sxm", "h100-sxm", "h200", "a100-80g")
@@ -286,7 +286,7 @@ def _two_nodes_each(name: str, route: dict[str, Any], power_mw: float | None = N
 
 
 # Infeasible instances whose error message does not (yet) name the binding resource:
-# placer/solve/explain.py only looks at reach, GPU counts, memory and power for nodes.
+# placer/optimize/explain.py only looks at reach, GPU counts, memory and power for nodes.
 KNOWN_GAPS = [
     (
         # the route can carry nothing: max_waves 0 and no capacity in place (the optics reach)

@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import placer
 from placer.errors import InputError, TimeLimitError
 from placer.evaluate import evaluate, site_gpus_per_node
 from placer.io import load_instance, problem_from_data
 from placer.outputs.export import FORMAT_NAMES, export, render
 from placer.outputs.launch import build_layout, megatron_pipeline_args
 from placer.schema import Plan
-from placer.solve.driver import solve as solve_driver
 
 REPO = Path(__file__).resolve().parent.parent
 INSTANCES = sorted((REPO / "instances").glob("*.yaml"))
@@ -397,10 +397,7 @@ def solved():
             problem = load_instance(path)
             t0 = time.perf_counter()
             try:
-                # placer.solve(...) is the public call, but importing the placer.solve package
-                # (any solver import) rebinds the attribute `placer.solve` to that package:
-                # call the driver it wraps instead.
-                plan = solve_driver(problem, backend="cpsat", time_limit_s=60).plan
+                plan = placer.solve(problem, backend="cpsat", time_limit_s=60)
                 _SOLVED[path.name] = (problem, plan, time.perf_counter() - t0, None)
             except TimeLimitError as exc:
                 _SOLVED[path.name] = (problem, None, time.perf_counter() - t0, str(exc))

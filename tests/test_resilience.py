@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from placer.evaluate import evaluate
 from placer.io import problem_from_data
+from placer.optimize.driver import solve
 from placer.perf.flops import param_count
 from placer.resilience import failure_report, slowdown_factor
-from placer.solve.driver import solve
 
 WAVE_800G_BPS = 800e9 / 8 * 0.9  # one 800G wave, payload efficiency 0.9 (catalog)
 EPS = 0.02  # catalog resilience.optcc_eps

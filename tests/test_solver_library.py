@@ -23,7 +23,7 @@ import solver_cases as sc
 from placer.errors import InfeasibleError
 from placer.evaluate import evaluate
 from placer.io import load_instance, problem_from_data
-from placer.solve.driver import SolveResult, solve
+from placer.optimize.driver import SolveResult, solve
 
 pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:DeprecationWarning")
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from placer.errors import InfeasibleError
 from placer.evaluate import evaluate, site_gpus_per_node, tp_groups_per_node
 from placer.io import problem_from_data
-from placer.solve.driver import SolveResult, solve
+from placer.optimize.driver import SolveResult, solve
 
 pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:DeprecationWarning")
 

@@ -1,7 +1,7 @@
 """Step time of a training job for a parallel configuration, a placement and links.
 
 The single source of truth for step time: the evaluator calls it on any plan, and the
-formulations (placer.solve) are built from the very same per-stage, per-chain and
+formulations (placer.optimize) are built from the very same per-stage, per-chain and
 per-route quantities that this module exposes. Model (reference/performance-model.md):
 
     T = T_pipe + T_dp

@@ -497,7 +497,7 @@ def _quiet_stdout(enabled: bool) -> Iterator[None]:
 def run_point(task: Task) -> dict[str, Any]:
     """Solve one point with one solver thread; never raises: failures become records."""
     from placer.errors import InfeasibleError, TimeLimitError
-    from placer.solve.driver import solve
+    from placer.optimize.driver import solve
 
     rec: dict[str, Any] = {
         "version": RECORD_VERSION,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from placer.solve.data import InnerData, InnerSolution
+from placer.optimize.data import InnerData, InnerSolution
 
 
 def greedy(data: InnerData) -> InnerSolution | None:

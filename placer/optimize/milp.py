@@ -16,7 +16,7 @@ from typing import Any
 
 import pulp
 
-from placer.solve.data import InnerData, InnerSolution
+from placer.optimize.data import InnerData, InnerSolution
 
 GBYTE = 1e9
 MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima

@@ -1,6 +1,6 @@
 """CP-SAT formulation of one configuration's placement and link problem (OR-Tools).
 
-The same decisions and constraint families as placer.solve.milp, written for an integer
+The same decisions and constraint families as placer.optimize.milp, written for an integer
 solver: time is counted in ticks of `tau` seconds (tau = upper bound / 1e9, so the time
 grid is finer than a part per billion of the answer), loads in bytes, and each wave
 option's capacity as an integer number of (bytes / Q) per tick, with Q chosen so that no
@@ -15,7 +15,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from placer.solve.data import InnerData, InnerSolution
+from placer.optimize.data import InnerData, InnerSolution
 
 INT_LIMIT = 4e18  # stay well inside int64 for coefficient x domain products
 TIME_TICKS = 10**9
@@ -263,7 +263,7 @@ class CpsatInner:
         return part
 
     def _add_resilience(self, T: Any, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any, nodes: Any) -> None:
-        """The same survival constraints as placer.solve.milp._add_resilience, on ticks."""
+        """The same survival constraints as placer.optimize.milp._add_resilience, on ticks."""
         d, M, res = self.d, self.m, self.d.resilience
         assert res is not None
         TT = TIME_TICKS + 1

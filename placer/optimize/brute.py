@@ -11,8 +11,8 @@ import itertools
 from placer.errors import InputError
 from placer.evaluate import evaluate
 from placer.io import Problem
+from placer.optimize.data import InnerData, InnerSolution, solution_plan
 from placer.perf.step import PerfModel
-from placer.solve.data import InnerData, InnerSolution, solution_plan
 
 MAX_PLANS = 200_000
 

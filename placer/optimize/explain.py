@@ -7,8 +7,8 @@ from typing import Any
 
 from placer.evaluate import site_gpus_per_node
 from placer.io import Problem
+from placer.optimize.space import SpaceReport, site_group_capacity
 from placer.perf.step import PerfModel
-from placer.solve.space import SpaceReport, site_group_capacity
 
 
 def explain_infeasible(problem: Problem, perf: PerfModel, report: SpaceReport, cands: list[Any]) -> str:

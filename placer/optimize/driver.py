@@ -18,15 +18,15 @@ from typing import Any
 from placer.errors import InfeasibleError, ModelMismatchError, PlacerError, TimeLimitError
 from placer.evaluate import J_PER_MWH, Evaluation, completed_plan, evaluate, site_gpus_per_node
 from placer.io import Problem
+from placer.optimize.brute import brute_inner
+from placer.optimize.cpsat import CpsatInner
+from placer.optimize.data import InnerData, InnerSolution, build_inner, solution_plan
+from placer.optimize.explain import explain_infeasible
+from placer.optimize.greedy import greedy
+from placer.optimize.milp import MilpInner
+from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
 from placer.perf.step import Config, PerfModel
 from placer.schema import Plan
-from placer.solve.brute import brute_inner
-from placer.solve.cpsat import CpsatInner
-from placer.solve.data import InnerData, InnerSolution, build_inner, solution_plan
-from placer.solve.explain import explain_infeasible
-from placer.solve.greedy import greedy
-from placer.solve.milp import MilpInner
-from placer.solve.space import SpaceReport, chain_types, enumerate_configs
 
 GREEDY_CONFIGS = 4  # configurations (best bounds first) that get a greedy incumbent
 AGREEMENT_REL = 1e-5  # backend objective vs evaluator (CP-SAT works on a 1e-9 time grid)
