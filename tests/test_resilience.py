@@ -28,7 +28,8 @@ def mesh(n_sites: int, extra: dict[str, Any] | None = None, max_waves: int = 8) 
     names = [chr(ord("a") + i) for i in range(n_sites)]
     inst: dict[str, Any] = {
         "name": f"mesh{n_sites}",
-        "sites": [{"name": n, "gpu": "h100-sxm", "gpus": 8} for n in names],
+        # one GPU per site: each site holds exactly one replica, so the job must span them
+        "sites": [{"name": n, "gpu": "h100-sxm", "gpus": 1, "gpus_per_node": 1} for n in names],
         "routes": [
             {"sites": [a, b], "km": KM, "fiber_pairs": 1, "max_waves": max_waves}
             for i, a in enumerate(names)

@@ -145,15 +145,6 @@ def test_free_wan_equals_one_site_when_the_model_has_no_wan_shortcut(seed: int) 
         assert m.objective == pytest.approx(s.objective, rel=CPSAT_REL, abs=ABS_S)
 
 
-FREE_WAN_XFAIL = (
-    "placer/perf/step.py: over a free WAN a stage whose replicas sit one per site pays no "
-    "intra-site ring (T_intra needs two replicas in one site) and its WAN all-reduce never "
-    "pays the GPUs' NIC bandwidth, only the route's; and a cross-site pipeline boundary's "
-    "latency replaces the intra-site fabric latency instead of adding to it. So k sites beat "
-    "one site holding the same GPUs (19% on this example)"
-)
-
-
 def free_wan_repro() -> tuple[dict, dict]:
     """Two sites of 8 H100s (nodes of 4) and a free route, vs one site of 16: tiny-8l with
     tp 4, pp 2, dp 2. Over the free WAN one replica per site skips the intra-site ring."""
@@ -168,10 +159,9 @@ def free_wan_repro() -> tuple[dict, dict]:
     return multi, single
 
 
-@pytest.mark.xfail(strict=True, reason=FREE_WAN_XFAIL)
 @SETTINGS
 @given(seed=seeds)
-@example(seed=-1)  # free_wan_repro(): 0.876 ms over the free WAN, 1.085 ms in one site
+@example(seed=-1)  # free_wan_repro(): one replica per site used to skip the NIC phases
 def test_free_wan_equals_one_site(seed: int) -> None:
     multi, single = free_wan_repro() if seed == -1 else free_wan_pair(seed)
     m, s = optimum(multi), optimum(single)

@@ -54,7 +54,7 @@ class CpsatInner:
         n = {c: M.NewIntVar(0, D, f"n[{c}]") for c in C}
         u = {c: M.NewBoolVar(f"u[{c}]") for c in C}
         self.n, self.u = n, u
-        self._intra_terms: list[tuple[Any, Any, int]] = []  # (g, x, ticks)
+        self._intra_terms: list[tuple[Any, Any, int]] = []  # (h, x, ticks)
         self._pairs: list[tuple[Any, Any, Any, Any, Any, int]] = []  # (D, share, b, h_a, h_b, latency ticks)
         self._exposed = None
         M.Add(sum(n.values()) == D).WithName("replicas.total")
@@ -134,10 +134,9 @@ class CpsatInner:
                 M.Add(x[(s, k)] <= D * hv)
                 M.Add(x[(s, k)] >= hv)
                 if D >= 2 and d.intra[(k, s)] > 0:
-                    g = M.NewBoolVar(f"g[{s}][{k}]")
-                    M.Add(x[(s, k)] <= 1 + (D - 1) * g)
-                    M.Add(T_intra >= self.ticks(d.intra[(k, s)])).WithName(f"dp.intra[{s}][{k}]").OnlyEnforceIf(g)
-                    self._intra_terms.append((g, x[(s, k)], self.ticks(d.intra[(k, s)])))
+                    # every member's NIC carries the data-parallel volume of a flat ring
+                    M.Add(T_intra >= self.ticks(d.intra[(k, s)])).WithName(f"dp.intra[{s}][{k}]").OnlyEnforceIf(hv)
+                    self._intra_terms.append((hv, x[(s, k)], self.ticks(d.intra[(k, s)])))
             if len(hosts) < 2:
                 continue
             S_k = d.wan_bytes[k]
@@ -226,9 +225,6 @@ class CpsatInner:
         """The step-time variable equals the plan's step time (see milp._exact_step)."""
         d, M = self.d, self.m
         TT = TIME_TICKS + 1
-        for g, x, _ in self._intra_terms:
-            M.Add(x >= 2).OnlyEnforceIf(g)
-            M.Add(x <= 1).OnlyEnforceIf(g.Not())
         for dem, share, bp, ha, hb, _ in self._pairs:
             M.AddImplication(bp, ha)
             M.AddImplication(bp, hb)

@@ -61,7 +61,7 @@ class MilpInner:
         n = {c: pulp.LpVariable(f"n_{c}", 0, D, cat="Integer") for c in C}
         u = {c: pulp.LpVariable(f"u_{c}", cat="Binary") for c in C}
         self.n, self.u = n, u
-        self._intra_terms: list[tuple[Any, Any, float]] = []  # (g, x, seconds/ts)
+        self._intra_terms: list[tuple[Any, Any, float]] = []  # (h, x, seconds/ts)
         self._pairs: list[tuple[Any, Any, Any, float, Any, Any, float]] = []  # (D, share, b, S, h_a, h_b, latency/ts)
         add(pulp.lpSum(n.values()) == D, "replicas.total")
         # every plan runs at least one chain: the fastest chain type bounds T_pipe from below
@@ -120,10 +120,9 @@ class MilpInner:
                 add(x[(s, k)] <= D * hv, _name("dp.host_ub", s, k))
                 add(x[(s, k)] >= hv, _name("dp.host_lb", s, k))
                 if D >= 2 and d.intra[(k, s)] > 0:
-                    g = pulp.LpVariable(_name("g", s, k), cat="Binary")
-                    add(x[(s, k)] <= 1 + (D - 1) * g, _name("dp.intra_on", s, k))
-                    add(T_intra >= (d.intra[(k, s)] / ts) * g, _name("dp.intra", s, k))
-                    self._intra_terms.append((g, x[(s, k)], d.intra[(k, s)] / ts))
+                    # every member's NIC carries the data-parallel volume of a flat ring
+                    add(T_intra >= (d.intra[(k, s)] / ts) * hv, _name("dp.intra", s, k))
+                    self._intra_terms.append((hv, x[(s, k)], d.intra[(k, s)] / ts))
             if len(hosts) < 2:
                 continue
             z = {K: pulp.LpVariable(_name("z", k, K), cat="Binary") for K in range(1, len(hosts) + 1)}
@@ -216,8 +215,6 @@ class MilpInner:
         the healthy time. Each max gets a one-hot choice of the term that attains it."""
         d, add = self.d, self.prob.addConstraint
         big = self.t_max * 4
-        for g, x, _ in self._intra_terms:
-            add(x >= 2 * g, _name("exact.intra_on", g.name))
         for dem, share, bp, S_k, ha, hb, _ in self._pairs:
             add(bp <= ha, _name("exact.pair_a", bp.name))
             add(bp <= hb, _name("exact.pair_b", bp.name))

@@ -18,10 +18,10 @@ per-route quantities that this module exposes. Model (reference/performance-mode
 * Data-parallel sync is hierarchical per stage k: reduce-scatter inside each site, an
   all-reduce between the K_k sites that host stage k on the full stage gradient (each pair
   of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on shortest paths),
-  all-gather inside. Inside a site the ring phases use the (d-1)/d factor of the whole
-  data-parallel group, an upper bound of the local (n-1)/n that keeps the optimization
-  linear; T_intra is paid by stages that have two or more replicas in some site.
-  The WAN phase pays the bandwidth of its busiest route plus two one-way path latencies.
+  all-gather inside. The NIC phases (T_intra) cost what every member's NIC carries: the
+  flat-ring volume 2 (d-1)/d G, which the hierarchical scheme matches exactly for
+  balanced placements, at the slowest NIC hosting the stage. The WAN phase pays the
+  bandwidth of its busiest route plus two one-way path latencies, on top.
 """
 
 from __future__ import annotations
@@ -159,7 +159,8 @@ class PerfModel:
         gpu_a, gpu_b = self.site_gpu(a), self.site_gpu(b)
         nic = min(self.nic_Bps(gpu_a), self.nic_Bps(gpu_b)) * cfg.tp
         transmit = self.message_bytes(cfg) / nic
-        lat = self.catalog.network.intra_site_latency_s if a == b else self.net.path_latency_s(a, b)
+        # crossing sites adds the fiber path to the fabric hop every message makes
+        lat = self.catalog.network.intra_site_latency_s + (0.0 if a == b else self.net.path_latency_s(a, b))
         return lat, transmit
 
     def chain_time(self, cfg: Config, chain: Chain, with_comm: bool = True) -> float:
@@ -218,8 +219,11 @@ class PerfModel:
         return n * self.job.sync.bits / 8
 
     def intra_sync_s(self, cfg: Config, k: int, site: str) -> float:
-        """Both intra-site ring phases of stage k (reduce-scatter + all-gather = one ring
-        all-reduce's cost) over the data-parallel group's (d-1)/d factor."""
+        """The NIC phases of stage k's data-parallel sync for a member at `site`: the volume
+        of a flat ring all-reduce over the d replicas, 2 (d-1)/d G per member. The
+        hierarchical scheme moves exactly this much through each member's NIC when the
+        replicas are spread evenly (n per site over K sites: 2 G [(n-1)/n + (K-1)/(K n)]
+        = 2 G (d-1)/d); its WAN phase is charged on top, by route."""
         gpu = self.site_gpu(site)
         return comm.ring_allreduce_s(
             cfg.dp, self.stage_grad_bytes(cfg, k), self.nic_Bps(gpu), self.catalog.network.intra_site_latency_s
@@ -268,8 +272,8 @@ class PerfModel:
         wan_lat = 0.0
         for k in range(cfg.pp):
             h = hosts[k]
-            if any(n >= 2 for n in h.values()):
-                t_intra = max(t_intra, max(self.intra_sync_s(cfg, k, s) for s, n in h.items() if n >= 2))
+            if cfg.dp >= 2:
+                t_intra = max(t_intra, max(self.intra_sync_s(cfg, k, s) for s in h))
             sites = sorted(h)
             if len(sites) >= 2:
                 demand = 2 * self.stage_wan_bytes(cfg, k) / len(sites)
