@@ -56,7 +56,8 @@ def slowdown_factor(collective: str, p: int, l: float, eps: float) -> float:  # 
 def nic_factor(problem: Problem, site: str) -> float:
     """l for one lost NIC of a node at `site` (8 NICs: 8/7)."""
     gpu = problem.catalog.gpus[problem.instance.site(site).gpu]
-    return nic_loss_factor(gpu.nics_per_node or site_gpus_per_node(problem, site))
+    nics = gpu.nics_per_node or site_gpus_per_node(problem, site)
+    return math.inf if nics <= 1 else nic_loss_factor(nics)  # a node's only NIC: cut off
 
 
 @dataclass

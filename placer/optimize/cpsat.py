@@ -295,7 +295,9 @@ class CpsatInner:
                 eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
                 self._hull(Td, self.dp_loads[r], r, eff, zp, 2 * self.TW, f"res.dp[{tag}]", self.Q_wan)
             within(Tp + T_intra + self._wan_part(Td + T_lat, Tp, tag), tag)
-        if res.nic_factor is not None:
+        if res.nic_factor is not None and math.isinf(res.nic_factor):
+            M.Add(T_intra <= 0)  # a lost NIC cuts its node off the collective
+        elif res.nic_factor is not None:
             scaled = M.NewIntVar(0, big * 4, "res.T_intra_nic")
             num = round(res.nic_factor * 10**6)
             M.Add(10**6 * scaled >= num * T_intra)

@@ -280,7 +280,9 @@ class MilpInner:
                 eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
                 self._hull(Td, load, max_load, r, eff, zp, t_max * self._wan_factor(), f"res.dp.{tag}")
             add(Tp + T_intra + self._wan_part(Td + T_lat, Tp, tag) <= limit, _name("res.survive", tag))
-        if res.nic_factor is not None:
+        if res.nic_factor is not None and math.isinf(res.nic_factor):
+            add(T_intra <= 0, "res.survive_nic")  # a lost NIC cuts its node off the collective
+        elif res.nic_factor is not None:
             add(T_pipe + res.nic_factor * T_intra + self._wan_part(T_dpbw + T_lat, T_pipe, "nic") <= limit, "res.survive_nic")
 
     def _hull(self, T_var: Any, load: Any, max_load: float, r: Any, caps: list[list[float]], zp: Any, t_max: float, family: str) -> None:

@@ -259,7 +259,7 @@ class PerfModel:
             for key, n in self.chain_crossings(chain).items():
                 pp_load[key] += count * n * self.pp_bytes_per_crossing(cfg)
         cap = {key: net.capacity_Bps(key, waves.get(key, 0), optics.get(key)) for key in net.routes}
-        route_pp_s = {k: _div(v, cap[k]) * ppf.get(k, 1.0) for k, v in pp_load.items()}
+        route_pp_s = {k: _div(v, cap[k]) * ppf.get(k, 1.0) if v > 0 else 0.0 for k, v in pp_load.items()}
         t_pipe = max([chain_t[crit], *route_pp_s.values()])
 
         # data parallel: hierarchical per stage
@@ -286,8 +286,9 @@ class PerfModel:
                         for key in path:
                             dp_load[key] += demand
                         wan_lat = max(wan_lat, 2 * net.path_latency_s(a, b))
-        route_dp_s = {k: _div(v, cap[k]) * dpf.get(k, 1.0) for k, v in dp_load.items()}
-        t_intra *= intra_factor
+        route_dp_s = {k: _div(v, cap[k]) * dpf.get(k, 1.0) if v > 0 else 0.0 for k, v in dp_load.items()}
+        if t_intra > 0:
+            t_intra *= intra_factor
         t_wan = (max(route_dp_s.values()) + wan_lat) if route_dp_s else 0.0
         if unreachable:
             t_wan = math.inf
