@@ -285,8 +285,9 @@ def _two_nodes_each(name: str, route: dict[str, Any], power_mw: float | None = N
     }
 
 
-# Infeasible instances whose error message does not (yet) name the binding resource:
-# placer/optimize/explain.py only looks at reach, GPU counts, memory and power for nodes.
+# Infeasible instances whose error message once failed to name the binding resource
+# (explain.py looked only at reach, GPU counts, memory and power for nodes); kept as
+# regression cases with the reason they were added.
 KNOWN_GAPS = [
     (
         # the route can carry nothing: max_waves 0 and no capacity in place (the optics reach)

@@ -47,11 +47,32 @@ def explain_infeasible(problem: Problem, perf: PerfModel, report: SpaceReport, c
         groups = sum(site_group_capacity(problem, s.name, tp) for s in inst.sites)
         if groups * tp < smallest:
             lines.append(f"GPUs: the smallest configuration needs {smallest} GPUs in TP groups of {tp}; the sites hold {groups * tp}.")
-    # routes that carry nothing: no optic reaches and no existing capacity
+    # routes that carry nothing: no optic reaches, or no wave may be lit, and no capacity in place
     for r in inst.routes:
-        if perf.net.default_optic(r.key) is None and r.capacity_gbps == 0:
+        if r.capacity_gbps > 0:
+            continue
+        if perf.net.default_optic(r.key) is None:
             longest = max(o.reach_km for o in cat.optics.values())
             lines.append(f"reach: route {r.sites[0]}-{r.sites[1]} is {r.km:g} km; no optic reaches (longest {longest:g} km) and it has no existing capacity, so it carries nothing.")
+        elif perf.net.max_waves(r.key) == 0:
+            why = "max_waves is 0" if r.max_waves == 0 else "it has no fiber pairs"
+            lines.append(f"links: route {r.sites[0]}-{r.sites[1]} can light no wave ({why}) and has no existing capacity, so it carries nothing.")
+    # power left after a site's nodes that cannot light even one wave's coherent module
+    if smallest is not None and smallest > max(s.gpus for s in inst.sites):
+        for s in inst.sites:
+            if s.power_mw is None:
+                continue
+            gpn = site_gpus_per_node(problem, s.name)
+            nodes = s.gpus // gpn
+            node_w = gpn * cat.gpus[s.gpu].all_in_w * s.pue
+            left_w = s.power_mw * 1e6 - nodes * node_w
+            need = [(cat.optics[o].module_w * s.pue, o) for r in inst.routes if s.name in r.sites for o in [perf.net.default_optic(r.key)] if o]
+            if need and 0 <= left_w < min(need)[0]:
+                w, o = min(need)
+                lines.append(
+                    f"power: site {s.name} has {left_w:.1f} W left after its {nodes} nodes ({nodes * node_w / 1e6:.4f} MW), "
+                    f"less than one {o} module ({w:.1f} W incl. PUE) needed to light a wave: short by {w - left_w:.1f} W."
+                )
     if inst.objective.max_step_time_s is not None and cands:
         best_lb = min(c.lower_bound for c in cands) if inst.objective.minimize == "step_time" else None
         lines.append(
