@@ -11,6 +11,7 @@ route runs option i. The plan found is re-evaluated exactly by placer.evaluate.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -352,10 +353,13 @@ class CpsatInner:
         for key, value in options.items():
             if hasattr(p, key):
                 setattr(p, key, value)
+        t0 = time.perf_counter()
         st = solver.Solve(self.m)
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
         optimal = st == cp_model.OPTIMAL
+        # the tie-break solve gets what is left of the time limit, not a second one
+        p.max_time_in_seconds = max(0.01, time_limit_s - (time.perf_counter() - t0))
         scale = self._scale()
         value = solver.ObjectiveValue() * scale
         bound = solver.BestObjectiveBound() * scale
