@@ -128,19 +128,20 @@ class CpsatInner:
         T_lat = M.NewIntVar(0, TW, "T_lat")
         h: dict[tuple[str, int], Any] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
-        for k in range(cfg.pp):
+        for cls in d.stage_classes:
+            k = cls[0]  # the class's representative stage
             hosts = d.stage_sites[k]
             for s in hosts:
                 h[(s, k)] = hv = M.NewBoolVar(f"h[{s}][{k}]")
                 M.Add(x[(s, k)] <= D * hv)
                 M.Add(x[(s, k)] >= hv)
-                if D >= 2 and d.intra[(k, s)] > 0:
+                if D >= 2 and d.class_intra(cls, s) > 0:
                     # every member's NIC carries the data-parallel volume of a flat ring
-                    M.Add(T_intra >= self.ticks(d.intra[(k, s)])).WithName(f"dp.intra[{s}][{k}]").OnlyEnforceIf(hv)
-                    self._intra_terms.append((hv, x[(s, k)], self.ticks(d.intra[(k, s)])))
+                    M.Add(T_intra >= self.ticks(d.class_intra(cls, s))).WithName(f"dp.intra[{s}][{k}]").OnlyEnforceIf(hv)
+                    self._intra_terms.append((hv, x[(s, k)], self.ticks(d.class_intra(cls, s))))
             if len(hosts) < 2:
                 continue
-            S_k = d.wan_bytes[k]
+            S_k = d.class_wan_bytes(cls)
             shares = [0] + [round(2 * S_k / K) if K >= 2 else 0 for K in range(1, len(hosts) + 1)]
             n_hosts = M.NewIntVar(1, len(hosts), f"K[{k}]")
             M.Add(n_hosts == sum(h[(s, k)] for s in hosts))

@@ -69,6 +69,13 @@ class InnerData:
     amortization_s: float = 5 * 365.25 * 86400
     energy_usd_per_j: float = 0.0
     resilience: ResilienceData | None = None
+    stage_classes: list[list[int]] = field(default_factory=list)
+
+    def class_wan_bytes(self, cls: list[int]) -> float:
+        return sum(self.wan_bytes[k] for k in cls)
+
+    def class_intra(self, cls: list[int], site: str) -> float:
+        return max(self.intra[(k, site)] for k in cls)
 
     @property
     def intra_lower_bound(self) -> float:
@@ -124,6 +131,12 @@ def build_inner(
                 pair_routes[(a, b)] = p
                 pair_lat[(a, b)] = net.path_latency_s(a, b)
     stage_sites = [sorted({c[k] for c in chains}) for k in range(cfg.pp)]
+    # stages whose site is the same in every chain type share their hosting decisions (with
+    # replicas inside sites, all stages do): one set of data-parallel variables per class,
+    # with the class's gradient bytes summed and its slowest NIC phase
+    classes: dict[tuple[str, ...], list[int]] = {}
+    for k in range(cfg.pp):
+        classes.setdefault(tuple(c[k] for c in chains), []).append(k)
     return InnerData(
         cfg=cfg,
         chains=chains,
@@ -151,6 +164,7 @@ def build_inner(
         max_step_time_s=inst.objective.max_step_time_s,
         max_cost_usd=budget,
         stage_sites=stage_sites,
+        stage_classes=list(classes.values()),
         amortization_s=cat.costs.amortization_years * SECONDS_PER_YEAR,
         energy_usd_per_j=cat.costs.energy_usd_per_mwh / J_PER_MWH,
         resilience=resilience_data(problem, cfg, routes, options, optic, sites, collective),

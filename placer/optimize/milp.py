@@ -113,22 +113,23 @@ class MilpInner:
         h: dict[tuple[str, int], pulp.LpVariable] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
         dp_max: dict[Any, float] = {r: 0.0 for r in d.routes}
-        for k in range(cfg.pp):
+        for cls in d.stage_classes:
+            k = cls[0]  # the class's representative stage
             hosts = d.stage_sites[k]
             for s in hosts:
                 h[(s, k)] = hv = pulp.LpVariable(_name("h", s, k), cat="Binary")
                 add(x[(s, k)] <= D * hv, _name("dp.host_ub", s, k))
                 add(x[(s, k)] >= hv, _name("dp.host_lb", s, k))
-                if D >= 2 and d.intra[(k, s)] > 0:
+                if D >= 2 and d.class_intra(cls, s) > 0:
                     # every member's NIC carries the data-parallel volume of a flat ring
-                    add(T_intra >= (d.intra[(k, s)] / ts) * hv, _name("dp.intra", s, k))
-                    self._intra_terms.append((hv, x[(s, k)], d.intra[(k, s)] / ts))
+                    add(T_intra >= (d.class_intra(cls, s) / ts) * hv, _name("dp.intra", s, k))
+                    self._intra_terms.append((hv, x[(s, k)], d.class_intra(cls, s) / ts))
             if len(hosts) < 2:
                 continue
             z = {K: pulp.LpVariable(_name("z", k, K), cat="Binary") for K in range(1, len(hosts) + 1)}
             add(pulp.lpSum(z.values()) == 1, _name("dp.k_onehot", k))
             add(pulp.lpSum(K * z[K] for K in z) == pulp.lpSum(h[(s, k)] for s in hosts), _name("dp.k_count", k))
-            S_k = d.wan_bytes[k] / GBYTE
+            S_k = d.class_wan_bytes(cls) / GBYTE
             share = pulp.lpSum((2 * S_k / K) * z[K] for K in z if K >= 2)
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
