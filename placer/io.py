@@ -502,6 +502,16 @@ def problem_from_data(
     return Problem(instance=inst, catalog=catalog, model=model, path=Path(where) if isinstance(where, Path) else None)
 
 
+def problem_with(problem: Problem, **updates: Any) -> Problem:
+    """A copy of the problem with top-level instance fields replaced (the resolved model
+    goes inline, so the copy does not depend on the models/ folder)."""
+    data = problem.instance.model_dump(mode="json")
+    data.update(updates)
+    data["job"]["model"] = problem.model.model_dump(mode="json")
+    data["job"]["seq_len"] = None
+    return problem_from_data(data)
+
+
 # ----------------------------------------------------------------------------- plan
 
 

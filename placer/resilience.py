@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placer.evaluate import evaluate, site_gpus_per_node
-from placer.io import Problem, plan_from_data, problem_from_data
+from placer.io import Problem, plan_from_data, problem_with
 from placer.network import RouteKey
 from placer.perf.comm import allreduce_lower_bound_s, nic_loss_factor, ring_fault_free_s
 from placer.perf.step import PerfModel
@@ -110,11 +110,8 @@ class FailureReport:
 
 
 def _without_route(problem: Problem, key: RouteKey) -> Problem:
-    data = problem.instance.model_dump(mode="json")
-    data["routes"] = [r for r in data["routes"] if tuple(sorted(r["sites"])) != key]
-    data["job"]["model"] = problem.model.model_dump(mode="json")
-    data["job"]["seq_len"] = None
-    return problem_from_data(data)
+    routes = [r.model_dump(mode="json") for r in problem.instance.routes if r.key != key]
+    return problem_with(problem, routes=routes)
 
 
 def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[str] | None = None) -> FailureReport:

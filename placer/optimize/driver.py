@@ -191,13 +191,9 @@ def solve(
 
 
 def _variant(problem: Problem, resilience: Any) -> Problem:
-    data = problem.instance.model_dump(mode="json")
-    data["resilience"] = resilience
-    data["job"]["model"] = problem.model.model_dump(mode="json")
-    data["job"]["seq_len"] = None
-    from placer.io import problem_from_data
+    from placer.io import problem_with
 
-    return problem_from_data(data)
+    return problem_with(problem, resilience=resilience)
 
 
 def resilience_summary(problem: Problem, plan: Plan, backend: str, time_limit_s: float, threads: int | None) -> dict[str, Any]:
