@@ -151,12 +151,13 @@ def _print_failures(fr: Any) -> None:
     for col in ("class", "where", "what", "ring s", "OptCC s", "bound s"):
         t.add_column(col, justify="right" if col.endswith(" s") else "left")
     fmt = lambda v: f"{v:.5g}" if v < float("inf") else "no capacity"  # noqa: E731
+    secs = lambda v: f"{v:.5g} s" if v < float("inf") else "no capacity left (the step cannot complete)"  # noqa: E731
     for sc in fr.scenarios:
         t.add_row(sc.klass, sc.where, sc.description + (" [DISCONNECTED]" if sc.disconnected else ""), fmt(sc.step_s["ring"]), fmt(sc.step_s["optcc"]), fmt(sc.step_s["bound"]))
     out.print(t)
     w = fr.worst()
     if w is not None:
-        out.print(f"worst single failure: {w.klass} at {w.where}: {fmt(w.step_s[fr.collective])} s under {fr.collective}" + (f" (limit {fr.limit_s:.4f} s: {'ok' if fr.survives else 'EXCEEDED'})" if fr.limit_s else ""))
+        out.print(f"worst single failure: {w.klass} at {w.where}: {secs(w.step_s[fr.collective])} under {fr.collective}" + (f" (limit {fr.limit_s:.4f} s: {'ok' if fr.survives else 'EXCEEDED'})" if fr.limit_s else ""))
     for c, v in fr.expected_s.items():
         out.print(f"expected step time over NIC failures with {c}: {v:.4f} s")
 
