@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from placer.errors import InfeasibleError, ModelMismatchError, PlacerError, TimeLimitError
@@ -53,7 +53,6 @@ class SolveResult:
     backend: str
     configs_total: int
     configs_solved: int
-    log: list[str] = field(default_factory=list)
 
 
 def _objective_value(objective: str, ev: Evaluation) -> float:
@@ -86,7 +85,6 @@ def solve(
     perf = PerfModel(problem)
     report = SpaceReport()
     configs = enumerate_configs(problem, report)
-    log: list[str] = []
 
     cands = prepare_candidates(problem, perf, configs, report, objective)
     say(f"{len(configs)} configurations, {len(cands)} after memory and bound pruning")
@@ -187,7 +185,7 @@ def solve(
         left = max(1.0, deadline - time.perf_counter())
         summary = resilience_summary(problem, final, backend, left, threads)
         final = final.model_copy(update={"resilience": summary})
-    return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved, log)
+    return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved)
 
 
 def _variant(problem: Problem, resilience: Any) -> Problem:
