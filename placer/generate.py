@@ -14,7 +14,10 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from placer.io import default_catalog_data
+
 ROUTE_DETOUR = 1.3  # fiber km per straight-line km (Bozkurt et al., arXiv 1811.10737)
+SITE_PUE = 1.2  # new liquid-cooled AI sites run 1.1-1.2 (hardware.md); the schema's default
 
 
 def random_instance(
@@ -38,12 +41,13 @@ def random_instance(
     names = [f"s{i:02d}" for i in range(sites)]
     per_site = rng.dirichlet(np.full(sites, 4.0)) * total_gpus
     gpn = 8
+    all_in_w = default_catalog_data()["gpus"][gpu]["all_in_w"]
     site_list = []
     for i, n in enumerate(names):
         gpus = max(gpn, int(per_site[i]) // gpn * gpn)
-        # power: enough for 90-110% of the GPUs at ~1.8 kW all-in x PUE 1.2
-        power = gpus * 1775 * 1.2 * float(rng.uniform(0.9, 1.1)) / 1e6
-        site_list.append({"name": n, "gpu": gpu, "gpus": gpus, "power_mw": round(power, 3), "pue": 1.2})
+        # power: enough for 90-110% of the GPUs at the catalog's all-in watts x the site PUE
+        power = gpus * all_in_w * SITE_PUE * float(rng.uniform(0.9, 1.1)) / 1e6
+        site_list.append({"name": n, "gpu": gpu, "gpus": gpus, "power_mw": round(power, 3), "pue": SITE_PUE})
     g = nx.Graph()
     for i in range(sites):
         for j in range(i + 1, sites):

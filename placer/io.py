@@ -144,14 +144,14 @@ def format_loc(loc: Loc) -> str:
     return out or "(document)"
 
 
-def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
+def line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
     for n in range(len(loc), -1, -1):
         if loc[:n] in lines:
             return lines[loc[:n]]
     return None
 
 
-def _clean_loc(loc: Loc) -> Loc:
+def clean_loc(loc: Loc) -> Loc:
     # pydantic adds union-member tags (e.g. 'str', 'ModelSpec', 'list[...]') to the location
     return tuple(p for p in loc if isinstance(p, int) or not (p[:1].isupper() or "[" in p or p in {"str", "int", "float"}))
 
@@ -183,7 +183,7 @@ def _split_loc(raw: Loc, data: Any, err_type: str) -> tuple[Loc, int | None]:
     A location part is a field when it indexes the input data at that level; anything
     else (e.g. 'str', 'function-after[...]', "literal['a','b']") is a union tag."""
     if data is _NO_DATA:
-        clean = _clean_loc(raw)
+        clean = clean_loc(raw)
         return clean, (None if len(clean) == len(raw) else next(i for i, (a, b) in enumerate(zip(raw, clean + (None,), strict=False)) if a != b))
     cur, out, tag_at = data, [], None
     for i, part in enumerate(raw):
@@ -318,7 +318,7 @@ def validation_message(
     msgs: list[str] = []
 
     def emit(loc: Loc, msg: str) -> None:
-        line = _line_for(loc, lines)
+        line = line_for(loc, lines)
         text = f"{path}{f':{line}' if line else ''}: {format_loc(loc)}: {msg}"
         if text not in msgs:
             msgs.append(text)
@@ -478,7 +478,7 @@ def problem_from_data(
     catalog = build_catalog(inst.catalog, where=str(where), lines=lines)
 
     def err(loc: Loc, msg: str) -> InputError:
-        line = _line_for(loc, lines)
+        line = line_for(loc, lines)
         return InputError(f"{where}{f':{line}' if line else ''}: {format_loc(loc)}: {msg}")
 
     for i, s in enumerate(inst.sites):

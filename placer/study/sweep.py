@@ -46,7 +46,9 @@ from placer.errors import InputError, PlacerError
 from placer.io import (
     Loc,
     Problem,
+    clean_loc,
     format_loc,
+    line_for,
     problem_from_data,
     read_document,
     validation_message,
@@ -228,7 +230,7 @@ def study_from_data(
         raise InputError(validation_message(where, exc, lines)) from None
 
     def at(loc: Loc) -> str:
-        line = _line_for(loc, lines)
+        line = line_for(loc, lines)
         return f"{where}{f':{line}' if line else ''}"
 
     # the base instance
@@ -364,7 +366,7 @@ def _problem(data: dict[str, Any], base_path: Path) -> Problem:
                 field_path, _, rest = msg.partition(":")
                 issues.append((_loc_of(field_path), rest.strip()))
                 continue
-            loc = _clean(tuple(err["loc"]))
+            loc = clean_loc(tuple(err["loc"]))
             if loc in seen:  # union members repeat the same field
                 continue
             seen.add(loc)
@@ -383,12 +385,6 @@ def _problem(data: dict[str, Any], base_path: Path) -> Problem:
         loc = _loc_of(field_path)
         raise _PointError([(loc, rest if loc else msg)]) from None
     return Problem(instance=problem.instance, catalog=problem.catalog, model=problem.model, path=base_path)
-
-
-def _clean(loc: Loc) -> Loc:
-    from placer.io import _clean_loc
-
-    return _clean_loc(loc)
 
 
 def _loc_of(text: str) -> Loc:
@@ -419,13 +415,6 @@ def _label(loc: Loc, where_label: dict[str, str]) -> str:
     if loc[0] == "grid":
         return "grid: "
     return f"points[{loc[1]}]: "
-
-
-def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
-    for n in range(len(loc), -1, -1):
-        if loc[:n] in lines:
-            return lines[loc[:n]]
-    return None
 
 
 def _fmt_value(v: Any) -> str:
