@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placer.io import Problem, plan_from_data
-from placer.network import RouteKey, route_key
+from placer.network import Network, PathUse, RouteKey, Routing, route_key
 from placer.perf.flops import stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, StepResult
 from placer.schema import Plan
@@ -52,6 +52,7 @@ class Evaluation:
     opex_usd_per_year: float = 0.0
     usd_per_s: float = 0.0  # link capex amortized + energy (catalog costs)
     cost_per_token_usd: float = math.inf
+    routing: Routing = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -147,6 +148,7 @@ def evaluate(
         if link.key in links:
             viol.append(Violation("topology", f"links[{i}]", f"route {link.key[0]}-{link.key[1]} listed twice"))
         links[link.key] = (link.waves, link.optic)
+    routing = resolve_routing(problem, plan, net, viol)
     if any(v.kind in {"topology", "shape"} for v in viol):
         return _broken(problem, cfg, viol)
 
@@ -236,7 +238,7 @@ def evaluate(
 
     # --- step time
     perf_waves = waves
-    step = perf.step(cfg, groups, perf_waves, optics=optic_of)
+    step = perf.step(cfg, groups, perf_waves, optics=optic_of, routing=routing)
     for a, b in step.unreachable:
         viol.append(Violation("topology", f"sites {a}-{b}", "traffic between these sites has no route path"))
     for key, t in {**step.route_pp_s, **step.route_dp_s}.items():
@@ -279,6 +281,7 @@ def evaluate(
         opex_usd_per_year=opex,
         usd_per_s=usd_per_s,
         cost_per_token_usd=usd_per_s * t / perf.tokens_per_step() if math.isfinite(t) else math.inf,
+        routing=routing,
     )
 
 
@@ -293,6 +296,32 @@ def usd_per_second(problem: Problem, capex_usd: float, power_mw: dict[str, float
     costs = problem.catalog.costs
     energy = sum(power_mw.values()) * 1e6 * costs.energy_usd_per_mwh / J_PER_MWH
     return capex_usd / (costs.amortization_years * SECONDS_PER_YEAR) + energy
+
+
+def resolve_routing(problem: Problem, plan: Plan, net: Network, viol: list[Violation]) -> Routing:
+    """The plan's `routing` as paths of the route graph; unknown sites, missing routes and
+    pairs listed twice become topology violations."""
+    out: Routing = {}
+    sites = {s.name for s in problem.instance.sites}
+    for i, entry in enumerate(plan.routing):
+        where = f"routing[{i}]"
+        bad = [s for p in entry.paths for s in p.via if s not in sites]
+        if bad:
+            viol.append(Violation("topology", where, f"unknown site '{bad[0]}'"))
+            continue
+        if entry.key in out:
+            viol.append(Violation("topology", where, f"{entry.phase} traffic of {entry.key[1][0]}-{entry.key[1][1]} listed twice"))
+            continue
+        uses = []
+        for j, p in enumerate(entry.paths):
+            missing = [route_key(a, b) for a, b in zip(p.via, p.via[1:], strict=False) if route_key(a, b) not in net.routes]
+            if missing:
+                viol.append(Violation("topology", f"{where}.paths[{j}]", f"no route between {missing[0][0]} and {missing[0][1]}"))
+                break
+            uses.append(PathUse(net.make_path(p.via), p.share))
+        else:
+            out[entry.key] = tuple(uses)
+    return out
 
 
 def _broken(problem: Problem, cfg: Config, viol: list[Violation]) -> Evaluation:

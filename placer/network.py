@@ -1,7 +1,10 @@
 """The inter-site network: route graph, paths, latency, wave capacity and optic choice.
 
-Traffic between two sites follows the shortest path by fiber km over the route graph
-(deterministic: ties broken by route order in the instance); its latency is the path's.
+Traffic between two sites is a commodity routed over the route graph. By default it
+follows the lowest-latency path (deterministic: ties broken by route order in the
+instance); a plan's `routing` may split a pair's traffic over several simple paths
+(multi-commodity flow). The candidate paths of a pair are its k lowest-latency simple
+paths (`solver.paths_per_pair`). A pair's latency is that of the slowest path it uses.
 """
 
 from __future__ import annotations
@@ -17,10 +20,34 @@ from placer.perf.comm import fiber_one_way_s, wave_payload_bytes_per_s
 from placer.schema import Route
 
 RouteKey = tuple[str, str]
+PairKey = tuple[str, str]  # unordered site pair, sorted like a RouteKey
 
 
 def route_key(a: str, b: str) -> RouteKey:
     return (a, b) if a <= b else (b, a)
+
+
+@dataclass(frozen=True)
+class Path:
+    """A simple path of the route graph between two sites."""
+
+    sites: tuple[str, ...]
+    routes: tuple[RouteKey, ...]
+    latency_s: float
+
+    def label(self) -> str:
+        return "-".join(self.sites)
+
+
+@dataclass(frozen=True)
+class PathUse:
+    path: Path
+    share: float
+
+
+# (phase, pair) -> the paths the pair's traffic of that phase uses, with their shares
+Routing = dict[tuple[str, PairKey], tuple[PathUse, ...]]
+PHASES = ("pipeline", "data_parallel")
 
 
 @dataclass(frozen=True)
@@ -46,8 +73,39 @@ class Network:
         return fiber_one_way_s(r.km, self.problem.catalog.network.fiber_us_per_km)
 
     @cached_property
+    def _latency_graph(self) -> nx.Graph:
+        g = nx.Graph()
+        g.add_nodes_from(s.name for s in self.problem.instance.sites)
+        for r in self.problem.instance.routes:
+            # whole picoseconds: exact ties (90 km direct vs 55 + 35 km) stay ties, broken by
+            # route order, instead of by floating-point noise
+            g.add_edge(*r.sites, latency=round(self.latency_s(r.key) * 1e12))
+        return g
+
+    @cached_property
     def _paths(self) -> dict[str, dict[str, list[str]]]:
-        return dict(nx.all_pairs_dijkstra_path(self.graph, weight="km"))
+        return dict(nx.all_pairs_dijkstra_path(self._latency_graph, weight="latency"))
+
+    def make_path(self, sites: list[str] | tuple[str, ...]) -> Path:
+        keys = tuple(route_key(u, v) for u, v in zip(sites, sites[1:], strict=False))
+        return Path(tuple(sites), keys, sum(self.latency_s(k) for k in keys))
+
+    def candidate_paths(self, a: str, b: str, k: int) -> list[Path]:
+        """The k lowest-latency simple paths from a to b (the shortest first); [] when
+        disconnected. Deterministic for an instance (networkx breaks ties by insertion)."""
+        first = self.path(a, b)
+        if not first:
+            return []
+        out = [self.make_path(self._paths[a][b])]
+        if k > 1:
+            gen = nx.shortest_simple_paths(self._latency_graph, a, b, weight="latency")
+            for nodes in gen:
+                p = self.make_path(nodes)
+                if p.sites != out[0].sites:
+                    out.append(p)
+                if len(out) >= k:
+                    break
+        return out
 
     def path(self, a: str, b: str) -> list[RouteKey] | None:
         """Routes on the shortest path from a to b; None when disconnected; [] when a == b."""
@@ -57,6 +115,26 @@ class Network:
         if nodes is None:
             return None
         return [route_key(u, v) for u, v in zip(nodes, nodes[1:], strict=False)]
+
+    def pair_paths(self, routing: Routing | None, phase: str, a: str, b: str) -> tuple[PathUse, ...] | None:
+        """The paths a pair's traffic of a phase uses: the plan's split, else the shortest
+        path; None when the sites are disconnected."""
+        key = (phase, route_key(a, b))
+        if routing and key in routing:
+            return routing[key]
+        nodes = self._paths.get(a, {}).get(b)
+        if nodes is None:
+            return None
+        return (PathUse(self.make_path(nodes), 1.0),)
+
+    def pair_latency_s(self, routing: Routing | None, phase: str, a: str, b: str) -> float:
+        """A pair's one-way latency in a phase: its slowest path in use."""
+        if a == b:
+            return 0.0
+        uses = self.pair_paths(routing, phase, a, b)
+        if uses is None:
+            return math.inf
+        return max(u.path.latency_s for u in uses)
 
     def path_latency_s(self, a: str, b: str) -> float:
         p = self.path(a, b)

@@ -127,6 +127,7 @@ def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[
     waves = {tuple(sorted(link["sites"])): link["waves"] for link in ev.links}
     optics = {tuple(sorted(link["sites"])): link["optic"] for link in ev.links}
     p_sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
+    routing = ev.routing
     scenarios: list[Scenario] = []
     net = perf.net
     for key, w in sorted(waves.items()):
@@ -146,9 +147,11 @@ def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[
                 other = _without_route(problem, key)
                 perf2 = PerfModel(other)
                 w2 = {k: v for k, v in waves.items() if k != key}
-                st = perf2.step(cfg, groups, w2, optics=optics)
+                # split pairs keep the paths that avoid the dark route; the others reroute
+                kept = {q: uses for q, uses in routing.items() if all(key not in u.path.routes for u in uses)}
+                st = perf2.step(cfg, groups, w2, optics=optics, routing=kept)
                 sc.disconnected = bool(st.unreachable)
-                base = perf.step(cfg, groups, waves, optics=optics)
+                base = perf.step(cfg, groups, waves, optics=optics, routing=routing)
                 sc.dark = base.route_pp_load.get(key, 0) > 0 or base.route_dp_load.get(key, 0) > 0
                 if sc.disconnected:
                     sc.description += " (route dark: no other path, sites disconnected)"
@@ -161,7 +164,7 @@ def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[
             else:
                 l = cap0 / cap1  # noqa: E741
                 for c in COLLECTIVES:
-                    st = perf.step(cfg, groups, waves, optics=optics, pp_route_factor={key: l}, dp_route_factor={key: slowdown_factor(c, p_sites, l, eps)})
+                    st = perf.step(cfg, groups, waves, optics=optics, pp_route_factor={key: l}, dp_route_factor={key: slowdown_factor(c, p_sites, l, eps)}, routing=routing)
                     sc.step_s[c] = st.step_time_s
             scenarios.append(sc)
     if "nic" in classes and cfg.dp >= 2:
@@ -169,7 +172,7 @@ def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[
         l = max(nic_factor(problem, s.name) for s in problem.instance.sites)  # noqa: E741
         sc = Scenario("nic", "any node", f"one NIC of {round(1 / (1 - 1 / l))} lost on a node: bandwidth x {1 / l:.3f}")
         for c in COLLECTIVES:
-            st = perf.step(cfg, groups, waves, optics=optics, intra_factor=slowdown_factor(c, cfg.dp, l, eps))
+            st = perf.step(cfg, groups, waves, optics=optics, intra_factor=slowdown_factor(c, cfg.dp, l, eps), routing=routing)
             sc.step_s[c] = st.step_time_s
         scenarios.append(sc)
     limit = None

@@ -244,6 +244,12 @@ class SolverOptions(Strict):
     max_sites_per_replica: int = Field(
         default=2, ge=1, description="pipeline chains visit at most this many sites"
     )
+    paths_per_pair: int = Field(
+        default=2,
+        ge=1,
+        description="candidate paths per site pair for routing inter-site traffic (the k "
+        "lowest-latency simple paths of the route graph); 1 = shortest path only",
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="passed to the backend")
 
 
@@ -310,6 +316,44 @@ class Link(Strict):
         return (a, b) if a <= b else (b, a)
 
 
+Phase = Literal["pipeline", "data_parallel"]
+
+
+class PathShare(Strict):
+    via: list[str] = Field(min_length=2, description="sites along the path, first to last")
+    share: float = Field(ge=0, le=1, description="fraction of the pair's bytes on this path")
+
+
+class PairRouting(Strict):
+    """How one site pair's traffic of one phase is split over paths of the route graph.
+    Its latency is that of the slowest path listed (a split transfer ends when its last
+    part arrives). Pairs not listed use their lowest-latency path."""
+
+    phase: Phase
+    sites: tuple[str, str]
+    paths: list[PathShare] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _shares(self) -> PairRouting:
+        total = sum(p.share for p in self.paths)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"paths: shares sum to {total:.6g}, must sum to 1")
+        a, b = self.sites
+        if a == b:
+            raise ValueError(f"sites: a pair needs two different sites, got {a} twice")
+        for i, p in enumerate(self.paths):
+            if {p.via[0], p.via[-1]} != {a, b}:
+                raise ValueError(f"paths[{i}].via: must run between {a} and {b}, got {p.via[0]} ... {p.via[-1]}")
+            if len(set(p.via)) != len(p.via):
+                raise ValueError(f"paths[{i}].via: visits a site twice")
+        return self
+
+    @property
+    def key(self) -> tuple[Phase, tuple[str, str]]:
+        a, b = self.sites
+        return self.phase, ((a, b) if a <= b else (b, a))
+
+
 class SolverInfo(Strict):
     backend: str
     seconds: float
@@ -329,6 +373,9 @@ class Plan(Strict):
     stage_layers: list[int] = Field(min_length=1)
     replica_groups: list[ReplicaGroup] = Field(min_length=1)
     links: list[Link] = []
+    routing: list[PairRouting] = Field(
+        default_factory=list, description="split of inter-site traffic over paths; unlisted pairs use the shortest"
+    )
     sync_mode: SyncMode | None = Field(default=None, description="chosen sync policy")
     step_time_s: float | None = None
     breakdown: dict[str, float] | None = None

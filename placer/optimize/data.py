@@ -6,12 +6,14 @@ network (placer.network), so the formulations and the evaluator read the same nu
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from placer.evaluate import J_PER_MWH, SECONDS_PER_YEAR, site_gpus_per_node, tp_groups_per_node
 from placer.io import Problem
-from placer.network import Network, RouteKey
+from placer.network import Network, PairKey, Path, RouteKey, route_key
 from placer.perf.step import Chain, Config, PerfModel
 from placer.schema import Plan
 
@@ -42,8 +44,8 @@ class ResilienceData:
 class InnerData:
     cfg: Config
     chains: list[Chain]
-    chain_time: list[float]
-    chain_cross: list[dict[RouteKey, int]]
+    chain_time: list[float]  # on shortest paths
+    chain_cross: list[dict[RouteKey, int]]  # routes crossed via fixed-path pairs only
     pp_bytes_per_crossing: float
     sites: list[str]
     site_groups: dict[str, int]  # TP groups the site can host (node granularity)
@@ -70,6 +72,19 @@ class InnerData:
     energy_usd_per_j: float = 0.0
     resilience: ResilienceData | None = None
     stage_classes: list[list[int]] = field(default_factory=list)
+    # multi-commodity routing: pairs with several candidate paths get flow variables
+    pair_paths: dict[PairKey, list[Path]] = field(default_factory=dict)  # candidates, shortest first
+    chain_pairs: list[list[PairKey]] = field(default_factory=list)  # pairs each chain crosses
+    # chain -> {levels: 1F1B time} where levels[i] indexes the slowest path used for the
+    # chain's i-th routed pair (only for chains that cross a routed pair)
+    chain_level_time: list[dict[tuple[int, ...], float]] = field(default_factory=list)
+
+    def routed(self, pair: PairKey) -> bool:
+        """Whether the pair's split over paths is a decision (it has several candidates)."""
+        return len(self.pair_paths.get(pair, ())) >= 2
+
+    def chain_routed_pairs(self, c: int) -> list[PairKey]:
+        return [q for q in self.chain_pairs[c] if self.routed(q)]
 
     def class_wan_bytes(self, cls: list[int]) -> float:
         return sum(self.wan_bytes[k] for k in cls)
@@ -121,15 +136,39 @@ def build_inner(
         options[r] = opts
     intra = {(k, s): perf.intra_sync_s(cfg, k, s) for k in range(cfg.pp) for s in sites}
     pairs, pair_routes, pair_lat, disconnected = [], {}, {}, []
+    k_paths = inst.solver.paths_per_pair
+    pair_paths: dict[PairKey, list[Path]] = {}
     for i, a in enumerate(sites):
         for b in sites[i + 1 :]:
             p = net.path(a, b)
             if p is None:
                 disconnected.append((a, b))
             else:
+                q = route_key(a, b)
                 pairs.append((a, b))
                 pair_routes[(a, b)] = p
                 pair_lat[(a, b)] = net.path_latency_s(a, b)
+                pair_paths[q] = net.candidate_paths(*q, k_paths)
+    chain_pairs = [perf.crossing_pairs(c) for c in chains]
+    chain_cross, chain_level_time = [], []
+    for c, qs in zip(chains, chain_pairs, strict=True):
+        cross: dict[RouteKey, int] = {}
+        for q in qs:
+            if len(pair_paths[q]) == 1:
+                for r in pair_paths[q][0].routes:
+                    cross[r] = cross.get(r, 0) + 1
+        chain_cross.append(cross)
+        routed = [q for q in qs if len(pair_paths[q]) >= 2]
+        levels_time: dict[tuple[int, ...], float] = {}
+        if routed:
+            for levels in itertools.product(*(range(len(pair_paths[q])) for q in routed)):
+                lat = dict(zip(routed, (pair_paths[q][lv].latency_s for q, lv in zip(routed, levels, strict=True)), strict=True))
+                lats = tuple(
+                    lat.get(route_key(a, b), pair_paths[route_key(a, b)][0].latency_s if a != b else 0.0)
+                    for a, b in zip(c, c[1:], strict=False)
+                )
+                levels_time[levels] = perf.chain_time_at(cfg, c, lats)
+        chain_level_time.append(levels_time)
     stage_sites = [sorted({c[k] for c in chains}) for k in range(cfg.pp)]
     # stages whose site is the same in every chain type share their hosting decisions (with
     # replicas inside sites, all stages do): one set of data-parallel variables per class,
@@ -141,7 +180,7 @@ def build_inner(
         cfg=cfg,
         chains=chains,
         chain_time=[perf.chain_time(cfg, c) for c in chains],
-        chain_cross=[perf.chain_crossings(c) for c in chains],
+        chain_cross=chain_cross,
         pp_bytes_per_crossing=perf.pp_bytes_per_crossing(cfg),
         sites=sites,
         site_groups=groups,
@@ -165,6 +204,9 @@ def build_inner(
         max_cost_usd=budget,
         stage_sites=stage_sites,
         stage_classes=list(classes.values()),
+        pair_paths=pair_paths,
+        chain_pairs=chain_pairs,
+        chain_level_time=chain_level_time,
         amortization_s=cat.costs.amortization_years * SECONDS_PER_YEAR,
         energy_usd_per_j=cat.costs.energy_usd_per_mwh / J_PER_MWH,
         resilience=resilience_data(problem, cfg, routes, options, optic, sites, collective),
@@ -222,6 +264,7 @@ class InnerSolution:
     bound: float
     optimal: bool
     step_time_s: float | None = None  # the backend's own step-time value
+    routing: list[dict[str, Any]] = field(default_factory=list)  # plan `routing` entries
 
 
 def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan:
@@ -249,6 +292,7 @@ def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan
             "stage_layers": list(cfg.stage_layers),
             "replica_groups": groups,
             "links": links,
+            "routing": sol.routing,
             "sync_mode": cfg.sync_mode,
         }
     )
@@ -256,3 +300,19 @@ def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan
 
 def finite(x: float, cap: float = 1e9) -> float:
     return x if math.isfinite(x) else cap
+
+
+def routing_entries(data: InnerData, phase: str, pair: PairKey, levels: int, flows: list[float]) -> dict[str, Any] | None:
+    """A plan `routing` entry from a backend's path levels and flows: the pair may use its
+    `levels` lowest-latency paths (listed, the slowest sets the latency), split as the flows."""
+    total = sum(flows[:levels])
+    if levels <= 1 or total <= 0:
+        return None  # the shortest path alone: the default for unlisted pairs
+    paths = data.pair_paths[pair][:levels]
+    shares = [max(0.0, f) / total for f in flows[:levels]]
+    shares[-1] = max(0.0, 1.0 - sum(shares[:-1]))
+    return {
+        "phase": phase,
+        "sites": list(pair),
+        "paths": [{"via": list(p.sites), "share": sh} for p, sh in zip(paths, shares, strict=True)],
+    }

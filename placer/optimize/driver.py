@@ -348,7 +348,7 @@ def _cost_per_token_walk(
         value = ev.cost_per_token_usd
         if incumbent is None or value < incumbent:
             incumbent = value
-            best = InnerSolution(cheap.counts, cheap.waves, value, value, True, step_time_s=None)
+            best = InnerSolution(cheap.counts, cheap.waves, value, value, True, step_time_s=None, routing=cheap.routing)
         rate_cap = ev.usd_per_s * (1 - 1e-7)
     if best is not None:
         best.optimal = optimal
@@ -360,16 +360,19 @@ def _upper_bound_time(data: InnerData) -> float:
     """A step time no feasible plan of this configuration exceeds (for the CP-SAT grid)."""
     if data.max_step_time_s is not None:
         return data.max_step_time_s
-    t_pipe = max(data.chain_time)
+    t_pipe = max([*data.chain_time, *(t for lt in data.chain_level_time for t in lt.values())])
     t_intra = max(data.intra.values(), default=0.0)
+    # a chain crosses each of its pairs once; however split, a crossing puts at most its
+    # bytes on a route
+    crossings = max((len(q) for q in data.chain_pairs), default=0)
     wan = 0.0
     for r in data.routes:
         cap = min((o.capacity_Bps for o in data.wave_options[r] if o.capacity_Bps > 0), default=0.0)
         if cap > 0:
-            pp = data.cfg.dp * max((cr.get(r, 0) for cr in data.chain_cross), default=0) * data.pp_bytes_per_crossing
+            pp = data.cfg.dp * max(crossings, max((cr.get(r, 0) for cr in data.chain_cross), default=0)) * data.pp_bytes_per_crossing
             dp = sum(data.wan_bytes) * len(data.pairs)
             wan = max(wan, (pp + dp) / cap)
-    lat = 2 * max(data.pair_latency.values(), default=0.0)
+    lat = 2 * max([*data.pair_latency.values(), *(p.latency_s for ps in data.pair_paths.values() for p in ps)], default=0.0)
     return t_pipe + t_intra + wan + lat + 1.0
 
 

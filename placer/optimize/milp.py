@@ -16,7 +16,7 @@ from typing import Any
 
 import pulp
 
-from placer.optimize.data import InnerData, InnerSolution
+from placer.optimize.data import InnerData, InnerSolution, routing_entries
 
 GBYTE = 1e9
 MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
@@ -70,6 +70,10 @@ class MilpInner:
         for c in C:
             add(n[c] <= D * u[c], _name("chain.use", c))
             add(T_pipe >= (d.chain_time[c] / ts) * u[c], _name("pipe.chain", c))
+        self.w: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): path j of the pair may carry traffic
+        self.f: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): GB on path j
+        self._pipe_level_terms: list[tuple[float, Any, list[Any]]] = []  # (time/ts, u_c, w's)
+        pp_flow_load = self._route_pipeline(T_pipe)
         # placement per (site, stage)
         x = {(s, k): pulp.lpSum(n[c] for c in C if d.chains[c][k] == s) for k in range(cfg.pp) for s in d.stage_sites[k]}
         nodes = {s: pulp.LpVariable(_name("nodes", s), 0, d.site_nodes[s], cat="Integer") for s in d.sites}
@@ -102,6 +106,9 @@ class MilpInner:
         for r in d.routes:
             load = pulp.lpSum(n[c] * d.chain_cross[c].get(r, 0) for c in C) * (d.pp_bytes_per_crossing / GBYTE)
             max_load = D * max((cr.get(r, 0) for cr in d.chain_cross), default=0) * d.pp_bytes_per_crossing / GBYTE
+            if r in pp_flow_load:
+                load = load + pulp.lpSum(pp_flow_load[r][0])
+                max_load += pp_flow_load[r][1]
             if max_load <= 0:
                 continue
             self.pp_loads[r] = (load, max_load)
@@ -113,6 +120,7 @@ class MilpInner:
         h: dict[tuple[str, int], pulp.LpVariable] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
         dp_max: dict[Any, float] = {r: 0.0 for r in d.routes}
+        pair_dem: dict[Any, list[tuple[Any, Any, float]]] = {}  # routed pair -> (D, b, S_k) per class
         for cls in d.stage_classes:
             k = cls[0]  # the class's representative stage
             hosts = d.stage_sites[k]
@@ -143,9 +151,13 @@ class MilpInner:
                 add(dem >= share - S_k * (1 - bp), _name("dp.pair", a, b, k))
                 add(T_lat >= (2 * d.pair_latency[(a, b)] / ts) * bp, _name("dp.pair_latency", a, b, k))
                 self._pairs.append((dem, share, bp, S_k, h[(a, k)], h[(b, k)], 2 * d.pair_latency[(a, b)] / ts))
+                if d.routed((a, b)):
+                    pair_dem.setdefault((a, b), []).append((dem, bp, S_k))
+                    continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
                     dp_max[r] += S_k
+        self._route_data_parallel(pair_dem, T_lat, dp_load, dp_max)
         for r in d.routes:
             if dp_load[r]:
                 self.dp_loads[r] = (pulp.lpSum(dp_load[r]), dp_max[r])
@@ -185,6 +197,91 @@ class MilpInner:
             self._add_resilience(T, T_pipe, T_intra, T_dpbw, T_lat, nodes)
         P.setObjective(self._main())
 
+    # ------------------------------------------------------------------ routing (MCF)
+
+    def _paths_allowed(self, phase: str, q: Any, active: list[Any]) -> list[Any]:
+        """Binaries w[j] for j >= 1: the pair's traffic may use its paths 0..j. Monotone
+        (w[1] >= w[2] >= ...): with the slowest allowed path fixing the latency, allowing
+        every faster path too never hurts, so only these prefixes need to be searched.
+        A pair without traffic allows none."""
+        d, add = self.d, self.prob.addConstraint
+        ws: list[Any] = [None]
+        for j in range(1, len(d.pair_paths[q])):
+            w = pulp.LpVariable(_name("w", phase, *q, j), cat="Binary")
+            self.w[(phase, q, j)] = w
+            if j == 1:
+                add(w <= pulp.lpSum(active), _name("route", phase, "paths_need_traffic", *q))
+            else:
+                add(w <= ws[-1], _name("route", phase, "paths_prefix", *q, j))
+            ws.append(w)
+        return ws
+
+    def _split(self, phase: str, q: Any, demand: Any, max_demand: float, ws: list[Any], loads: dict[Any, tuple[list[Any], float]]) -> None:
+        """demand (GB) = sum of the flows on the pair's paths; a path carries flow only when
+        allowed; every route of a path takes the path's flow."""
+        d, add = self.d, self.prob.addConstraint
+        flows = []
+        for j, path in enumerate(d.pair_paths[q]):
+            f = pulp.LpVariable(_name("f", phase, *q, j), 0)
+            self.f[(phase, q, j)] = f
+            if j >= 1:
+                add(f <= max_demand * ws[j], _name("route", phase, "path_allowed", *q, j))
+            flows.append(f)
+            for r in path.routes:
+                terms, mx = loads.get(r, ([], 0.0))
+                loads[r] = (terms + [f], mx + max_demand)
+        add(pulp.lpSum(flows) == demand, _name("route", phase, "demand", *q))
+
+    def _route_pipeline(self, T_pipe: Any) -> dict[Any, tuple[list[Any], float]]:
+        """Pipeline activations of routed pairs: a multi-commodity flow over candidate paths;
+        a chain's 1F1B time grows with the slowest path its pairs allow."""
+        d, add, n, u = self.d, self.prob.addConstraint, self.n, self.u
+        loads: dict[Any, tuple[list[Any], float]] = {}
+        ws: dict[Any, list[Any]] = {}
+        for q in sorted({q for c in range(len(d.chains)) for q in d.chain_routed_pairs(c)}):
+            crossing = [c for c in range(len(d.chains)) if q in d.chain_pairs[c]]
+            ws[q] = self._paths_allowed("pp", q, [u[c] for c in crossing])
+            demand = pulp.lpSum(n[c] for c in crossing) * (d.pp_bytes_per_crossing / GBYTE)
+            self._split("pp", q, demand, d.cfg.dp * d.pp_bytes_per_crossing / GBYTE, ws[q], loads)
+        for c in range(len(d.chains)):
+            routed = d.chain_routed_pairs(c)
+            for levels, t in d.chain_level_time[c].items():
+                chosen = [ws[q][lv] for q, lv in zip(routed, levels, strict=True) if lv >= 1]
+                if not chosen:
+                    continue
+                add(T_pipe >= (t / self.ts) * (self.u[c] + pulp.lpSum(chosen) - len(chosen)), _name("pipe.chain_path", c, *levels))
+                self._pipe_level_terms.append((t / self.ts, self.u[c], chosen))
+        return loads
+
+    def _route_data_parallel(self, pair_dem: dict[Any, list[tuple[Any, Any, float]]], T_lat: Any, dp_load: dict[Any, list[Any]], dp_max: dict[Any, float]) -> None:
+        """Data-parallel WAN traffic of routed pairs: the same flow, and the WAN phase pays
+        twice the latency of the slowest path a pair allows."""
+        self._lat_terms: list[tuple[float, Any]] = []
+        loads: dict[Any, tuple[list[Any], float]] = {}
+        for q, dems in sorted(pair_dem.items()):
+            ws = self._paths_allowed("dp", q, [bp for _, bp, _ in dems])
+            self._split("dp", q, pulp.lpSum(dem for dem, _, _ in dems), sum(S for _, _, S in dems), ws, loads)
+            for j in range(1, len(ws)):
+                lat = 2 * self.d.pair_paths[q][j].latency_s / self.ts
+                self.prob.addConstraint(T_lat >= lat * ws[j], _name("dp.path_latency", *q, j))
+                self._lat_terms.append((lat, ws[j]))
+        for r, (terms, mx) in loads.items():
+            dp_load[r].extend(terms)
+            dp_max[r] += mx
+
+    def routing(self, value: Any) -> list[dict[str, Any]]:
+        """The plan's `routing` entries from a solved model (`value` reads a variable)."""
+        d, out = self.d, []
+        for phase, name in (("pp", "pipeline"), ("dp", "data_parallel")):
+            for q in sorted({q for (ph, q, _j) in self.f if ph == phase}):
+                k = len(d.pair_paths[q])
+                levels = 1 + max([j for j in range(1, k) if (value(self.w[(phase, q, j)]) or 0) > 0.5], default=0)
+                flows = [max(0.0, value(self.f[(phase, q, j)]) or 0.0) for j in range(k)]
+                entry = routing_entries(d, name, q, levels, flows)
+                if entry is not None:
+                    out.append(entry)
+        return out
+
     def _exact_max(self, var: Any, terms: list[tuple[Any, Any]], big: float, name: str) -> None:
         """var <= one of the terms (var >= every term is already in the model), chosen by a
         one-hot delta that may only pick an active term: var == max(terms) exactly."""
@@ -222,6 +319,11 @@ class MilpInner:
             add(dem <= share, _name("exact.share", dem.name))
             add(dem <= S_k * bp, _name("exact.pair_off", dem.name))
         pipe_terms: list[tuple[Any, Any]] = [(d.chain_time[c] / self.ts, self.u[c]) for c in self.u]
+        for i, (t, uc, chosen) in enumerate(self._pipe_level_terms):
+            a = pulp.LpVariable(_name("exact.chain_path", i), cat="Binary")
+            for v in [uc, *chosen]:
+                add(a <= v, _name("exact.chain_path_on", i, v.name))
+            pipe_terms.append((t, a))
         for r, (load, max_load) in self.pp_loads.items():
             pipe_terms.append((self._exact_route_time(load, max_load, r, "exact.pp"), None))
         self._exact_max(T_pipe, pipe_terms, big, "exact.pipe")
@@ -231,7 +333,7 @@ class MilpInner:
         # the WAN exchange may last H (diloco) or 2H (streaming) steps: its bigs scale with it
         big_wan = big * self._wan_factor()
         self._exact_max(T_dpbw, dp_terms, big_wan, "exact.dpbw")
-        self._exact_max(T_lat, [(0, None)] + [(lat, bp) for _dem, _share, bp, _S, _ha, _hb, lat in self._pairs], big_wan, "exact.lat")
+        self._exact_max(T_lat, [(0, None)] + [(lat, bp) for _dem, _share, bp, _S, _ha, _hb, lat in self._pairs] + list(self._lat_terms), big_wan, "exact.lat")
         self._exact_max(T_intra, [(0, None)] + [(sec, g) for g, _, sec in self._intra_terms], big, "exact.intra")
         if getattr(self, "_exposed", None) is not None:
             T_wan = T_dpbw + T_lat
@@ -342,15 +444,20 @@ class MilpInner:
             return None
         value, bound, optimal = first  # in model units (time in units of ts)
         counts, waves = self._extract()
+        routing = self.routing(lambda v: v.value())
         # tie-break: same objective, then fewer waves, then fewer sites
         main = self._main()
         self.prob.addConstraint(main <= value + TIE_TOL * max(1.0, abs(value)), "objective.tiebreak")
-        self.prob.setObjective(self.total_waves * (len(self.d.sites) + 1) + pulp.lpSum(self.sites_used.values()))
+        n_w = len(self.w) + 1
+        self.prob.setObjective(
+            n_w * (self.total_waves * (len(self.d.sites) + 1) + pulp.lpSum(self.sites_used.values())) + pulp.lpSum(self.w.values())
+        )
         left = time_limit_s - (time.perf_counter() - t0)
         if left > 0.05 and self._solve_once(left, threads, options) is not None:
             counts, waves = self._extract()
+            routing = self.routing(lambda v: v.value())
         value, bound = value * self._unit(), bound * self._unit()
-        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else None)
+        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else None, routing=routing)
 
     def _extract(self) -> tuple[dict[int, int], dict[Any, int]]:
         counts = {c: int(round(v.value())) for c, v in self.n.items() if v.value() is not None and round(v.value()) > 0}

@@ -73,6 +73,7 @@ def markdown_report(problem: Problem, plan: Plan, ev: Evaluation, solver: dict[s
         lines.append(f"| {key[0]}-{key[1]} | {routes[key].km:g} | {link['waves']} | {link['optic']} | {link['fiber_pairs_lit']} | {link['capex_usd']:,.0f} |")
     if not ev.links:
         lines.append("| (no new waves) | | | | | |")
+    lines += _routing_lines(plan, ev)
     lines += ["", "## Step time", "", "| component | seconds |", "|---|---:|"]
     for k, v in ev.breakdown.items():
         lines.append(f"| {k} | {v:.4f} |")
@@ -138,6 +139,9 @@ def print_summary(console: Console, problem: Problem, plan: Plan, ev: Evaluation
     for link in ev.links:
         links[f"{link['sites'][0]}-{link['sites'][1]} ({link['optic']})"] += link["waves"]
     console.print("links: " + (", ".join(f"{k}: {v} waves" for k, v in links.items()) or "none") + f"; capex ${ev.capex_usd:,.0f}")
+    for r in plan.routing:
+        split = ", ".join(f"{p.share:.0%} via {'-'.join(p.via)}" for p in r.paths)
+        console.print(f"routing ({r.phase}) {r.sites[0]}-{r.sites[1]}: {split}")
     console.print(f"tokens/s {ev.tokens_per_s:,.0f}  MFU {ev.mfu:.1%}")
     if ev.violations:
         console.print("[red]violations:[/red]")
@@ -175,3 +179,26 @@ def resilience_section(res: dict[str, Any]) -> list[str]:
         lines.append(f"| {route} | {base.get(route, 0)} | {ring.get(route, '-')} | {opt.get(route, '-')} |")
     lines.append(f"| **total** | {sum(base.values())} | {res.get('spare_waves_ring')} | {res.get('spare_waves_optcc')} |")
     return lines
+
+
+def _routing_lines(plan: Plan, ev: Evaluation) -> list[str]:
+    """Traffic split over several paths, and the load each route carries per step."""
+    out = ["", "## Routing", ""]
+    if plan.routing:
+        out += ["| phase | pair | path | share | one-way latency ms |", "|---|---|---|---:|---:|"]
+        for entry in plan.routing:
+            for use in ev.routing.get(entry.key, ()):
+                out.append(f"| {entry.phase} | {entry.key[1][0]}-{entry.key[1][1]} | {use.path.label()} | {use.share:.1%} | {use.path.latency_s * 1e3:.3f} |")
+        out.append("")
+        out.append("A pair's latency is that of its slowest listed path; pairs not listed use their shortest path.")
+    else:
+        out.append("Every site pair uses its shortest path.")
+    step = ev.step
+    if step is not None and (step.route_pp_load or step.route_dp_load):
+        out += ["", "| route | pipeline GB/step | pipeline s | data-parallel GB/step | data-parallel s |", "|---|---:|---:|---:|---:|"]
+        for key in sorted(set(step.route_pp_load) | set(step.route_dp_load)):
+            out.append(
+                f"| {key[0]}-{key[1]} | {step.route_pp_load.get(key, 0) / 1e9:.3f} | {step.route_pp_s.get(key, 0):.4f} "
+                f"| {step.route_dp_load.get(key, 0) / 1e9:.3f} | {step.route_dp_s.get(key, 0):.4f} |"
+            )
+    return out

@@ -17,7 +17,7 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   NICs (serialization) plus the one-way latency of the path between the two sites.
 * Data-parallel sync is hierarchical per stage k: reduce-scatter inside each site, an
   all-reduce between the K_k sites that host stage k on the full stage gradient (each pair
-  of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on shortest paths),
+  of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on the plan's paths),
   all-gather inside. The NIC phases (T_intra) cost what every member's NIC carries: the
   flat-ring volume 2 (d-1)/d G, which the hierarchical scheme matches exactly for
   balanced placements, at the slowest NIC hosting the stage. The WAN phase pays the
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from placer.io import Problem
-from placer.network import Network, RouteKey
+from placer.network import Network, PairKey, RouteKey, Routing, route_key
 from placer.perf import comm
 from placer.perf.flops import (
     BYTES_BF16,
@@ -154,26 +154,43 @@ class PerfModel:
 
     # ------------------------------------------------------------------ per chain
 
-    def boundary(self, cfg: Config, a: str, b: str) -> tuple[float, float]:
-        """(latency, transmit) of one pipeline message from a stage at site a to site b."""
+    def boundary(self, cfg: Config, a: str, b: str, fiber_s: float | None = None) -> tuple[float, float]:
+        """(latency, transmit) of one pipeline message from a stage at site a to site b;
+        `fiber_s` is the one-way latency of the path used (default: the shortest)."""
         gpu_a, gpu_b = self.site_gpu(a), self.site_gpu(b)
         nic = min(self.nic_Bps(gpu_a), self.nic_Bps(gpu_b)) * cfg.tp
         transmit = self.message_bytes(cfg) / nic
         # crossing sites adds the fiber path to the fabric hop every message makes
-        lat = self.catalog.network.intra_site_latency_s + (0.0 if a == b else self.net.path_latency_s(a, b))
-        return lat, transmit
+        if a == b:
+            fiber_s = 0.0
+        elif fiber_s is None:
+            fiber_s = self.net.path_latency_s(a, b)
+        return self.catalog.network.intra_site_latency_s + fiber_s, transmit
 
-    def chain_time(self, cfg: Config, chain: Chain, with_comm: bool = True) -> float:
-        return self._chain_time(cfg, chain, with_comm)
+    def chain_time(self, cfg: Config, chain: Chain, with_comm: bool = True, routing: Routing | None = None) -> float:
+        """1F1B time of one replica chain; its cross-site boundaries pay the latency of the
+        slowest path the routing uses for that pair (default: shortest paths)."""
+        lats = self.boundary_latencies(chain, routing) if routing else None
+        return self._chain_time(cfg, chain, with_comm, lats)
 
-    def _chain_time_uncached(self, cfg: Config, chain: Chain, with_comm: bool) -> float:
+    def boundary_latencies(self, chain: Chain, routing: Routing | None) -> tuple[float, ...]:
+        return tuple(
+            self.net.pair_latency_s(routing, "pipeline", a, b) for a, b in zip(chain, chain[1:], strict=False)
+        )
+
+    def chain_time_at(self, cfg: Config, chain: Chain, lats: tuple[float, ...]) -> float:
+        """1F1B time of a chain with given one-way fiber latencies per boundary."""
+        return self._chain_time(cfg, chain, True, lats)
+
+    def _chain_time_uncached(self, cfg: Config, chain: Chain, with_comm: bool, lats: tuple[float, ...] | None) -> float:
         fwd, bwd, lat, tx = [], [], [], []
         for k, site in enumerate(chain):
             st = self.stage_times(cfg, self.problem.instance.site(site).gpu)[k]
             fwd.append(st.fwd)
             bwd.append(st.bwd)
             if k + 1 < len(chain):
-                la, t = self.boundary(cfg, site, chain[k + 1]) if with_comm else (0.0, 0.0)
+                fiber = lats[k] if lats is not None else None
+                la, t = self.boundary(cfg, site, chain[k + 1], fiber) if with_comm else (0.0, 0.0)
                 lat.append(la)
                 tx.append(t)
         if any(math.isinf(x) for x in lat):
@@ -193,14 +210,21 @@ class PerfModel:
         zeros = [0.0] * (cfg.pp - 1)
         return one_f_one_b_time(fwd, bwd, zeros, zeros, cfg.num_micro_batches)
 
-    def chain_crossings(self, chain: Chain) -> dict[RouteKey, int]:
-        """How many pipeline boundaries of one chain use each route."""
-        out: dict[RouteKey, int] = defaultdict(int)
+    def chain_crossings(self, chain: Chain, routing: Routing | None = None) -> dict[RouteKey, float]:
+        """How many pipeline boundaries of one chain use each route (fractions when the
+        routing splits a pair over several paths)."""
+        out: dict[RouteKey, float] = defaultdict(float)
         for a, b in zip(chain, chain[1:], strict=False):
             if a != b:
-                for key in self.net.path(a, b) or []:
-                    out[key] += 1
+                for use in self.net.pair_paths(routing, "pipeline", a, b) or ():
+                    for key in use.path.routes:
+                        out[key] += use.share
         return dict(out)
+
+    @staticmethod
+    def crossing_pairs(chain: Chain) -> list[PairKey]:
+        """The site pairs a chain's pipeline boundaries cross, in chain order."""
+        return [route_key(a, b) for a, b in zip(chain, chain[1:], strict=False) if a != b]
 
     def pp_bytes_per_crossing(self, cfg: Config) -> float:
         """Bytes one boundary crossing puts on each direction of a route per step."""
@@ -240,15 +264,17 @@ class PerfModel:
         pp_route_factor: dict[RouteKey, float] | None = None,
         dp_route_factor: dict[RouteKey, float] | None = None,
         intra_factor: float = 1.0,
+        routing: Routing | None = None,
     ) -> StepResult:
         """Step time of a placement. The factors price failures (placer.resilience): a
         route's pipeline or data-parallel time is multiplied by its factor, the intra-site
-        sync by `intra_factor`."""
+        sync by `intra_factor`. `routing` splits pairs' traffic over paths (placer.network);
+        pairs it does not list use their shortest path."""
         net = self.net
         optics = optics or {}
         ppf, dpf = pp_route_factor or {}, dp_route_factor or {}
         # pipeline: slowest chain and the routes' activation throughput
-        chain_t = {c: self.chain_time(cfg, c) for _, c in groups}
+        chain_t = {c: self.chain_time(cfg, c, routing=routing) for _, c in groups}
         crit = max(chain_t, key=lambda c: (chain_t[c], c))
         pp_load: dict[RouteKey, float] = defaultdict(float)
         unreachable: list[tuple[str, str]] = []
@@ -256,7 +282,7 @@ class PerfModel:
             for a, b in zip(chain, chain[1:], strict=False):
                 if a != b and net.path(a, b) is None:
                     unreachable.append((a, b))
-            for key, n in self.chain_crossings(chain).items():
+            for key, n in self.chain_crossings(chain, routing).items():
                 pp_load[key] += count * n * self.pp_bytes_per_crossing(cfg)
         cap = {key: net.capacity_Bps(key, waves.get(key, 0), optics.get(key)) for key in net.routes}
         route_pp_s = {k: _div(v, cap[k]) * ppf.get(k, 1.0) if v > 0 else 0.0 for k, v in pp_load.items()}
@@ -279,13 +305,14 @@ class PerfModel:
                 demand = 2 * self.stage_wan_bytes(cfg, k) / len(sites)
                 for i, a in enumerate(sites):
                     for b in sites[i + 1 :]:
-                        path = net.path(a, b)
-                        if path is None:
+                        uses = net.pair_paths(routing, "data_parallel", a, b)
+                        if uses is None:
                             unreachable.append((a, b))
                             continue
-                        for key in path:
-                            dp_load[key] += demand
-                        wan_lat = max(wan_lat, 2 * net.path_latency_s(a, b))
+                        for use in uses:
+                            for key in use.path.routes:
+                                dp_load[key] += demand * use.share
+                        wan_lat = max(wan_lat, 2 * net.pair_latency_s(routing, "data_parallel", a, b))
         route_dp_s = {k: _div(v, cap[k]) * dpf.get(k, 1.0) if v > 0 else 0.0 for k, v in dp_load.items()}
         if t_intra > 0:
             t_intra *= intra_factor

@@ -1,0 +1,213 @@
+"""Multi-commodity routing: traffic of a site pair split over paths of the route graph.
+
+The reference numbers are closed forms over quantities of the performance model and the
+network (stage gradient bytes, route capacity, path latency), never the formulations'.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+
+from placer.evaluate import evaluate
+from placer.io import problem_from_data
+from placer.network import Network
+from placer.optimize.driver import solve
+from placer.perf.step import PerfModel
+
+pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:DeprecationWarning")
+BACKENDS = ("cpsat", "milp", "brute")
+
+
+def triangle(direct_gbps: float, detour_gbps: float, *, direct_km: float = 100, detour_km: float = 60, k: int = 2) -> dict[str, Any]:
+    """Sites a and b each host half the replicas (whole replicas: one site per replica);
+    c hosts nothing but relays. The a-b data-parallel exchange may go direct or via c.
+    Every capacity is in place (no waves to buy), so routing is the only WAN decision."""
+    return {
+        "name": "triangle",
+        "sites": [
+            {"name": "a", "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4},
+            {"name": "b", "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4},
+            {"name": "c", "gpu": "h100-sxm", "gpus": 0, "gpus_per_node": 4},
+        ],
+        "routes": [
+            {"sites": ["a", "b"], "km": direct_km, "capacity_gbps": direct_gbps, "max_waves": 0},
+            {"sites": ["a", "c"], "km": detour_km, "capacity_gbps": detour_gbps, "max_waves": 0},
+            {"sites": ["c", "b"], "km": detour_km, "capacity_gbps": detour_gbps, "max_waves": 0},
+        ],
+        "job": {
+            "model": "tiny-8l",
+            "global_batch": 16,
+            "gpus": 16,
+            "sync": {"mode": "synchronous", "bits": 16},
+            "parallelism": {"tp": [4], "pp": [1], "dp": [4], "micro_batch": [1]},
+        },
+        "solver": {"max_sites_per_replica": 1, "paths_per_pair": k, "time_limit_s": 30},
+    }
+
+
+def closed_form_wan(instance: dict[str, Any]) -> tuple[float, float]:
+    """(WAN phase seconds, share on the direct path) of the best routing, by hand: the
+    pair exchanges D = 2 S / 2 bytes; direct alone, detour alone, or split in proportion
+    to capacity (which equalises the two paths' times) at the slower path's latency."""
+    problem = problem_from_data(instance)
+    net, perf = Network(problem), PerfModel(problem)
+    from placer.evaluate import config_of
+    from placer.schema import Plan
+
+    plan = Plan.model_validate(
+        {"parallelism": {"tp": 4, "pp": 1, "dp": 4, "micro_batch": 1}, "stage_layers": [8], "replica_groups": [{"count": 2, "stage_sites": ["a"]}, {"count": 2, "stage_sites": ["b"]}]}
+    )
+    cfg = config_of(problem, plan)
+    demand = 2 * perf.stage_wan_bytes(cfg, 0) / 2
+    c1 = net.capacity_Bps(("a", "b"), 0)
+    c2 = min(net.capacity_Bps(("a", "c"), 0), net.capacity_Bps(("b", "c"), 0))
+    l1 = net.latency_s(("a", "b"))
+    l2 = net.latency_s(("a", "c")) + net.latency_s(("b", "c"))
+    options = [
+        (demand / c1 + 2 * l1, 1.0),
+        (demand / c2 + 2 * l2, 0.0),
+        (demand / (c1 + c2) + 2 * max(l1, l2), c1 / (c1 + c2)),
+    ]
+    return min(options)
+
+
+def wan_of(instance: dict[str, Any], backend: str) -> tuple[float, float, Any]:
+    res = solve(problem_from_data({**instance, "solver": {**instance["solver"], "backend": backend}}))
+    step = res.evaluation.step
+    assert step is not None
+    direct = step.route_dp_load.get(("a", "b"), 0.0)
+    total = direct + step.route_dp_load.get(("a", "c"), 0.0)
+    return step.wan_s, direct / total if total else 1.0, res
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_split_over_two_paths_matches_the_closed_form(backend: str) -> None:
+    # equal capacities, a detour a little longer: splitting halves the transfer time
+    inst = triangle(10, 10, direct_km=100, detour_km=60)
+    expected, share = closed_form_wan(inst)
+    assert 0 < share < 1, "the instance must make the split optimal"
+    wan, direct_share, res = wan_of(inst, backend)
+    assert wan == pytest.approx(expected, rel=1e-5)
+    assert direct_share == pytest.approx(share, abs=1e-4)
+    assert [r.phase for r in res.plan.routing] == ["data_parallel"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_far_detour_is_not_worth_its_latency(backend: str) -> None:
+    # a 2000 km detour adds ~20 ms of round trip: more than splitting saves on this model
+    inst = triangle(400, 400, direct_km=100, detour_km=1000)
+    expected, share = closed_form_wan(inst)
+    assert share == 1.0
+    wan, direct_share, res = wan_of(inst, backend)
+    assert wan == pytest.approx(expected, rel=1e-5)
+    assert direct_share == pytest.approx(1.0)
+    assert res.plan.routing == []
+
+
+@pytest.mark.parametrize("backend", ("cpsat", "milp"))
+def test_a_congested_direct_route_is_bypassed(backend: str) -> None:
+    # the direct route barely carries anything: the detour takes (almost) everything
+    inst = triangle(1, 100, direct_km=100, detour_km=60)
+    expected, share = closed_form_wan(inst)
+    wan, direct_share, _ = wan_of(inst, backend)
+    assert wan == pytest.approx(expected, rel=1e-5)
+    assert direct_share == pytest.approx(share, abs=1e-4)
+
+
+@pytest.mark.parametrize("backend", ("cpsat", "milp"))
+def test_more_candidate_paths_never_hurt(backend: str) -> None:
+    base = triangle(10, 10)
+    one = copy.deepcopy(base)
+    one["solver"]["paths_per_pair"] = 1
+    t_multi = wan_of(base, backend)[2].objective
+    t_single = wan_of(one, backend)[2].objective
+    assert t_multi <= t_single * (1 + 1e-6)
+    assert t_multi < t_single  # this instance gains from the split
+
+
+def test_evaluator_prices_a_given_split() -> None:
+    inst = triangle(10, 10)
+    problem = problem_from_data(inst)
+    net = Network(problem)
+    s = 0.3
+    plan = {
+        "parallelism": {"tp": 4, "pp": 1, "dp": 4, "micro_batch": 1},
+        "stage_layers": [8],
+        "replica_groups": [{"count": 2, "stage_sites": ["a"]}, {"count": 2, "stage_sites": ["b"]}],
+        "routing": [{"phase": "data_parallel", "sites": ["a", "b"], "paths": [{"via": ["a", "b"], "share": s}, {"via": ["b", "c", "a"], "share": 1 - s}]}],
+    }
+    ev = evaluate(problem, plan)
+    assert ev.feasible, ev.violations
+    base = evaluate(problem, {k: v for k, v in plan.items() if k != "routing"})
+    demand = base.step.route_dp_load[("a", "b")]  # shortest path: all of it direct
+    c1, c2 = net.capacity_Bps(("a", "b"), 0), net.capacity_Bps(("a", "c"), 0)
+    lat = net.latency_s(("a", "c")) + net.latency_s(("b", "c"))
+    assert ev.step.route_dp_load[("a", "b")] == pytest.approx(s * demand)
+    assert ev.step.route_dp_load[("b", "c")] == pytest.approx((1 - s) * demand)
+    assert ev.step.wan_s == pytest.approx(max(s * demand / c1, (1 - s) * demand / c2) + 2 * lat)
+
+
+def test_evaluator_names_a_path_without_a_route() -> None:
+    inst = triangle(10, 10)
+    inst["routes"] = inst["routes"][:2]  # no c-b route
+    plan = {
+        "parallelism": {"tp": 4, "pp": 1, "dp": 4, "micro_batch": 1},
+        "stage_layers": [8],
+        "replica_groups": [{"count": 2, "stage_sites": ["a"]}, {"count": 2, "stage_sites": ["b"]}],
+        "routing": [{"phase": "data_parallel", "sites": ["a", "b"], "paths": [{"via": ["a", "c", "b"], "share": 1.0}]}],
+    }
+    ev = evaluate(problem_from_data(inst), plan)
+    assert not ev.feasible
+    assert any(v.where == "routing[0].paths[0]" and "no route between b and c" in v.message for v in ev.violations)
+
+
+@pytest.mark.parametrize(
+    ("paths", "message"),
+    [
+        ([{"via": ["a", "b"], "share": 0.5}], "shares sum to 0.5"),
+        ([{"via": ["a", "c"], "share": 1.0}], "must run between a and b"),
+        ([{"via": ["a", "c", "a", "b"], "share": 1.0}], "visits a site twice"),
+    ],
+)
+def test_plan_schema_rejects_bad_routing(paths: list[dict[str, Any]], message: str) -> None:
+    from pydantic import ValidationError
+
+    from placer.schema import PairRouting
+
+    with pytest.raises(ValidationError, match=message):
+        PairRouting.model_validate({"phase": "data_parallel", "sites": ["a", "b"], "paths": paths})
+
+
+def test_candidate_paths_are_the_lowest_latency_simple_paths() -> None:
+    inst = triangle(10, 10, direct_km=100, detour_km=60)
+    net = Network(problem_from_data(inst))
+    paths = net.candidate_paths("a", "b", 5)
+    assert [p.sites for p in paths] == [("a", "b"), ("a", "c", "b")]  # the only two simple paths
+    assert paths[1].latency_s == pytest.approx(2 * 60 * 4.9e-6)
+    assert math.isclose(paths[0].latency_s, 100 * 4.9e-6)
+
+
+def pipeline_triangle() -> dict[str, Any]:
+    """Every replica has its first stage at a and its second at b (each site holds one
+    stage of every replica), on thin routes: activations cross a-b every micro-batch."""
+    inst = triangle(1, 1, direct_km=100, detour_km=60)
+    inst["job"]["parallelism"] = {"tp": [4], "pp": [2], "dp": [2], "micro_batch": [1]}
+    inst["solver"]["max_sites_per_replica"] = 2
+    inst["sites"][0]["gpus"] = inst["sites"][1]["gpus"] = 8
+    return inst
+
+
+def test_pipeline_traffic_is_split_and_all_backends_agree() -> None:
+    inst = pipeline_triangle()
+    results = {b: wan_of(inst, b)[2] for b in BACKENDS}
+    ref = results["brute"].objective
+    for b, res in results.items():
+        assert res.objective == pytest.approx(ref, rel=1e-5), b
+        assert [r.phase for r in res.plan.routing] == ["pipeline"], b
+    single = copy.deepcopy(inst)
+    single["solver"]["paths_per_pair"] = 1
+    assert ref < wan_of(single, "milp")[2].objective
