@@ -65,7 +65,10 @@ def mesh(n: int, extra: dict | None = None) -> dict:
             "seq_len": 256,  # short sequences: little compute per step, so the WAN dominates
             "parallelism": {"tp": [8], "pp": [1], "dp": [n], "micro_batch": [1]},
         },
-        "solver": {"max_sites_per_replica": 1, "time_limit_s": 60},
+        # direct routes only (no multi-path routing): the study isolates what the
+        # collective does under a lost wave; splitting pairs over two-hop paths of the
+        # mesh would mix a second effect into the spare-wave count
+        "solver": {"max_sites_per_replica": 1, "time_limit_s": 60, "paths_per_pair": 1},
     }
     inst.update(extra or {})
     return inst
