@@ -45,13 +45,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="shipped instances only")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--backends", default="cpsat,milp")
+    ap.add_argument("--sites", default="", help="generated rows only, for these site counts (e.g. 32)")
     args = ap.parse_args()
     backends = args.backends.split(",")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     print()
     print("| instance | backend | status | seconds | objective | gap | configs (solved) |")
     print("|---|---|---|---:|---:|---:|---|")
-    for path in sorted((ROOT / "instances").glob("*.yaml")):
+    only = {int(x) for x in args.sites.split(",") if x}
+    for path in sorted((ROOT / "instances").glob("*.yaml")) if not only else []:
         prob = load_instance(path)
         for b in backends:
             st, sec, obj, gap, total, solved = run(prob, b, args.time_limit)
@@ -62,6 +64,8 @@ def main() -> None:
     print("| sites | GPUs | routes | backend | status | seconds | step time s | gap | configs (solved) |")
     print("|---:|---:|---:|---|---|---:|---:|---:|---|")
     for sites, gpus, k in GENERATED:
+        if only and sites not in only:
+            continue
         data = random_instance(sites, gpus, seed=1, max_sites_per_replica=k, time_limit_s=args.time_limit)
         prob = problem_from_data(data)
         n_gpus = sum(s.gpus for s in prob.instance.sites)

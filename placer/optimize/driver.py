@@ -29,6 +29,7 @@ from placer.perf.step import Config, PerfModel
 from placer.schema import Plan
 
 GREEDY_CONFIGS = 4  # configurations (best bounds first) that get a greedy incumbent
+FINISH_RESERVE_S = 1.0  # of the time limit, for the final evaluation (capped at 2% of it)
 AGREEMENT_REL = 1e-5  # backend objective vs evaluator (CP-SAT works on a 1e-9 time grid)
 
 Progress = Callable[[str], None]
@@ -81,7 +82,9 @@ def solve(
     objective = inst.objective.minimize
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
-    deadline = t0 + time_limit_s
+    # keep back a little of the limit for evaluating and completing the final plan, so
+    # that the whole call, not just the search, stays within time_limit_s
+    deadline = t0 + time_limit_s - min(FINISH_RESERVE_S, 0.02 * time_limit_s)
     perf = PerfModel(problem)
     report = SpaceReport()
     configs = enumerate_configs(problem, report)
@@ -281,12 +284,14 @@ def _backend(
     t_cap: float | None = None,
     rate_cap: float | None = None,
 ) -> InnerSolution | None:
+    start = time.perf_counter()
     t_max = t_cap or (cutoff if (objective == "step_time" and cutoff is not None) else _upper_bound_time(data))
     if backend == "milp":
         model = MilpInner(data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap)
-        return model.solve(remaining, threads, dict(opts.options))
+        # building the model counts against the time limit too
+        return model.solve(max(0.05, remaining - (time.perf_counter() - start)), threads, dict(opts.options))
     model_c = CpsatInner(data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap)
-    return model_c.solve(remaining, threads, problem.instance.solver.seed, dict(opts.options))
+    return model_c.solve(max(0.05, remaining - (time.perf_counter() - start)), threads, problem.instance.solver.seed, dict(opts.options))
 
 
 def _solve_inner(

@@ -60,7 +60,7 @@ from typing import Any
 from placer.errors import InputError
 from placer.evaluate import config_of, site_gpus_per_node, sync_mode_of
 from placer.io import Problem, plan_from_data
-from placer.network import Network
+from placer.network import PHASES, Network, PathUse
 from placer.schema import Plan
 
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
@@ -562,7 +562,9 @@ def nccl_suggestions(layout: Layout, site: str) -> list[str]:
     if not mine:
         return lines + ["No communicator of this site crosses sites: keep NCCL defaults."]
     peers = sorted({p for g in mine for p in g["sites"] if p != site})
-    rtt = {p: 2 * net.path_latency_s(site, p) for p in peers}
+    # the slowest path the plan routes any of the pair's traffic on (placer.network)
+    routing = {e.key: tuple(PathUse(net.make_path(q.via), q.share) for q in e.paths) for e in layout.plan.routing}
+    rtt = {p: 2 * max(net.pair_latency_s(routing, ph, site, p) for ph in PHASES) for p in peers}
     rtt_max = max(rtt.values())
     nic_gbps = problem.catalog.gpus[problem.instance.site(site).gpu].nic_gbps
     bdp = nic_gbps * 1e9 / 8 * rtt_max
