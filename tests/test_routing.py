@@ -75,8 +75,12 @@ def closed_form_wan(instance: dict[str, Any]) -> tuple[float, float]:
     return min(options)
 
 
+def solved(instance: dict[str, Any], backend: str) -> Any:
+    return solve(problem_from_data({**instance, "solver": {**instance["solver"], "backend": backend}}))
+
+
 def wan_of(instance: dict[str, Any], backend: str) -> tuple[float, float, Any]:
-    res = solve(problem_from_data({**instance, "solver": {**instance["solver"], "backend": backend}}))
+    res = solved(instance, backend)
     step = res.evaluation.step
     assert step is not None
     direct = step.route_dp_load.get(("a", "b"), 0.0)
@@ -123,8 +127,8 @@ def test_more_candidate_paths_never_hurt(backend: str) -> None:
     base = triangle(10, 10)
     one = copy.deepcopy(base)
     one["solver"]["paths_per_pair"] = 1
-    t_multi = wan_of(base, backend)[2].objective
-    t_single = wan_of(one, backend)[2].objective
+    t_multi = solved(base, backend).objective
+    t_single = solved(one, backend).objective
     assert t_multi <= t_single * (1 + 1e-6)
     assert t_multi < t_single  # this instance gains from the split
 
@@ -203,11 +207,11 @@ def pipeline_triangle() -> dict[str, Any]:
 
 def test_pipeline_traffic_is_split_and_all_backends_agree() -> None:
     inst = pipeline_triangle()
-    results = {b: wan_of(inst, b)[2] for b in BACKENDS}
+    results = {b: solved(inst, b) for b in BACKENDS}
     ref = results["brute"].objective
     for b, res in results.items():
         assert res.objective == pytest.approx(ref, rel=1e-5), b
         assert [r.phase for r in res.plan.routing] == ["pipeline"], b
     single = copy.deepcopy(inst)
     single["solver"]["paths_per_pair"] = 1
-    assert ref < wan_of(single, "milp")[2].objective
+    assert ref < solved(single, "milp").objective

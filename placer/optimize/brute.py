@@ -22,7 +22,7 @@ from typing import Any
 from placer.errors import InputError
 from placer.evaluate import evaluate
 from placer.io import Problem
-from placer.network import PairKey, RouteKey, route_key
+from placer.network import Network, PairKey, RouteKey, route_key
 from placer.optimize.data import InnerData, InnerSolution, solution_plan
 from placer.perf.step import PerfModel
 
@@ -52,7 +52,7 @@ def brute_inner(problem: Problem, perf: PerfModel, data: InnerData, objective: s
         demands, fixed = _demands(data, counts)
         for wv in itertools.product(*wave_choices):
             waves = dict(zip(data.routes, wv, strict=True))
-            for routing in _routings(problem, data, demands, fixed, waves):
+            for routing in _routings(problem, perf.net, data, demands, fixed, waves):
                 sol = InnerSolution(counts, waves, 0.0, 0.0, True, routing=routing)
                 ev = evaluate(problem, solution_plan(problem, data, sol), perf)
                 if not ev.feasible:
@@ -94,6 +94,7 @@ def _demands(data: InnerData, counts: dict[int, int]) -> tuple[dict[tuple[str, P
 
 def _routings(
     problem: Problem,
+    net: Network,
     data: InnerData,
     demands: dict[tuple[str, PairKey], float],
     fixed: dict[tuple[str, RouteKey], float],
@@ -108,9 +109,6 @@ def _routings(
     total = math.prod(len(c) for c in choices)
     if total > MAX_ROUTINGS:
         raise InputError(f"brute backend: {total} routing choices per plan (at most {MAX_ROUTINGS})")
-    from placer.network import Network
-
-    net = Network(problem)
     cap = {r: net.capacity_Bps(r, waves.get(r, 0), data.route_optic[r]) for r in data.routes}
     out = []
     for levels in itertools.product(*choices):

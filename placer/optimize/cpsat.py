@@ -16,7 +16,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from placer.optimize.data import InnerData, InnerSolution, routing_entries
+from placer.optimize.data import InnerData, InnerSolution, extract_routing
 
 INT_LIMIT = 4e18  # stay well inside int64 for coefficient x domain products
 TIME_TICKS = 10**9
@@ -251,8 +251,7 @@ class CpsatInner:
         loads: dict[Any, list[Any]] = {}
         ws: dict[Any, list[Any]] = {}
         self._max_routed = max((len(d.chain_routed_pairs(c)) for c in range(len(d.chains))), default=0)
-        for q in sorted({q for c in range(len(d.chains)) for q in d.chain_routed_pairs(c)}):
-            crossing = [c for c in range(len(d.chains)) if q in d.chain_pairs[c]]
+        for q, crossing in d.routed_crossings().items():
             ws[q] = self._paths_allowed("pp", q, [self.u[c] for c in crossing])
             self._split("pp", q, sum(self.n[c] for c in crossing) * pp_bytes, d.cfg.dp * pp_bytes, ws[q], loads)
         for c in range(len(d.chains)):
@@ -282,16 +281,7 @@ class CpsatInner:
             dp_load[r].extend(terms)
 
     def routing(self, solver: cp_model.CpSolver) -> list[dict[str, Any]]:
-        d, out = self.d, []
-        for phase, name in (("pp", "pipeline"), ("dp", "data_parallel")):
-            for q in sorted({q for (ph, q, _j) in self.f if ph == phase}):
-                k = len(d.pair_paths[q])
-                levels = 1 + max([j for j in range(1, k) if solver.Value(self.w[(phase, q, j)])], default=0)
-                flows = [float(solver.Value(self.f[(phase, q, j)])) for j in range(k)]
-                entry = routing_entries(d, name, q, levels, flows)
-                if entry is not None:
-                    out.append(entry)
-        return out
+        return extract_routing(self.d, self.f, lambda key: bool(solver.Value(self.w[key])), lambda key: float(solver.Value(self.f[key])))
 
     def _exact_route_time(self, load: Any, r: Any, ub: int, Q: float, family: str) -> Any:
         """t = ceil(Q load / cap) for the chosen wave option: the hull with a two-sided row."""

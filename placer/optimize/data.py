@@ -86,6 +86,14 @@ class InnerData:
     def chain_routed_pairs(self, c: int) -> list[PairKey]:
         return [q for q in self.chain_pairs[c] if self.routed(q)]
 
+    def routed_crossings(self) -> dict[PairKey, list[int]]:
+        """Routed pairs some chain crosses, each with the chains that cross it (sorted)."""
+        out: dict[PairKey, list[int]] = {}
+        for c in range(len(self.chains)):
+            for q in self.chain_routed_pairs(c):
+                out.setdefault(q, []).append(c)
+        return dict(sorted(out.items()))
+
     def class_wan_bytes(self, cls: list[int]) -> float:
         return sum(self.wan_bytes[k] for k in cls)
 
@@ -302,17 +310,25 @@ def finite(x: float, cap: float = 1e9) -> float:
     return x if math.isfinite(x) else cap
 
 
-def routing_entries(data: InnerData, phase: str, pair: PairKey, levels: int, flows: list[float]) -> dict[str, Any] | None:
-    """A plan `routing` entry from a backend's path levels and flows: the pair may use its
-    `levels` lowest-latency paths (listed, the slowest sets the latency), split as the flows."""
-    total = sum(flows[:levels])
-    if levels <= 1 or total <= 0:
-        return None  # the shortest path alone: the default for unlisted pairs
-    paths = data.pair_paths[pair][:levels]
-    shares = [max(0.0, f) / total for f in flows[:levels]]
-    shares[-1] = max(0.0, 1.0 - sum(shares[:-1]))
-    return {
-        "phase": phase,
-        "sites": list(pair),
-        "paths": [{"via": list(p.sites), "share": sh} for p, sh in zip(paths, shares, strict=True)],
-    }
+PHASE_NAMES = {"pp": "pipeline", "dp": "data_parallel"}
+
+
+def extract_routing(data: InnerData, flow_keys: Any, allowed: Any, flow: Any) -> list[dict[str, Any]]:
+    """A plan's `routing` entries from a solved model: `flow_keys` are the model's
+    (phase, pair, path) flow keys, `allowed(key)` whether path j is allowed and `flow(key)`
+    its flow. A pair may use its paths up to the last allowed (listed, the slowest sets
+    the latency), split as the flows; pairs on their shortest path alone are left out."""
+    out = []
+    for phase, name in PHASE_NAMES.items():
+        for q in sorted({q for (ph, q, _j) in flow_keys if ph == phase}):
+            k = len(data.pair_paths[q])
+            levels = 1 + max([j for j in range(1, k) if allowed((phase, q, j))], default=0)
+            flows = [max(0.0, flow((phase, q, j))) for j in range(levels)]
+            total = sum(flows)
+            if levels <= 1 or total <= 0:
+                continue
+            shares = [f / total for f in flows]
+            shares[-1] = max(0.0, 1.0 - sum(shares[:-1]))
+            paths = data.pair_paths[q][:levels]
+            out.append({"phase": name, "sites": list(q), "paths": [{"via": list(p.sites), "share": sh} for p, sh in zip(paths, shares, strict=True)]})
+    return out

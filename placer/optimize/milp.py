@@ -16,7 +16,7 @@ from typing import Any
 
 import pulp
 
-from placer.optimize.data import InnerData, InnerSolution, routing_entries
+from placer.optimize.data import InnerData, InnerSolution, extract_routing
 
 GBYTE = 1e9
 MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
@@ -238,8 +238,7 @@ class MilpInner:
         d, add, n, u = self.d, self.prob.addConstraint, self.n, self.u
         loads: dict[Any, tuple[list[Any], float]] = {}
         ws: dict[Any, list[Any]] = {}
-        for q in sorted({q for c in range(len(d.chains)) for q in d.chain_routed_pairs(c)}):
-            crossing = [c for c in range(len(d.chains)) if q in d.chain_pairs[c]]
+        for q, crossing in d.routed_crossings().items():
             ws[q] = self._paths_allowed("pp", q, [u[c] for c in crossing])
             demand = pulp.lpSum(n[c] for c in crossing) * (d.pp_bytes_per_crossing / GBYTE)
             self._split("pp", q, demand, d.cfg.dp * d.pp_bytes_per_crossing / GBYTE, ws[q], loads)
@@ -269,18 +268,9 @@ class MilpInner:
             dp_load[r].extend(terms)
             dp_max[r] += mx
 
-    def routing(self, value: Any) -> list[dict[str, Any]]:
-        """The plan's `routing` entries from a solved model (`value` reads a variable)."""
-        d, out = self.d, []
-        for phase, name in (("pp", "pipeline"), ("dp", "data_parallel")):
-            for q in sorted({q for (ph, q, _j) in self.f if ph == phase}):
-                k = len(d.pair_paths[q])
-                levels = 1 + max([j for j in range(1, k) if (value(self.w[(phase, q, j)]) or 0) > 0.5], default=0)
-                flows = [max(0.0, value(self.f[(phase, q, j)]) or 0.0) for j in range(k)]
-                entry = routing_entries(d, name, q, levels, flows)
-                if entry is not None:
-                    out.append(entry)
-        return out
+    def routing(self) -> list[dict[str, Any]]:
+        """The plan's `routing` entries from the solved model."""
+        return extract_routing(self.d, self.f, lambda key: (self.w[key].value() or 0) > 0.5, lambda key: self.f[key].value() or 0.0)
 
     def _exact_max(self, var: Any, terms: list[tuple[Any, Any]], big: float, name: str) -> None:
         """var <= one of the terms (var >= every term is already in the model), chosen by a
@@ -444,7 +434,7 @@ class MilpInner:
             return None
         value, bound, optimal = first  # in model units (time in units of ts)
         counts, waves = self._extract()
-        routing = self.routing(lambda v: v.value())
+        routing = self.routing()
         # tie-break: same objective, then fewer waves, then fewer sites
         main = self._main()
         self.prob.addConstraint(main <= value + TIE_TOL * max(1.0, abs(value)), "objective.tiebreak")
@@ -455,7 +445,7 @@ class MilpInner:
         left = time_limit_s - (time.perf_counter() - t0)
         if left > 0.05 and self._solve_once(left, threads, options) is not None:
             counts, waves = self._extract()
-            routing = self.routing(lambda v: v.value())
+            routing = self.routing()
         value, bound = value * self._unit(), bound * self._unit()
         return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else None, routing=routing)
 
