@@ -144,6 +144,31 @@ def evaluate(
         raise typer.Exit(3)
 
 
+@app.command()
+@_guard
+def simulate(
+    instance: Path,
+    plan: Path,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document to stdout")] = False,
+    dp_buckets: Annotated[int, typer.Option("--dp-buckets", help="0: each stage syncs after its backward (the evaluator's assumption); N: N gradient buckets overlapped with the last backward")] = 0,
+    virtual_stages: Annotated[int, typer.Option("--virtual-stages", help="interleaved 1F1B chunks per device (simulator only; plans do not carry it yet)")] = 1,
+) -> None:
+    """Simulate one training step event by event (every replica, micro-batch and transfer,
+    max-min fair sharing of the routes) and compare it with the evaluator's closed form."""
+    from placer.io import load_instance, load_plan
+    from placer.outputs.report import print_simulation
+    from placer.sim import SimOptions
+    from placer.sim import simulate as run
+
+    prob = load_instance(instance)
+    p = load_plan(plan)
+    res = run(prob, p, SimOptions(dp_buckets=dp_buckets, virtual_stages=virtual_stages))
+    if as_json:
+        sys.stdout.write(json.dumps(res.to_dict(), indent=2) + "\n")
+    else:
+        print_simulation(out, prob, res)
+
+
 def _print_failures(fr: Any) -> None:
     from rich.table import Table
 

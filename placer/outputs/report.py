@@ -202,3 +202,29 @@ def _routing_lines(plan: Plan, ev: Evaluation) -> list[str]:
                 f"| {step.route_dp_load.get(key, 0) / 1e9:.3f} | {step.route_dp_s.get(key, 0):.4f} |"
             )
     return out
+
+
+def print_simulation(console: Console, problem: Problem, res: Any) -> None:
+    """`placer simulate`: the simulated step beside the closed form, term by term, and the
+    routes' utilisation (res is a placer.sim.SimulationResult)."""
+    t = Table(title=f"{problem.name}: one simulated step ({res.replicas} replicas x {res.micro_batches} micro-batches, {res.sync_mode})")
+    for col in ("component", "simulated s", "closed form s"):
+        t.add_column(col, justify="left" if col == "component" else "right")
+    for key, v in res.breakdown.items():
+        t.add_row(key, f"{v:.4f}", f"{res.closed_breakdown.get(key, 0.0):.4f}")
+    t.add_row("step time", f"{res.step_time_s:.4f}", f"{res.closed_form_s:.4f}", style="bold")
+    console.print(t)
+    console.print(f"closed form vs simulation: {res.rel_diff:+.1%} ({'optimistic' if res.rel_diff < 0 else 'pessimistic'})", highlight=False)
+    if res.routes:
+        r = Table(title="routes (per direction)")
+        for col in ("route", "capacity GB/s", "GB per step", "peak util", "mean util"):
+            r.add_column(col, justify="left" if col == "route" else "right")
+        for row in res.routes:
+            r.add_row(" -> ".join(row["route"]), f"{row['capacity_Bps'] / 1e9:.1f}", f"{row['bytes'] / 1e9:.2f}", f"{row['peak_utilisation']:.0%}", f"{row['mean_utilisation']:.0%}")
+        console.print(r)
+    longest = res.max_cross_site_transfer_s()
+    if longest > 0:
+        console.print(f"longest cross-site pipeline message: {longest * 1e3:.2f} ms (queueing, shared routes and latency)", highlight=False)
+    if not res.feasible:
+        console.print(f"[yellow]note:[/yellow] the plan breaks limits the simulation does not model: {'; '.join(res.violations)}", highlight=False)
+    console.print(f"{res.flows} flows simulated in {res.wall_s:.2f} s", style="dim", highlight=False)
