@@ -93,6 +93,7 @@ class SimulationResult:
     breakdown: dict[str, float]
     closed_form_s: float
     closed_breakdown: dict[str, float]
+    closed_pipe_s: float  # the closed form's T_pipe (slowest chain, route-average bound)
     routes: list[dict[str, Any]]
     transfers: list[Transfer]
     sync_end_s: list[float]  # per pipeline rank
@@ -122,7 +123,7 @@ class SimulationResult:
             "step_time_s": self.step_time_s,
             "pipe_s": self.pipe_s,
             "breakdown": self.breakdown,
-            "closed_form": {"step_time_s": self.closed_form_s, "breakdown": self.closed_breakdown},
+            "closed_form": {"step_time_s": self.closed_form_s, "pipe_s": self.closed_pipe_s, "breakdown": self.closed_breakdown},
             "rel_diff": self.rel_diff,
             "routes": self.routes,
             "pipeline_messages": {
@@ -224,6 +225,7 @@ def simulate(problem: Problem, plan: Plan | dict[str, Any], options: SimOptions 
         breakdown=breakdown,
         closed_form_s=ev.step_time_s,
         closed_breakdown=dict(ev.breakdown),
+        closed_pipe_s=ev.step.pipe_s,
         routes=full.routes(step),
         transfers=full.transfers,
         sync_end_s=full.sync_end,
@@ -339,7 +341,7 @@ class _Job:
                 box[key] = env.event()
             return box[key]
 
-        def send(kind: str, r: int, s: int, x: int) -> Generator:
+        def send(kind: str, r: int, s: int, x: int, sent: simpy.Event | None = None) -> Generator:
             dst = s + 1 if kind == "F" else s - 1
             src_dev, dst_dev = s % p, dst % p
             a, b = self.chains[r][src_dev], self.chains[r][dst_dev]
@@ -347,6 +349,8 @@ class _Job:
             t_ready = env.now
             if not comm:
                 target.succeed()
+                if sent is not None:
+                    sent.succeed()
                 return
             key = (r, src_dev, dst_dev)
             if key not in chan:
@@ -363,6 +367,8 @@ class _Job:
                 arrivals = [env.process(_after(env, f, self.intra_lat + lat)) for f, (_, _, lat) in zip(flows, legs, strict=True)]
                 yield env.all_of(flows)
                 t_sent = env.now
+            if sent is not None:
+                sent.succeed()
             yield env.all_of(arrivals)
             run.transfers.append(Transfer(kind, r, s, x, a, b, t_ready, t_start, t_sent, env.now))
             target.succeed()
@@ -377,13 +383,18 @@ class _Job:
                 elif kind == "B" and s < n_stages - 1:
                     yield inbox(grad, (r, s, x))
                 dur = f if kind == "F" else b
-                if i == len(ops) - 1:
+                last = i == len(ops) - 1
+                if last and self.opt.dp_buckets:
                     env.process(_buckets(env, ready[(r, k)], dur, self.opt.dp_buckets))
                 yield env.timeout(dur)
                 if kind == "F" and s < n_stages - 1:
                     env.process(send("F", r, s, x))
                 elif kind == "B" and s > 0:
-                    env.process(send("B", r, s, x))
+                    # without overlap the sync starts once the schedule's last send is out
+                    # (Megatron reduces gradients after forward_backward_func returns)
+                    env.process(send("B", r, s, x, ready[(r, k)][0] if last and not self.opt.dp_buckets else None))
+                elif last and not self.opt.dp_buckets:
+                    ready[(r, k)][0].succeed()
             run.pipe_s = max(run.pipe_s, env.now)
 
         for r in range(len(self.chains)):
@@ -442,9 +453,9 @@ class _Job:
                         continue
                     dst = by_site[b]
                     for share, links, lat in self.paths("data_parallel", a, b):
-                        for i, r in enumerate(src):
-                            nbytes = wan_bytes / (n_sites * len(src)) * share
-                            f = fab.transfer(nbytes, [("nic-out", r, k), *links, ("nic-in", dst[i % len(dst)], k)])
+                        for i, j, frac in _pairing(len(src), len(dst)):
+                            nbytes = wan_bytes / n_sites * frac * share
+                            f = fab.transfer(nbytes, [("nic-out", src[i], k), *links, ("nic-in", dst[j], k)])
                             procs.append(env.process(_after(env, f, lat)))
             if procs:
                 yield env.all_of(procs)
@@ -466,6 +477,16 @@ class _Job:
         return env.now
 
 
+def _pairing(n_src: int, n_dst: int) -> list[tuple[int, int, float]]:
+    """Who sends to whom in a WAN round: (sender, receiver, fraction of the site's bytes).
+    The larger side has one flow per member, each 1/max(n_src, n_dst) of the bytes,
+    dealt round-robin over the smaller side (exactly balanced when one count divides the
+    other): max(n_src, n_dst) flows instead of n_src x n_dst."""
+    if n_src >= n_dst:
+        return [(i, i % n_dst, 1.0 / n_src) for i in range(n_src)]
+    return [(j % n_src, j, 1.0 / n_dst) for j in range(n_dst)]
+
+
 def _after(env: simpy.Environment, event: simpy.Event, delay: float) -> Generator:
     yield event
     if delay > 0:
@@ -473,12 +494,7 @@ def _after(env: simpy.Environment, event: simpy.Event, delay: float) -> Generato
 
 
 def _buckets(env: simpy.Environment, events: list[simpy.Event], dur: float, n: int) -> Generator:
-    """Gradient buckets of the last backward: all at its end (n = 0) or the j-th after
-    (j + 1) / n of it."""
-    if n == 0:
-        yield env.timeout(dur)
-        events[0].succeed()
-        return
+    """Gradient buckets of the last backward: the j-th is ready after (j + 1) / n of it."""
     for j in range(n):
         yield env.timeout(dur / n)
         events[j].succeed()
