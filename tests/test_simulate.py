@@ -1,0 +1,357 @@
+"""The whole-job simulator (placer.sim) against hand arithmetic, and the closed form
+(placer.perf.step) against the simulator.
+
+Hand-arithmetic oracles: max-min fair rates and flow finish times (c); R replicas sharing
+one route at a tick (b); the hierarchical sync of an unbalanced placement, DiLoCo's outer
+exchange, the interleaved bubble. Where the closed form should be exact (one site, one
+replica, links so wide there is no contention) the two agree (a). On random multi-site
+plans (d) the simulator's pipeline is never faster than the closed form's, and the 2%
+agreement that issue 11 asks for is an xfail-strict test: it fails today because the
+closed form ignores that lockstep replicas share a wave at every tick (item 1), and it
+will flip once that is priced.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from sim_cases import SMALL_MODEL, plan, problem
+from typer.testing import CliRunner
+
+from placer.cli import app
+from placer.errors import InputError
+from placer.evaluate import config_of
+from placer.io import plan_from_data
+from placer.perf.step import PerfModel
+from placer.sim import Fabric, SimOptions, max_min_fair, schedule, simulate
+
+FIBER_S_PER_KM = 4.9e-6  # catalog network.fiber_us_per_km
+INTRA_S = 5e-6  # catalog network.intra_site_latency_s
+WAVE_BPS = 800e9 / 8 * 0.9  # one 800ZR wave, payload efficiency 0.9
+
+
+def _nic_Bps(prob, tp: int) -> float:
+    gpu = prob.catalog.gpus["h100-sxm"]
+    return gpu.nic_gbps * 1e9 / 8 * prob.catalog.network.nic_efficiency * tp
+
+
+# ----------------------------------------------------------------------------- (c) fairness
+
+
+def test_max_min_fair_matches_hand_allocation() -> None:
+    # L1 (10) carries A and B, L2 (4) carries B and C: L2 saturates first at 2 each,
+    # then A takes what B leaves on L1: 10 - 2 = 8.
+    rates = max_min_fair({"A": ["L1"], "B": ["L1", "L2"], "C": ["L2"]}, {"L1": 10.0, "L2": 4.0})
+    assert rates == pytest.approx({"A": 8.0, "B": 2.0, "C": 2.0}, rel=1e-12)
+    # three links in a row, a long flow over all and one local flow on each:
+    # L2 (3) saturates at 1.5 each, then L1 (6) and L3 (9) give the rest to their locals
+    rates = max_min_fair(
+        {"long": ["L1", "L2", "L3"], "a": ["L1"], "b": ["L2"], "c": ["L3"]}, {"L1": 6.0, "L2": 3.0, "L3": 9.0}
+    )
+    assert rates == pytest.approx({"long": 1.5, "a": 4.5, "b": 1.5, "c": 7.5}, rel=1e-12)
+    # no bottleneck shared: each gets its own link's capacity; no link: unbounded
+    assert max_min_fair({"x": ["L1"], "y": ["L2"], "z": []}, {"L1": 1.0, "L2": 2.0}) == {"x": 1.0, "y": 2.0, "z": math.inf}
+
+
+def test_fabric_recomputes_rates_at_every_arrival_and_departure() -> None:
+    """One link of 10 B/s. A (30 B) at t=0, B (10 B) at t=1, C (5 B) on the link plus a
+    private 1 B/s link at t=2. Hand timeline: [0,1) A alone at 10 (20 left); [1,2) A and
+    B at 5 (A 15, B 5 left); [2,..) C is held to 1 by its private link, A and B share the
+    other 9: 4.5 each, B ends at 2 + 5/4.5; then A gets 9 until C ends at 2 + 5 = 7."""
+    import simpy
+
+    env = simpy.Environment()
+    fab = Fabric(env)
+    fab.add_link("L", 10.0)
+    fab.add_link("P", 1.0)
+    done: dict[str, float] = {}
+
+    def flow(name: str, at: float, nbytes: float, path: list[str]):
+        yield env.timeout(at)
+        yield fab.transfer(nbytes, path)
+        done[name] = env.now
+
+    env.process(flow("A", 0, 30, ["L"]))
+    env.process(flow("B", 1, 10, ["L"]))
+    env.process(flow("C", 2, 5, ["L", "P"]))
+    env.run()
+    t_b = 2 + 5 / 4.5
+    a_left = 15 - 4.5 * (t_b - 2)
+    assert done["B"] == pytest.approx(t_b, rel=1e-12)
+    assert done["A"] == pytest.approx(t_b + a_left / 9.0, rel=1e-12)
+    assert done["C"] == pytest.approx(7.0, rel=1e-12)
+    fab.close()
+    assert fab.links["L"].bytes == pytest.approx(45.0, rel=1e-12)
+    assert fab.links["L"].peak_Bps == pytest.approx(10.0, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- (b) lockstep
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_replicas_share_the_route_at_every_tick(m: int) -> None:
+    """R replicas, stage 0 at site a, stage 1 at b, over a route of capacity C: every
+    replica's activation of a tick leaves at the same moment, so each message takes
+    R M / C + latency (not M / NIC + latency, as the closed form says)."""
+    r_count, km, gbps = 16, 200.0, 100.0
+    prob = problem(["a", "b"], [("a", "b", km)], global_batch=r_count * m, capacity_gbps=gbps)
+    p = plan(8, [4, 4], [(r_count, ["a", "b"])], m)
+    res = simulate(prob, p)
+    msg = 1 * SMALL_MODEL["seq_len"] * SMALL_MODEL["hidden"] * 2
+    cap = gbps * 1e9 / 8 * 0.9
+    assert msg / _nic_Bps(prob, 8) < r_count * msg / cap  # the route, not the NIC, binds
+    lat = INTRA_S + km * FIBER_S_PER_KM
+    cross = [t for t in res.transfers if t.cross_site]
+    assert len(cross) == 2 * r_count * m
+    for t in cross:
+        assert t.sent - t.start == pytest.approx(r_count * msg / cap, rel=1e-9)
+        assert t.arrival - t.sent == pytest.approx(lat, rel=1e-9)
+    if m == 1:
+        st = PerfModel(prob).stage_times(_config(prob, p), "h100-sxm")
+        compute = st[0].fwd + st[1].fwd + st[1].bwd + st[0].bwd
+        assert res.pipe_s == pytest.approx(compute + 2 * (r_count * msg / cap + lat), rel=1e-9)
+        # the closed form: the same chain with one message at the NIC rate, or the route's
+        # bytes per step over its capacity, whichever is larger; both miss a full tick
+        chain = compute + 2 * (msg / _nic_Bps(prob, 8) + lat)
+        assert res.closed_pipe_s == pytest.approx(max(chain, r_count * msg / cap), rel=1e-9)
+        assert res.closed_pipe_s < res.pipe_s - r_count * msg / cap
+    assert res.routes[0]["peak_utilisation"] == pytest.approx(1.0, rel=1e-9)
+
+
+def _config(prob, p):
+    return config_of(prob, plan_from_data(p))
+
+
+# ----------------------------------------------------------------------------- (a) exact cases
+
+
+def test_single_site_pipeline_is_the_closed_form_and_its_sync_is_no_slower() -> None:
+    prob = problem(["a"], [], global_batch=64)
+    res = simulate(prob, plan(8, [2, 2, 2, 2], [(8, ["a"] * 4)], 8))
+    assert res.pipe_s == pytest.approx(res.closed_pipe_s, rel=1e-9)
+    # each rank syncs once its own backward is done, the closed form after the last
+    # rank's: the simulation can only be faster, by at most the pipeline's drain
+    assert res.closed_pipe_s <= res.step_time_s <= res.closed_form_s * (1 + 1e-9)
+    # no pipeline: the sync starts when everyone is done in both, so they agree
+    one = simulate(prob, plan(8, [8], [(8, ["a"])], 8))
+    assert one.step_time_s == pytest.approx(one.closed_form_s, rel=0.02)
+    assert one.step_time_s == pytest.approx(one.closed_form_s, rel=1e-6)
+
+
+def test_one_replica_across_three_sites_is_the_closed_form() -> None:
+    # tp 1: one NIC (45 GB/s) is narrower than the wave (90 GB/s), as the closed form assumes
+    prob = problem(["a", "b", "c"], [("a", "b", 300.0), ("b", "c", 800.0)], global_batch=8)
+    res = simulate(prob, plan(1, [2, 2, 2, 2], [(1, ["a", "b", "b", "c"])], 8, {("a", "b"): 1, ("b", "c"): 1}))
+    assert res.step_time_s == pytest.approx(res.closed_form_s, rel=0.02)
+    # not exact: stage 1's NIC takes activations from a and gradients from stage 2 and
+    # they sometimes arrive together (the closed form gives each direction its own NIC)
+    assert res.step_time_s >= res.closed_form_s * (1 - 1e-9)
+    # with the NIC out of the way (tp 8), the chain is the closed form's to rounding
+    wide = simulate(prob, plan(8, [2, 2, 2, 2], [(1, ["a", "b", "b", "c"])], 8, {("a", "b"): 8, ("b", "c"): 8}))
+    assert wide.step_time_s == pytest.approx(wide.closed_form_s, rel=1e-6)
+
+
+def test_links_so_wide_that_nobody_waits_give_the_closed_form_pipeline() -> None:
+    prob = problem(["a", "b"], [("a", "b", 500.0)], global_batch=64 * 4, capacity_gbps=1e7)
+    res = simulate(prob, plan(8, [2, 2, 2, 2], [(32, ["a", "a", "b", "b"]), (32, ["b", "b", "a", "a"])], 4))
+    assert res.pipe_s == pytest.approx(res.closed_pipe_s, rel=0.02)
+    assert res.pipe_s == pytest.approx(res.closed_pipe_s, rel=1e-9)
+    assert res.closed_pipe_s <= res.step_time_s <= res.closed_form_s * (1 + 1e-9)
+
+
+# ----------------------------------------------------------------------------- sync by hand
+
+
+def test_unbalanced_sync_the_lone_member_carries_the_whole_exchange() -> None:
+    """pp 1, tp 1, 7 replicas at a and 1 at b, a route so wide it never binds. Hand
+    timeline: reduce-scatter among a's 7 (6/7 G at the NIC + 6 hops), two WAN rounds in
+    which b's one member sends S/2 through its NIC (+ the fiber each), all-gather at a.
+    The closed form prices the NICs as a balanced flat ring (2 (d-1)/d G) and misses
+    that b's member moves S alone: it is optimistic here."""
+    km = 400.0
+    prob = problem(["a", "b"], [("a", "b", km)], global_batch=8, capacity_gbps=1e7)
+    res = simulate(prob, plan(1, [8], [(7, ["a"]), (1, ["b"])], 1))
+    g = PerfModel(prob).stage_grad_bytes(_config(prob, plan(1, [8], [(7, ["a"]), (1, ["b"])], 1)), 0)  # = S: tp 1, 16 bits
+    nic = _nic_Bps(prob, 1)
+    expect = 2 * (6 / 7 * g / nic + 6 * INTRA_S) + 2 * (g / 2 / nic + km * FIBER_S_PER_KM)
+    assert res.step_time_s - res.pipe_s == pytest.approx(expect, rel=1e-9)
+    assert res.step_time_s > res.closed_form_s
+
+
+def test_diloco_outer_exchange_by_hand() -> None:
+    """One replica per site (tp 8: NICs wider than the wave), a 1-wave route: each WAN
+    round sends S/2 each way at the wave rate. Outer exchange 2 (S/2 / C + latency); the step adds it / H, and nothing
+    is synced inside a site (one member each)."""
+    km, h = 600.0, 10
+    prob = problem(["a", "b"], [("a", "b", km)], global_batch=2, sync="diloco", every_steps=h)
+    p = plan(8, [8], [(1, ["a"]), (1, ["b"])], 1, {("a", "b"): 1}, sync_mode="diloco")
+    res = simulate(prob, p)
+    s = PerfModel(prob).stage_wan_bytes(_config(prob, p), 0)
+    outer = 2 * (s / 2 / WAVE_BPS + km * FIBER_S_PER_KM)
+    assert res.outer_sync_s == pytest.approx(outer, rel=1e-9)
+    assert res.step_time_s == pytest.approx(res.pipe_s + outer / h, rel=1e-9)
+
+
+def test_overlapped_buckets_hide_sync_under_the_last_backward() -> None:
+    prob = problem(["a"], [], global_batch=64)
+    p = plan(8, [8], [(8, ["a"])], 8)
+    base = simulate(prob, p)
+    hidden = simulate(prob, p, SimOptions(dp_buckets=4))
+    exposed = base.step_time_s - base.pipe_s
+    assert exposed > 0
+    # the first 3 of 4 buckets reduce under the backward: at most 1/4 + the slack stays
+    assert base.pipe_s == pytest.approx(hidden.pipe_s, rel=1e-12)
+    assert hidden.step_time_s < base.step_time_s
+    assert hidden.step_time_s >= base.pipe_s + exposed / 4 * (1 - 1e-9)
+
+
+def test_interleaved_bubble_is_p_minus_1_over_v() -> None:
+    """Uniform stages (tiny vocabulary: no LM-head skew), one site, p 4, m 8: the bubble
+    of v chunks per device is (p - 1)/v stage times (Narayanan et al. SC21)."""
+    model = {**SMALL_MODEL, "vocab": 8}
+    prob = problem(["a"], [], global_batch=8, model=model)
+    p = plan(8, [2, 2, 2, 2], [(1, ["a"] * 4)], 8)
+    f_b = None
+    for v in (1, 2):
+        res = simulate(prob, p, SimOptions(virtual_stages=v))
+        per_mb = res.breakdown["compute_s"] + res.breakdown["tp_comm_s"]
+        f_b = per_mb / 8
+        assert res.breakdown["bubble_s"] == pytest.approx(3 / v * f_b, rel=2e-3)
+    assert schedule(4, 8, 2, 0)[:4] == [("F", 0, 0), ("F", 1, 0), ("F", 2, 0), ("F", 3, 0)]
+    with pytest.raises(InputError):
+        schedule(4, 6, 2, 0)
+
+
+# ----------------------------------------------------------------------------- (d) random plans
+
+
+@st.composite
+def multi_site_plans(draw):
+    """2-4 sites on a path (plus a chord), 50-1,000 km, 1-8 waves per route, pp 2 or 4,
+    tp 1/2/8, up to 64 replicas in groups whose chains visit 1-3 sites in blocks."""
+    n = draw(st.integers(2, 4))
+    sites = [f"s{i}" for i in range(n)]
+    routes = [(sites[i], sites[i + 1], draw(st.floats(50, 1000))) for i in range(n - 1)]
+    if n >= 3 and draw(st.booleans()):
+        routes.append((sites[0], sites[-1], draw(st.floats(50, 1000))))
+    pp = draw(st.sampled_from([2, 4]))
+    m = draw(st.sampled_from([pp, 2 * pp]))
+    tp = draw(st.sampled_from([1, 2, 8]))
+    groups = []
+    for _ in range(draw(st.integers(1, 3))):
+        count = draw(st.integers(1, 32))
+        k = draw(st.integers(1, min(pp, n, 3)))
+        visit = draw(st.permutations(sites))[:k]
+        cuts = sorted(draw(st.lists(st.integers(1, pp - 1), min_size=k - 1, max_size=k - 1, unique=True)))
+        bounds = [0, *cuts, pp]
+        chain = [s for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False) for _ in range(hi - lo)]
+        groups.append((count, chain))
+    links = {tuple(sorted(r[:2])): draw(st.integers(1, 8)) for r in routes}
+    replicas = sum(c for c, _ in groups)
+    prob = problem(sites, routes, global_batch=m * replicas)
+    return prob, plan(tp, [8 // pp] * pp, groups, m, links)
+
+
+# the shipped two-campus situation in small: many replicas' boundaries on one wave
+_CROWDED = (
+    problem(["a", "b"], [("a", "b", 100.0)], global_batch=64 * 4),
+    plan(8, [2, 2, 2, 2], [(64, ["a", "a", "b", "b"])], 4, {("a", "b"): 1}),
+)
+
+_SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _contended_bound(prob, p) -> float:
+    """An upper bound of the simulated pipeline: every chain's 1F1B time (the closed
+    form's own formula) with each cross-site message charged M / min(NIC / 2, C / N) on
+    the busiest route of its path, N the boundary crossings of all replicas on that route
+    (max-min fairness gives every flow at least C / N there; a device's NIC carries at most
+    its two pipeline sends, or receives, at once)."""
+    from collections import Counter
+
+    from placer.perf.pipeline import one_f_one_b_time
+
+    plan_obj = plan_from_data(p)
+    cfg, perf = _config(prob, p), PerfModel(prob)
+    net = perf.net
+    crossings: Counter = Counter()
+    for g in plan_obj.replica_groups:
+        for a, b in zip(g.stage_sites, g.stage_sites[1:], strict=False):
+            for key in net.path(a, b) or []:
+                crossings[key] += g.count
+    waves = {link.key: link.waves for link in plan_obj.links}
+    msg = perf.message_bytes(cfg)
+    worst = 0.0
+    for g in plan_obj.replica_groups:
+        chain = g.stage_sites
+        st = [perf.stage_times(cfg, "h100-sxm")[k] for k in range(cfg.pp)]
+        lat, tx = [], []
+        for a, b in zip(chain, chain[1:], strict=False):
+            rate = _nic_Bps(prob, cfg.tp) / 2
+            for key in net.path(a, b) or []:
+                rate = min(rate, net.capacity_Bps(key, waves.get(key, 0)) / crossings[key])
+            lat.append(INTRA_S + (net.path_latency_s(a, b) if a != b else 0.0))
+            tx.append(msg / rate)
+        worst = max(worst, one_f_one_b_time([t.fwd for t in st], [t.bwd for t in st], lat, tx, cfg.num_micro_batches))
+    return worst
+
+
+@_SETTINGS
+@example(case=_CROWDED)
+@given(case=multi_site_plans())
+def test_simulated_pipeline_is_bounded_by_the_closed_form_and_its_contended_version(case) -> None:
+    """Below: every transfer of the simulation takes at least what the closed form
+    charges it (NIC time plus latency) and no route moves more than its capacity, so the
+    closed form's T_pipe never exceeds the simulated pipeline: sharing only adds. Above:
+    the chains re-timed with every route's crossings sharing it (_contended_bound). The
+    difference between the two is the lockstep-contention error of issue 11 item 1."""
+    prob, p = case
+    res = simulate(prob, p)
+    assert res.closed_pipe_s * (1 - 1e-9) <= res.pipe_s <= _contended_bound(prob, p) * (1 + 1e-9)
+    assert res.step_time_s >= res.pipe_s
+    for r in res.routes:
+        assert r["peak_utilisation"] <= 1 + 1e-9
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11 item 1: the closed form times a cross-site message at the NIC rate, but "
+    "lockstep replicas share the wave at every tick (see test_replicas_share_the_route_at_every_tick)",
+)
+@_SETTINGS
+@example(case=_CROWDED)
+@given(case=multi_site_plans())
+def test_closed_form_pipeline_within_2_percent_of_the_simulation(case) -> None:
+    prob, p = case
+    res = simulate(prob, p)
+    assert res.closed_pipe_s == pytest.approx(res.pipe_s, rel=0.02)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_simulate_json_is_one_document(tmp_path) -> None:
+    prob_data = {
+        "name": "cli-sim",
+        "sites": [{"name": "a", "gpu": "h100-sxm", "gpus": 512}, {"name": "b", "gpu": "h100-sxm", "gpus": 512}],
+        "routes": [{"sites": ["a", "b"], "km": 100, "fiber_pairs": 2}],
+        "job": {"model": SMALL_MODEL, "global_batch": 16},
+    }
+    (tmp_path / "i.json").write_text(json.dumps(prob_data))
+    (tmp_path / "p.json").write_text(json.dumps(plan(8, [4, 4], [(4, ["a", "b"])], 4, {("a", "b"): 1})))
+    r = CliRunner().invoke(app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "p.json"), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["replicas"] == 4 and doc["step_time_s"] > doc["closed_form"]["pipe_s"] > 0
+    assert set(doc["breakdown"]) == {"compute_s", "tp_comm_s", "bubble_s", "pp_comm_s", "dp_sync_s"}
+    assert sum(doc["breakdown"].values()) == pytest.approx(doc["step_time_s"], rel=1e-9)
+    human = CliRunner().invoke(app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "p.json")])
+    assert human.exit_code == 0 and "closed form" in human.stdout
+    # a plan whose route has no capacity cannot be simulated: exit 2, no traceback
+    (tmp_path / "bad.json").write_text(json.dumps(plan(8, [4, 4], [(4, ["a", "b"])], 4)))
+    bad = CliRunner().invoke(app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "bad.json")])
+    assert bad.exit_code == 2 and "no capacity" in bad.output
