@@ -317,6 +317,8 @@ class _Job:
         uses: tuple[PathUse, ...] = self.perf.net.pair_paths(self.ev.routing, phase, a, b) or ()
         out = []
         for use in uses:
+            if use.share <= 0:
+                continue  # a listed path that carries nothing (its latency does not apply)
             sites = list(use.path.sites)
             if sites[0] != a:
                 sites.reverse()

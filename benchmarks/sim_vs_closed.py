@@ -1,0 +1,165 @@
+"""Closed-form step time (the evaluator, what the optimizer minimizes) vs the whole-job
+simulation (`placer simulate`) on the shipped instances' optimal plans, a wave sweep
+on two-campus-100km, and a random multi-site set.
+
+    .venv/bin/python benchmarks/sim_vs_closed.py            # all three tables
+    .venv/bin/python benchmarks/sim_vs_closed.py --quick    # shipped instances only
+    .venv/bin/python benchmarks/sim_vs_closed.py --random 200 --seed 1
+
+`diff` is (closed form - simulation) / simulation: negative = the closed form is
+optimistic. Numbers recorded in benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # sim_cases: programmatic instances for the random set
+
+from sim_cases import plan as make_plan  # noqa: E402
+from sim_cases import problem as make_problem  # noqa: E402
+
+from placer.io import load_instance  # noqa: E402
+from placer.optimize.driver import solve  # noqa: E402
+from placer.sim import simulate  # noqa: E402
+
+
+def _layout(plan) -> str:
+    par = plan.parallelism
+    cross = sum(g.count for g in plan.replica_groups if len(set(g.stage_sites)) > 1)
+    waves = "+".join(str(link.waves) for link in plan.links if link.waves) or "0"
+    return f"tp{par.tp} pp{par.pp} dp{par.dp}, {cross} cross-site chains, waves {waves}"
+
+
+def _row(name: str, layout: str, res) -> str:
+    util = max((r["peak_utilisation"] for r in res.routes), default=0.0)
+    mean = max((r["mean_utilisation"] for r in res.routes), default=0.0)
+    dp_sim = res.step_time_s - res.pipe_s
+    dp_cf = res.closed_form_s - res.closed_pipe_s
+    return (
+        f"| {name} | {layout} | {res.closed_form_s:.4f} | {res.step_time_s:.4f} | {res.rel_diff:+.1%} "
+        f"| {res.closed_pipe_s:.4f} / {res.pipe_s:.4f} | {dp_cf:.4f} / {dp_sim:.4f} "
+        f"| {res.max_cross_site_transfer_s() * 1e3:.2f} | {util:.0%} / {mean:.0%} | {res.flows} | {res.wall_s:.2f} |"
+    )
+
+
+HEADER = (
+    "| instance | optimal plan | closed form s | simulated s | diff | T_pipe closed / sim | DP closed / sim "
+    "| longest WAN msg ms | route peak / mean util | flows | sim wall s |\n"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def shipped() -> dict[str, object]:
+    print("## Shipped instances, optimal plans (cpsat)\n")
+    print(HEADER)
+    plans = {}
+    for path in sorted((ROOT / "instances").glob("*.yaml")):
+        prob = load_instance(path)
+        res = solve(prob, backend="cpsat")
+        plans[prob.name] = (prob, res.plan)
+        sim = simulate(prob, res.plan)
+        print(_row(prob.name, _layout(res.plan), sim), flush=True)
+    return plans
+
+
+def wave_sweep(prob, plan, waves=(1, 2, 3, 4, 8)) -> None:
+    print(f"\n## {prob.name}: the optimal layout with other wave counts\n")
+    print(HEADER)
+    for w in waves:
+        p = copy.deepcopy(plan.model_dump(mode="json", exclude_none=True))
+        for link in p["links"]:
+            link["waves"] = w
+        for key in ("step_time_s", "breakdown", "tokens_per_s", "mfu", "cost", "power_mw", "solver", "status"):
+            p.pop(key, None)
+        from placer.io import plan_from_data
+
+        sim = simulate(prob, p)
+        print(_row(prob.name, _layout(plan_from_data(p)), sim), flush=True)
+
+
+def random_set(n: int, seed: int) -> None:
+    """Plans like the hypothesis test's (tests/test_simulate.py), drawn with `random`."""
+    rng = random.Random(seed)
+    rows = []
+    t0 = time.perf_counter()
+    for _ in range(n):
+        k = rng.randint(2, 4)
+        sites = [f"s{i}" for i in range(k)]
+        routes = [(sites[i], sites[i + 1], rng.uniform(50, 1000)) for i in range(k - 1)]
+        if k >= 3 and rng.random() < 0.5:
+            routes.append((sites[0], sites[-1], rng.uniform(50, 1000)))
+        pp = rng.choice([2, 4])
+        m = rng.choice([pp, 2 * pp])
+        tp = rng.choice([1, 2, 8])
+        groups = []
+        for _ in range(rng.randint(1, 3)):
+            visit = rng.sample(sites, rng.randint(1, min(pp, k, 3)))
+            bounds = [0, *sorted(rng.sample(range(1, pp), len(visit) - 1)), pp]
+            chain = [s for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False) for _ in range(hi - lo)]
+            groups.append((rng.randint(1, 32), chain))
+        links = {tuple(sorted(r[:2])): rng.randint(1, 8) for r in routes}
+        replicas = sum(c for c, _ in groups)
+        prob = make_problem(sites, routes, global_batch=m * replicas)
+        res = simulate(prob, make_plan(tp, [8 // pp] * pp, groups, m, links))
+        # largest number of replica boundaries sharing one route
+        from placer.network import Network
+
+        net = Network(prob)
+        per_route: dict = {}
+        for c, chain in groups:
+            for a, b in zip(chain, chain[1:], strict=False):
+                for key in net.path(a, b) or []:
+                    per_route[key] = per_route.get(key, 0) + c
+        crowd = max(per_route.values(), default=0)
+        pipe = (res.closed_pipe_s - res.pipe_s) / res.pipe_s
+        dp_sim, dp_cf = res.step_time_s - res.pipe_s, res.closed_form_s - res.closed_pipe_s
+        rows.append((crowd, pipe, res.rel_diff, dp_sim, dp_cf))
+    wall = time.perf_counter() - t0
+    print(f"\n## Random multi-site plans: {n} (seed {seed}), {wall:.1f} s of simulation\n")
+    print("| crossings on the busiest route | plans | T_pipe diff: median / worst | step diff: median / min / max | within 2% (step) |")
+    print("|---|---:|---:|---:|---:|")
+    for lo, hi in ((0, 0), (1, 1), (2, 8), (9, 32), (33, 96)):
+        sel = [r for r in rows if lo <= r[0] <= hi]
+        if not sel:
+            continue
+        pipes = [r[1] for r in sel]
+        steps = [r[2] for r in sel]
+        ok = sum(abs(s) <= 0.02 for s in steps)
+        print(
+            f"| {lo}-{hi} | {len(sel)} | {statistics.median(pipes):+.1%} / {min(pipes):+.1%} "
+            f"| {statistics.median(steps):+.1%} / {min(steps):+.1%} / {max(steps):+.1%} | {ok}/{len(sel)} |"
+        )
+    over = [r for r in rows if r[4] > r[3] * 1.02]
+    under = [r for r in rows if r[4] < r[3] * 0.98]
+    print(
+        f"\nDP tail: closed form above the simulation by > 2% in {len(over)}/{n} plans, below by > 2% in "
+        f"{len(under)}/{n}; T_pipe: the closed form is never above the simulation "
+        f"(max {max(r[1] for r in rows):+.2e})."
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="shipped instances only")
+    ap.add_argument("--random", type=int, default=200, help="random plans (0: none)")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    plans = shipped()
+    if args.quick:
+        return
+    if "two-campus-100km" in plans:
+        wave_sweep(*plans["two-campus-100km"])
+    if args.random:
+        random_set(args.random, args.seed)
+
+
+if __name__ == "__main__":
+    main()
