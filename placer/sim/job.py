@@ -334,7 +334,6 @@ class _Job:
         n_stages = p * v
         act: dict[tuple[int, int, int], simpy.Event] = {}
         grad: dict[tuple[int, int, int], simpy.Event] = {}
-        chan: dict[tuple[int, int, int], simpy.Resource] = {}
         n_buckets = max(1, self.opt.dp_buckets)
         ready = {(r, k): [env.event() for _ in range(n_buckets)] for r in range(len(self.chains)) for k in range(p)}
 
@@ -343,35 +342,44 @@ class _Job:
                 box[key] = env.event()
             return box[key]
 
-        def send(kind: str, r: int, s: int, x: int, sent: simpy.Event | None = None) -> Generator:
+        last_out: dict[tuple[int, int, int], simpy.Event] = {}  # per channel: its last message is out
+
+        def send(kind: str, r: int, s: int, x: int, sent: simpy.Event | None = None) -> None:
             dst = s + 1 if kind == "F" else s - 1
-            src_dev, dst_dev = s % p, dst % p
-            a, b = self.chains[r][src_dev], self.chains[r][dst_dev]
             target = inbox(act if kind == "F" else grad, (r, dst, x))
-            t_ready = env.now
             if not comm:
                 target.succeed()
                 if sent is not None:
                     sent.succeed()
                 return
-            key = (r, src_dev, dst_dev)
-            if key not in chan:
-                chan[key] = simpy.Resource(env, 1)
-            nic = [("nic-out", r, src_dev)], [("nic-in", r, dst_dev)]
+            key = (r, s % p, dst % p)
+            prev = last_out.get(key)
+            out = last_out[key] = sent or env.event()
+            env.process(transmit(kind, r, s, dst, x, target, prev, out))
+
+        def transmit(kind: str, r: int, s: int, dst: int, x: int, target: simpy.Event, prev: simpy.Event | None, out: simpy.Event) -> Generator:
+            """One message through its channel's FIFO: first byte when the message ahead
+            of it is out, arrival latency after its last byte."""
+            src_dev, dst_dev = s % p, dst % p
+            a, b = self.chains[r][src_dev], self.chains[r][dst_dev]
+            t_ready = env.now
+            if prev is not None and not prev.processed:
+                yield prev
+            t_start = env.now
+            head, tail = [("nic-out", r, src_dev)], [("nic-in", r, dst_dev)]
             if a == b:
-                legs = [(1.0, [], 0.0)]
+                yield run.fabric.transfer(self.msg_bytes, head + tail)
+                t_sent = env.now
+                out.succeed()
+                yield env.timeout(self.intra_lat)
             else:
                 legs = self.paths("pipeline", a, b)
-            with chan[key].request() as req:
-                yield req
-                t_start = env.now
-                flows = [run.fabric.transfer(self.msg_bytes * share, nic[0] + links + nic[1]) for share, links, _ in legs]
+                flows = [run.fabric.transfer(self.msg_bytes * share, head + links + tail) for share, links, _ in legs]
                 arrivals = [env.process(_after(env, f, self.intra_lat + lat)) for f, (_, _, lat) in zip(flows, legs, strict=True)]
                 yield env.all_of(flows)
                 t_sent = env.now
-            if sent is not None:
-                sent.succeed()
-            yield env.all_of(arrivals)
+                out.succeed()
+                yield env.all_of(arrivals)
             run.transfers.append(Transfer(kind, r, s, x, a, b, t_ready, t_start, t_sent, env.now))
             target.succeed()
 
@@ -390,11 +398,11 @@ class _Job:
                     env.process(_buckets(env, ready[(r, k)], dur, self.opt.dp_buckets))
                 yield env.timeout(dur)
                 if kind == "F" and s < n_stages - 1:
-                    env.process(send("F", r, s, x))
+                    send("F", r, s, x)
                 elif kind == "B" and s > 0:
                     # without overlap the sync starts once the schedule's last send is out
                     # (Megatron reduces gradients after forward_backward_func returns)
-                    env.process(send("B", r, s, x, ready[(r, k)][0] if last and not self.opt.dp_buckets else None))
+                    send("B", r, s, x, ready[(r, k)][0] if last and not self.opt.dp_buckets else None)
                 elif last and not self.opt.dp_buckets:
                     ready[(r, k)][0].succeed()
             run.pipe_s = max(run.pipe_s, env.now)
