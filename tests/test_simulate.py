@@ -182,18 +182,22 @@ def test_unbalanced_sync_the_lone_member_carries_the_whole_exchange() -> None:
     assert res.step_time_s > res.closed_form_s
 
 
-def test_diloco_outer_exchange_by_hand() -> None:
+@pytest.mark.parametrize("mode", ["diloco", "streaming-diloco"])
+def test_diloco_outer_exchange_by_hand(mode: str) -> None:
     """One replica per site (tp 8: NICs wider than the wave), a 1-wave route: each WAN
     round sends S/2 each way at the wave rate. Outer exchange 2 (S/2 / C + latency); the step adds it / H, and nothing
     is synced inside a site (one member each)."""
     km, h = 600.0, 10
-    prob = problem(["a", "b"], [("a", "b", km)], global_batch=2, sync="diloco", every_steps=h)
-    p = plan(8, [8], [(1, ["a"]), (1, ["b"])], 1, {("a", "b"): 1}, sync_mode="diloco")
+    prob = problem(["a", "b"], [("a", "b", km)], global_batch=2, sync=mode, every_steps=h)
+    p = plan(8, [8], [(1, ["a"]), (1, ["b"])], 1, {("a", "b"): 1}, sync_mode=mode)
     res = simulate(prob, p)
     s = PerfModel(prob).stage_wan_bytes(_config(prob, p), 0)
     outer = 2 * (s / 2 / WAVE_BPS + km * FIBER_S_PER_KM)
     assert res.outer_sync_s == pytest.approx(outer, rel=1e-9)
-    assert res.step_time_s == pytest.approx(res.pipe_s + outer / h, rel=1e-9)
+    if mode == "diloco":
+        assert res.step_time_s == pytest.approx(res.pipe_s + outer / h, rel=1e-9)
+    else:  # streamed under the pipeline: only what does not fit is exposed
+        assert res.step_time_s == pytest.approx(res.pipe_s + max(0.0, outer / h - res.pipe_s), rel=1e-9)
 
 
 def test_overlapped_buckets_hide_sync_under_the_last_backward() -> None:
@@ -355,3 +359,5 @@ def test_cli_simulate_json_is_one_document(tmp_path) -> None:
     (tmp_path / "bad.json").write_text(json.dumps(plan(8, [4, 4], [(4, ["a", "b"])], 4)))
     bad = CliRunner().invoke(app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "bad.json")])
     assert bad.exit_code == 2 and "no capacity" in bad.output
+    opt = CliRunner().invoke(app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "p.json"), "--dp-buckets", "-1"])
+    assert opt.exit_code == 2 and "dp_buckets" in opt.output

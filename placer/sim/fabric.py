@@ -48,12 +48,16 @@ def max_min_fair(
         inc = min(left[r] / len(u) for r, u in users.items() if u)
         for f in free:
             rate[f] += inc
-        saturated = []
+        saturated, tightest = [], None
         for r, u in users.items():
             if u:
+                if tightest is None or left[r] / len(u) < left[tightest] / len(users[tightest]):
+                    tightest = r
                 left[r] -= inc * len(u)
                 if left[r] <= _REL_EPS * capacity[r]:
                     saturated.append(r)
+        if not saturated:  # rounding: the resource that set the increment is the one full
+            saturated.append(tightest)
         frozen = set().union(*(users[r] for r in saturated))
         for f in frozen:
             for r in flows[f]:

@@ -98,6 +98,7 @@ class SimulationResult:
     transfers: list[Transfer]
     sync_end_s: list[float]  # per pipeline rank
     outer_sync_s: float  # DiLoCo: the outer WAN exchange on its own (0 when synchronous)
+    outer_routes: list[dict[str, Any]]  # the routes' use during that exchange
     replicas: int
     micro_batches: int
     sync_mode: str
@@ -134,6 +135,7 @@ class SimulationResult:
             },
             "sync_end_s": self.sync_end_s,
             "outer_sync_s": self.outer_sync_s,
+            "outer_sync_routes": self.outer_routes,
             "replicas": self.replicas,
             "micro_batches": self.micro_batches,
             "sync_mode": self.sync_mode,
@@ -201,7 +203,7 @@ def simulate(problem: Problem, plan: Plan | dict[str, Any], options: SimOptions 
     job = _Job(problem, plan, perf, ev, options)
     full = job.run(comm=True)
     bare = job.run(comm=False)
-    outer = job.run_outer_sync() if ev.config.sync_mode != "synchronous" else 0.0
+    outer, outer_routes = job.run_outer_sync() if ev.config.sync_mode != "synchronous" else (0.0, [])
     h = problem.instance.job.sync.every_steps
     step = max(full.pipe_s, *full.sync_end)
     if ev.config.sync_mode == "diloco":
@@ -230,6 +232,7 @@ def simulate(problem: Problem, plan: Plan | dict[str, Any], options: SimOptions 
         transfers=full.transfers,
         sync_end_s=full.sync_end,
         outer_sync_s=outer,
+        outer_routes=outer_routes,
         replicas=len(job.chains),
         micro_batches=m,
         sync_mode=ev.config.sync_mode,
@@ -478,13 +481,14 @@ class _Job:
         if intra:
             yield from ring_phase()  # all-gather inside each site
 
-    def run_outer_sync(self) -> float:
-        """DiLoCo's outer exchange: every rank's WAN rounds at once on an idle network."""
+    def run_outer_sync(self) -> tuple[float, list[dict[str, Any]]]:
+        """DiLoCo's outer exchange: every rank's WAN rounds at once on an idle network;
+        its duration and the routes' use during it."""
         env = simpy.Environment()
         run = _Run(env, self._fabric(env))
         procs = [env.process(self._allreduce(run, k, 1.0, wan=True, intra=False)) for k in range(self.p)]
         env.run(env.all_of(procs))
-        return env.now
+        return env.now, run.routes(env.now)
 
 
 def _pairing(n_src: int, n_dst: int) -> list[tuple[int, int, float]]:
