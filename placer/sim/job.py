@@ -10,6 +10,11 @@ hierarchical collective the closed form prices (reduce-scatter inside each site,
 mesh rounds of 1/K shards between the K hosting sites on the plan's data-parallel paths,
 all-gather inside).
 
+Breakdown (same keys as the evaluator's, adding up to the step): compute_s and tp_comm_s
+from the stage times, bubble_s = the pipeline with instant transfers (simulate_1f1b) minus
+them, pp_comm_s = the simulated pipeline minus that, dp_sync_s = what follows the last
+backward.
+
 What is taken from the closed form's inputs, not re-derived: per-stage forward/backward
 times (PerfModel.stage_times: the compute model, TP all-reduces included), message and
 gradient bytes, NIC and route capacities, paths and latencies (placer.network, the
@@ -26,10 +31,16 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   placer.perf.pipeline.simulate_1f1b; a message arrives intra_site_latency + path latency
   after its last byte is through.
 * Each stage's sync starts when every replica has finished that stage's last backward
-  (`dp_buckets=0`, the evaluator's assumption: no overlap), or bucket by bucket during the
-  last micro-batch's backward (`dp_buckets=n`: bucket j is ready after (j+1)/n of it,
-  buckets of a stage reduce one after the other, as Megatron's --overlap-grad-reduce).
-* DiLoCo modes: each step syncs inside each site (reduce-scatter + all-gather); the outer
+  and sent its last gradient (`dp_buckets=0`, the evaluator's assumption: no overlap;
+  Megatron reduces after forward_backward_func returns, rank by rank, so the ranks' syncs
+  spread over the pipeline drain), or bucket by bucket during the last micro-batch's
+  backward (`dp_buckets=n`: bucket j is ready after (j+1)/n of it, buckets of a stage
+  reduce one after the other, as Megatron's --overlap-grad-reduce).
+* A device's NIC links carry all its traffic: activations out, gradients out, both
+  inbound streams and its sync flows share them (max-min fair). Differs: the closed form
+  gives each direction of each boundary a NIC of its own.
+* DiLoCo modes: each step syncs inside each site (reduce-scatter + all-gather; differs:
+  the closed form charges the NIC volume of a ring over all d replicas); the outer
   WAN exchange is simulated on its own and amortized as the evaluator does: T_wan / H
   (diloco) or max(0, T_wan / H - T_pipe) (streaming-diloco).
 * `virtual_stages=v > 1` runs Megatron's interleaved 1F1B order (v chunks per device,
