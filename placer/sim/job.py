@@ -167,9 +167,10 @@ def schedule(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
     """The op order of pipeline rank `rank`: (kind, micro-batch, model stage) triples.
 
     v = 1: non-interleaved 1F1B (placer.perf.pipeline.one_f_one_b_order), model stage =
-    rank. v > 1: Megatron's interleaved schedule (forward_backward_pipelining_with_
-    interleaving): chunk c of rank r is model stage c p + r; warm-up (p - r - 1) 2 +
-    (v - 1) p forwards (all of them when m = p), then 1F1B, then the remaining backwards;
+    rank. v > 1: Megatron-Core's interleaved schedule (forward_backward_pipelining_with_
+    interleaving, micro-batch groups of p): chunk c of rank r is model stage c p + r;
+    warm-up min(m v, (p - r - 1) 2 + (v - 1) p) forwards (older Megatron-LM warmed up all
+    of them whenever m = p), then 1F1B, then the remaining backwards;
     forward k runs chunk (k mod p v) // p on micro-batch (k // p v) p + k mod p, backward
     k the mirror chunk v - 1 - that."""
     if v == 1:
@@ -177,7 +178,7 @@ def schedule(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
     if m % p:
         raise InputError(f"interleaved 1F1B needs the micro-batch count ({m}) to be a multiple of pp ({p})")
     total = m * v
-    warm = total if m == p else min(total, (p - rank - 1) * 2 + (v - 1) * p)
+    warm = min(total, (p - rank - 1) * 2 + (v - 1) * p)
 
     def op(kind: str, k: int) -> tuple[str, int, int]:
         chunk = (k % (p * v)) // p
