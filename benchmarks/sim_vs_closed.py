@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import random
 import statistics
 import sys
@@ -26,8 +27,11 @@ sys.path.insert(0, str(ROOT / "tests"))  # sim_cases: programmatic instances for
 from sim_cases import plan as make_plan  # noqa: E402
 from sim_cases import problem as make_problem  # noqa: E402
 
-from placer.io import load_instance  # noqa: E402
+from placer.evaluate import config_of  # noqa: E402
+from placer.io import load_instance, plan_from_data  # noqa: E402
+from placer.network import Network  # noqa: E402
 from placer.optimize.driver import solve  # noqa: E402
+from placer.perf.step import PerfModel  # noqa: E402
 from placer.sim import simulate  # noqa: E402
 
 
@@ -79,8 +83,6 @@ def wave_sweep(prob, plan, waves=(1, 2, 3, 4, 8)) -> None:
             link["waves"] = w
         for key in ("step_time_s", "breakdown", "tokens_per_s", "mfu", "cost", "power_mw", "solver", "status"):
             p.pop(key, None)
-        from placer.io import plan_from_data
-
         sim = simulate(prob, p)
         print(_row(prob.name, _layout(plan_from_data(p)), sim), flush=True)
 
@@ -100,18 +102,17 @@ def random_set(n: int, seed: int) -> None:
         m = rng.choice([pp, 2 * pp])
         tp = rng.choice([1, 2, 8])
         groups = []
-        for _ in range(rng.randint(1, 3)):
+        n_groups = rng.randint(1, 3)
+        for _ in range(n_groups):
             visit = rng.sample(sites, rng.randint(1, min(pp, k, 3)))
             bounds = [0, *sorted(rng.sample(range(1, pp), len(visit) - 1)), pp]
             chain = [s for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False) for _ in range(hi - lo)]
-            groups.append((rng.randint(1, 32), chain))
+            groups.append((rng.randint(1, 64 // n_groups), chain))  # at most 64 replicas
         links = {tuple(sorted(r[:2])): rng.randint(1, 8) for r in routes}
         replicas = sum(c for c, _ in groups)
         prob = make_problem(sites, routes, global_batch=m * replicas)
         res = simulate(prob, make_plan(tp, [8 // pp] * pp, groups, m, links))
         # largest number of replica boundaries sharing one route
-        from placer.network import Network
-
         net = Network(prob)
         per_route: dict = {}
         for c, chain in groups:
@@ -119,14 +120,22 @@ def random_set(n: int, seed: int) -> None:
                 for key in net.path(a, b) or []:
                     per_route[key] = per_route.get(key, 0) + c
         crowd = max(per_route.values(), default=0)
+        # the shared per-tick transfer on the busiest route, in stage ticks (f + b)
+        perf = PerfModel(prob, net)
+        cfg = config_of(prob, plan_from_data(make_plan(tp, [8 // pp] * pp, groups, m, links)))
+        tick = max(t.fwd + t.bwd for t in perf.stage_times(cfg, "h100-sxm"))
+        shared = max(
+            (c * perf.message_bytes(cfg) / net.capacity_Bps(key, links.get(key, 0)) for key, c in per_route.items()),
+            default=0.0,
+        )
         pipe = (res.closed_pipe_s - res.pipe_s) / res.pipe_s
         dp_sim, dp_cf = res.step_time_s - res.pipe_s, res.closed_form_s - res.closed_pipe_s
-        rows.append((crowd, pipe, res.rel_diff, dp_sim, dp_cf))
+        rows.append((crowd, pipe, res.rel_diff, dp_sim, dp_cf, shared / tick))
     wall = time.perf_counter() - t0
     print(f"\n## Random multi-site plans: {n} (seed {seed}), {wall:.1f} s of simulation\n")
     print("| crossings on the busiest route | plans | T_pipe diff: median / worst | step diff: median / min / max | within 2% (step) |")
     print("|---|---:|---:|---:|---:|")
-    for lo, hi in ((0, 0), (1, 1), (2, 8), (9, 32), (33, 96)):
+    for lo, hi in ((0, 0), (1, 1), (2, 8), (9, 32), (33, 64)):
         sel = [r for r in rows if lo <= r[0] <= hi]
         if not sel:
             continue
@@ -137,6 +146,15 @@ def random_set(n: int, seed: int) -> None:
             f"| {lo}-{hi} | {len(sel)} | {statistics.median(pipes):+.1%} / {min(pipes):+.1%} "
             f"| {statistics.median(steps):+.1%} / {min(steps):+.1%} / {max(steps):+.1%} | {ok}/{len(sel)} |"
         )
+    print("\n| shared per-tick transfer / stage tick (f + b) | plans | T_pipe diff: median / worst | T_pipe within 2% |")
+    print("|---|---:|---:|---:|")
+    for lo, hi in ((0.0, 0.0), (1e-9, 0.05), (0.05, 0.2), (0.2, 1.0), (1.0, math.inf)):
+        sel = [r for r in rows if (r[5] == 0.0 if hi == 0.0 else lo < r[5] <= hi)]
+        if not sel:
+            continue
+        pipes = [r[1] for r in sel]
+        label = "0 (no crossing)" if hi == 0.0 else f"{lo:g}-{hi:g}"
+        print(f"| {label} | {len(sel)} | {statistics.median(pipes):+.1%} / {min(pipes):+.1%} | {sum(abs(x) <= 0.02 for x in pipes)}/{len(sel)} |")
     over = [r for r in rows if r[4] > r[3] * 1.02]
     under = [r for r in rows if r[4] < r[3] * 0.98]
     print(
@@ -151,7 +169,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="shipped instances only")
     ap.add_argument("--random", type=int, default=200, help="random plans (0: none)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--random-only", action="store_true", help="the random set only")
     args = ap.parse_args()
+    if args.random_only:
+        random_set(args.random, args.seed)
+        return
     plans = shipped()
     if args.quick:
         return
