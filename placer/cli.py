@@ -75,10 +75,11 @@ def solve(
     explain: Annotated[bool, typer.Option("--explain", help="print the catalog and defaults in use")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
 ) -> None:
-    """Find the best plan; write plan.json, bom.csv and report.md."""
+    """Find the best plan; write plan.json, bom.csv, report.md and report.html."""
     from placer.io import load_instance, write_atomic, write_json
     from placer.optimize.driver import solve as run
     from placer.outputs.bom import bom_csv
+    from placer.outputs.html import html_report
     from placer.outputs.report import markdown_report, print_summary
 
     if backend is not None and backend not in {"cpsat", "milp", "brute"}:
@@ -98,8 +99,9 @@ def solve(
     write_json(folder / "plan.json", plan_data)
     write_atomic(folder / "bom.csv", bom_csv(prob, res.plan))
     write_atomic(folder / "report.md", markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
+    write_atomic(folder / "report.html", html_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
     print_summary(out, prob, res.plan, res.evaluation, f"{res.status} ({res.backend}, {res.seconds:.2f} s, gap {res.gap:.1e})")
-    out.print(f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}", highlight=False)
+    out.print(f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}, {folder / 'report.html'}", highlight=False)
 
 
 @app.command()
@@ -218,6 +220,23 @@ def export(
     p = load_plan(plan)
     for path in run(prob, p, fmt, output or Path("out") / prob.name):
         out.print(f"wrote {path}", highlight=False)
+
+
+@app.command("plot-plan")
+@_guard
+def plot_plan(
+    plan: Annotated[Path, typer.Argument(help="plan.json written by solve")],
+    instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="picture to write (.svg or .png)")],
+) -> None:
+    """Draw a plan: sites, routes with their waves and load, and where the stages run."""
+    from placer.evaluate import evaluate as run
+    from placer.io import load_instance, load_plan
+    from placer.outputs.figure import write_plan_figure
+
+    prob = load_instance(instance)
+    p = load_plan(plan)
+    out.print(f"wrote {write_plan_figure(prob, p, run(prob, p), output)}", highlight=False)
 
 
 def _register_study_commands() -> None:

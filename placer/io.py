@@ -533,14 +533,15 @@ def plan_from_data(data: Any, *, where: Path | str = "<plan>", lines: dict[Loc, 
 # ----------------------------------------------------------------------------- writing
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
     """Write via a temporary file in the same folder and rename: never a partial file."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; outputs are ordinary files
         os.replace(tmp, p)
     except BaseException:

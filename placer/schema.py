@@ -145,6 +145,8 @@ class Site(Strict):
     gpus_per_node: int | None = Field(default=None, ge=1, description="default: GPU catalog")
     power_mw: float | None = Field(default=None, ge=0, description="null = unlimited")
     pue: float = Field(default=1.2, ge=1.0)
+    lat: float | None = Field(default=None, ge=-90, le=90, description="optional latitude (degrees), for plan pictures")
+    lon: float | None = Field(default=None, ge=-180, le=180, description="optional longitude (degrees), for plan pictures")
 
 
 class Route(Strict):
