@@ -49,6 +49,7 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_guard
 def validate(instances: Annotated[list[Path], typer.Argument(help="instance files")]) -> None:
     """Check instance files: schema, cross-field rules, catalog and model references."""
+    from placer.diagnostics import instance_warnings
     from placer.io import load_instance
 
     bad = 0
@@ -56,6 +57,7 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
         try:
             prob = load_instance(p)
             out.print(f"[green]ok[/green] {p} ({prob.name}: {len(prob.instance.sites)} sites, model {prob.model.name})", highlight=False)
+            _print_warnings(instance_warnings(prob))
         except InputError as exc:
             bad += 1
             err.print(Text("invalid ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
@@ -93,6 +95,7 @@ def solve(
     res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
     plan_data = res.plan.model_dump(mode="json", exclude_none=True)
     if as_json:
+        _print_warnings(res.plan.warnings)
         sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
         return
     folder = output or Path("out") / prob.name
@@ -101,6 +104,7 @@ def solve(
     write_atomic(folder / "report.md", markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
     write_atomic(folder / "report.html", html_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
     print_summary(out, prob, res.plan, res.evaluation, f"{res.status} ({res.backend}, {res.seconds:.2f} s, gap {res.gap:.1e})")
+    _print_warnings(res.plan.warnings)
     out.print(f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}, {folder / 'report.html'}", highlight=False)
 
 
@@ -116,6 +120,7 @@ def evaluate(
     """Check a plan against every limit and compute its step time, power and cost.
 
     Exit 0 when the plan is feasible, 3 when it breaks a limit (all violations listed)."""
+    from placer.diagnostics import instance_warnings, plan_warnings
     from placer.evaluate import evaluate as run
     from placer.io import load_instance, load_plan
     from placer.outputs.report import print_summary
@@ -123,6 +128,7 @@ def evaluate(
     prob = load_instance(instance)
     p = load_plan(plan)
     ev = run(prob, p)
+    warnings = instance_warnings(prob) + plan_warnings(prob, p, ev)
     sim = _simulate(prob, ev) if simulate else None
     fr = None
     if failures and ev.step is not None:
@@ -131,6 +137,7 @@ def evaluate(
         fr = failure_report(prob, p)
     if as_json:
         data = ev.to_dict()
+        data["warnings"] = [w.model_dump() for w in warnings]
         if sim is not None:
             data["simulation"] = sim
         if fr is not None:
@@ -138,12 +145,19 @@ def evaluate(
         sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
     else:
         print_summary(out, prob, p, ev, "feasible" if ev.feasible else "INFEASIBLE")
+        _print_warnings(warnings)
         if fr is not None:
             _print_failures(fr)
         if sim is not None:
             out.print(f"1F1B simulation of the critical chain: {sim['pipeline_s']:.4f} s (closed form {sim['closed_form_s']:.4f} s, diff {sim['rel_diff']:.2e})")
     if not ev.feasible:
         raise typer.Exit(3)
+
+
+def _print_warnings(warnings: list[Any]) -> None:
+    """Warnings go to stderr, so that --json output stays one JSON document."""
+    for w in warnings:
+        err.print(Text("warning: ", style="yellow") + Text(f"{w.kind}: {w.message}"), highlight=False, soft_wrap=True)
 
 
 def _print_failures(fr: Any) -> None:

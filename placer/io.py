@@ -12,7 +12,7 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -446,6 +446,7 @@ class Problem:
     catalog: Catalog
     model: ModelSpec
     path: Path | None = None
+    lines: dict[Loc, int] = field(default_factory=dict, compare=False, repr=False)  # field path -> line
 
     @property
     def name(self) -> str:
@@ -499,7 +500,7 @@ def problem_from_data(
             gpn = s.gpus_per_node or catalog.gpus[s.gpu].gpus_per_node
             if all(t > gpn for t in par.tp):
                 raise err(("job", "parallelism", "tp"), f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)")
-    return Problem(instance=inst, catalog=catalog, model=model, path=Path(where) if isinstance(where, Path) else None)
+    return Problem(instance=inst, catalog=catalog, model=model, path=Path(where) if isinstance(where, Path) else None, lines=lines)
 
 
 def problem_with(problem: Problem, **updates: Any) -> Problem:

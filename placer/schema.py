@@ -85,6 +85,16 @@ class MemorySpec(Strict):
     source: str
 
 
+class PlausibilitySpec(Strict):
+    """Ceilings for warnings: values past them validate but are most likely typos."""
+
+    max_route_km: float = Field(gt=0)
+    max_site_mw: float = Field(gt=0)
+    max_pue: float = Field(ge=1)
+    vacuum_us_per_km: float = Field(gt=0, description="speed of light in vacuum: a latency floor")
+    source: str
+
+
 class Catalog(Strict):
     gpus: dict[str, GpuSpec]
     optics: dict[str, OpticSpec]
@@ -92,6 +102,7 @@ class Catalog(Strict):
     costs: CostSpec
     memory: MemorySpec
     resilience: ResilienceSpec
+    plausibility: PlausibilitySpec
 
     def channels_per_pair(self, optic: str) -> int:
         """DWDM channels one fiber pair carries for this optic's grid spacing."""
@@ -368,6 +379,12 @@ class SolverInfo(Strict):
     bound: float | None = None
 
 
+class PlanWarning(Strict):
+    kind: str = Field(description="implausible | unreachable | single_point_of_failure | unused_site")
+    where: str = Field(description="field path or plan element")
+    message: str
+
+
 class Plan(Strict):
     instance: str | None = None
     status: Literal["optimal", "feasible", "infeasible", "time_limit"] | None = None
@@ -387,6 +404,7 @@ class Plan(Strict):
     power_mw: dict[str, float] | None = None
     solver: SolverInfo | None = None
     resilience: dict[str, Any] | None = Field(default=None, description="failure analysis (output only)")
+    warnings: list[PlanWarning] = Field(default_factory=list, description="what a planner should look at (output only)")
 
     @model_validator(mode="after")
     def _shape(self) -> Plan:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from placer.diagnostics import instance_warnings, plan_warnings
 from placer.errors import InfeasibleError, ModelMismatchError, PlacerError, TimeLimitError
 from placer.evaluate import J_PER_MWH, Evaluation, completed_plan, evaluate, site_gpus_per_node
 from placer.io import Problem
@@ -188,6 +189,8 @@ def solve(
         left = max(1.0, deadline - time.perf_counter())
         summary = resilience_summary(problem, final, backend, left, threads)
         final = final.model_copy(update={"resilience": summary})
+    if not _nested:
+        final = final.model_copy(update={"warnings": instance_warnings(problem) + plan_warnings(problem, final, ev)})
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved)
 
 

@@ -95,7 +95,9 @@ def markdown_report(problem: Problem, plan: Plan, ev: Evaluation, solver: dict[s
         from placer.outputs.bom import bom_markdown
 
         lines += [bom_markdown(problem, plan).strip(), ""]
-    lines += ["## Binding constraints", ""]
+    lines += ["## Warnings", ""]
+    lines += [f"- {w.kind}: {w.message}" for w in plan.warnings] or ["- none"]
+    lines += ["", "## Binding constraints", ""]
     lines += [f"- {b}" for b in binding_constraints(problem, ev)] or ["- none within 1% of its limit"]
     if plan.resilience:
         lines += resilience_section(plan.resilience)
