@@ -20,8 +20,9 @@ from rich.text import Text
 from placer.errors import InputError, PlacerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="placer: plan multi-site AI training jobs.")
+PIPE_WIDTH = 1000  # columns when stdout is not a terminal: tables are never cut for files and pipes
 err = Console(stderr=True)
-out = Console()
+out = Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
 
 
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
