@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from placer.errors import InputError, PlacerError
+from placer.errors import InfeasibleError, InputError, PlacerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="placer: plan multi-site AI training jobs.")
 PIPE_WIDTH = 1000  # columns when stdout is not a terminal: tables are never cut for files and pipes
@@ -234,6 +234,41 @@ def export(
     prob = load_instance(instance)
     p = load_plan(plan)
     for path in run(prob, p, fmt, output or Path("out") / prob.name):
+        out.print(f"wrote {path}", highlight=False)
+
+
+@app.command()
+@_guard
+def frontier(
+    instance: Path,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>/frontier)")] = None,
+    backend: Annotated[str | None, typer.Option(help="cpsat | milp | brute")] = None,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds per solve (two solves per point)")] = None,
+    max_points: Annotated[int, typer.Option("--max-points", min=1, help="stop after this many points")] = 50,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
+) -> None:
+    """Trace the exact link-capex vs step-time Pareto front; write frontier.csv and frontier.png."""
+    from rich.table import Table
+
+    from placer.io import load_instance
+    from placer.optimize.lexicographic import frontier as run
+    from placer.study.frontier import write_frontier
+
+    if backend is not None and backend not in {"cpsat", "milp", "brute"}:
+        raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")
+    prob = load_instance(instance)
+    progress = None if quiet else (lambda msg: err.print(Text(msg, style="dim"), highlight=False))
+    points = run(prob, backend=backend, time_limit_s=time_limit, max_points=max_points, progress=progress)
+    if not points:
+        raise InfeasibleError(f"instance '{prob.name}' has no feasible plan: the front is empty")
+    t = Table(title=f"Pareto front: {prob.name}")
+    for col in ("capex USD", "step s", "waves", "tp x pp x dp", "status", ""):
+        t.add_column(col, justify="right" if col in {"capex USD", "step s", "waves"} else "left")
+    for p in points:
+        r = p.row()
+        t.add_row(f"{r['capex_usd']:,.0f}", f"{r['step_time_s']:.4f}", str(r["waves"]), f"{r['tp']} x {r['pp']} x {r['dp']}", r["status"], "knee" if p.knee else "")
+    out.print(t)
+    for path in write_frontier(points, output or Path("out") / prob.name / "frontier", f"{prob.name}: link capex vs step time"):
         out.print(f"wrote {path}", highlight=False)
 
 

@@ -234,11 +234,22 @@ class Objective(Strict):
     minimize: Literal["step_time", "cost", "cost_per_token"] = "step_time"
     max_step_time_s: float | None = Field(default=None, gt=0)
     max_cost_usd: float | None = Field(default=None, ge=0)
+    within_fastest: float | None = Field(
+        default=None,
+        ge=0,
+        description="with minimize: cost, the cheapest plan whose step is at most (1 + this) x the fastest "
+        "step (lexicographic: the fastest step is solved first, then the cheapest plan within it)",
+    )
 
     @model_validator(mode="after")
     def _cost_needs_time(self) -> Objective:
-        if self.minimize == "cost" and self.max_step_time_s is None:
-            raise ValueError("max_step_time_s: required when minimize is 'cost' (otherwise buying nothing is optimal)")
+        if self.minimize == "cost" and self.max_step_time_s is None and self.within_fastest is None:
+            raise ValueError(
+                "max_step_time_s: required when minimize is 'cost' unless within_fastest is given "
+                "(otherwise buying nothing is optimal)"
+            )
+        if self.within_fastest is not None and self.minimize != "cost":
+            raise ValueError(f"within_fastest: goes with minimize: cost, got minimize: {self.minimize}")
         return self
 
 
@@ -377,6 +388,9 @@ class SolverInfo(Strict):
     configs_solved: int | None = None
     objective: float | None = None
     bound: float | None = None
+    lexicographic: dict[str, Any] | None = Field(
+        default=None, description="objective.within_fastest: the fastest step, its status and the step limit used"
+    )
 
 
 class PlanWarning(Strict):

@@ -77,6 +77,10 @@ def solve(
 ) -> SolveResult:
     inst = problem.instance
     opts = inst.solver
+    if inst.objective.within_fastest is not None and not _nested:
+        from placer.optimize.lexicographic import solve_within_fastest
+
+        return solve_within_fastest(problem, backend, time_limit_s if time_limit_s is not None else opts.time_limit_s, threads, progress)
     backend = backend or opts.backend
     time_limit_s = time_limit_s if time_limit_s is not None else opts.time_limit_s
     threads = threads if threads is not None else opts.threads
