@@ -17,11 +17,12 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from placer.errors import InputError, PlacerError
+from placer.errors import InfeasibleError, InputError, PlacerError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="placer: plan multi-site AI training jobs.")
+PIPE_WIDTH = 1000  # columns when stdout is not a terminal: tables are never cut for files and pipes
 err = Console(stderr=True)
-out = Console()
+out = Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
 
 
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,6 +50,7 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
 @_guard
 def validate(instances: Annotated[list[Path], typer.Argument(help="instance files")]) -> None:
     """Check instance files: schema, cross-field rules, catalog and model references."""
+    from placer.diagnostics import instance_warnings
     from placer.io import load_instance
 
     bad = 0
@@ -56,6 +58,7 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
         try:
             prob = load_instance(p)
             out.print(f"[green]ok[/green] {p} ({prob.name}: {len(prob.instance.sites)} sites, model {prob.model.name})", highlight=False)
+            _print_warnings(instance_warnings(prob))
         except InputError as exc:
             bad += 1
             err.print(Text("invalid ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
@@ -75,10 +78,11 @@ def solve(
     explain: Annotated[bool, typer.Option("--explain", help="print the catalog and defaults in use")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
 ) -> None:
-    """Find the best plan; write plan.json, bom.csv and report.md."""
+    """Find the best plan; write plan.json, bom.csv, report.md and report.html."""
     from placer.io import load_instance, write_atomic, write_json
     from placer.optimize.driver import solve as run
     from placer.outputs.bom import bom_csv
+    from placer.outputs.html import html_report
     from placer.outputs.report import markdown_report, print_summary
 
     if backend is not None and backend not in {"cpsat", "milp", "brute"}:
@@ -92,14 +96,17 @@ def solve(
     res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
     plan_data = res.plan.model_dump(mode="json", exclude_none=True)
     if as_json:
+        _print_warnings(res.plan.warnings)
         sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
         return
     folder = output or Path("out") / prob.name
     write_json(folder / "plan.json", plan_data)
     write_atomic(folder / "bom.csv", bom_csv(prob, res.plan))
     write_atomic(folder / "report.md", markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
+    write_atomic(folder / "report.html", html_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
     print_summary(out, prob, res.plan, res.evaluation, f"{res.status} ({res.backend}, {res.seconds:.2f} s, gap {res.gap:.1e})")
-    out.print(f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}", highlight=False)
+    _print_warnings(res.plan.warnings)
+    out.print(f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}, {folder / 'report.html'}", highlight=False)
 
 
 @app.command()
@@ -114,6 +121,7 @@ def evaluate(
     """Check a plan against every limit and compute its step time, power and cost.
 
     Exit 0 when the plan is feasible, 3 when it breaks a limit (all violations listed)."""
+    from placer.diagnostics import instance_warnings, plan_warnings
     from placer.evaluate import evaluate as run
     from placer.io import load_instance, load_plan
     from placer.outputs.report import print_summary
@@ -121,6 +129,7 @@ def evaluate(
     prob = load_instance(instance)
     p = load_plan(plan)
     ev = run(prob, p)
+    warnings = instance_warnings(prob) + plan_warnings(prob, p, ev)
     sim = _simulate(prob, ev) if simulate else None
     fr = None
     if failures and ev.step is not None:
@@ -129,6 +138,7 @@ def evaluate(
         fr = failure_report(prob, p)
     if as_json:
         data = ev.to_dict()
+        data["warnings"] = [w.model_dump() for w in warnings]
         if sim is not None:
             data["simulation"] = sim
         if fr is not None:
@@ -136,6 +146,7 @@ def evaluate(
         sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
     else:
         print_summary(out, prob, p, ev, "feasible" if ev.feasible else "INFEASIBLE")
+        _print_warnings(warnings)
         if fr is not None:
             _print_failures(fr)
         if sim is not None:
@@ -167,6 +178,12 @@ def simulate(
         sys.stdout.write(json.dumps(res.to_dict(), indent=2) + "\n")
     else:
         print_simulation(out, prob, res)
+
+
+def _print_warnings(warnings: list[Any]) -> None:
+    """Warnings go to stderr, so that --json output stays one JSON document."""
+    for w in warnings:
+        err.print(Text("warning: ", style="yellow") + Text(f"{w.kind}: {w.message}"), highlight=False, soft_wrap=True)
 
 
 def _print_failures(fr: Any) -> None:
@@ -243,6 +260,58 @@ def export(
     p = load_plan(plan)
     for path in run(prob, p, fmt, output or Path("out") / prob.name):
         out.print(f"wrote {path}", highlight=False)
+
+
+@app.command()
+@_guard
+def frontier(
+    instance: Path,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>/frontier)")] = None,
+    backend: Annotated[str | None, typer.Option(help="cpsat | milp | brute")] = None,
+    time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds per solve (two solves per point)")] = None,
+    max_points: Annotated[int, typer.Option("--max-points", min=1, help="stop after this many points")] = 50,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
+) -> None:
+    """Trace the exact link-capex vs step-time Pareto front; write frontier.csv and frontier.png."""
+    from rich.table import Table
+
+    from placer.io import load_instance
+    from placer.optimize.lexicographic import frontier as run
+    from placer.study.frontier import write_frontier
+
+    if backend is not None and backend not in {"cpsat", "milp", "brute"}:
+        raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")
+    prob = load_instance(instance)
+    progress = None if quiet else (lambda msg: err.print(Text(msg, style="dim"), highlight=False))
+    points = run(prob, backend=backend, time_limit_s=time_limit, max_points=max_points, progress=progress)
+    if not points:
+        raise InfeasibleError(f"instance '{prob.name}' has no feasible plan: the front is empty")
+    t = Table(title=f"Pareto front: {prob.name}")
+    for col in ("capex USD", "step s", "waves", "tp x pp x dp", "status", ""):
+        t.add_column(col, justify="right" if col in {"capex USD", "step s", "waves"} else "left")
+    for p in points:
+        r = p.row()
+        t.add_row(f"{r['capex_usd']:,.0f}", f"{r['step_time_s']:.4f}", str(r["waves"]), f"{r['tp']} x {r['pp']} x {r['dp']}", r["status"], "knee" if p.knee else "")
+    out.print(t)
+    for path in write_frontier(points, output or Path("out") / prob.name / "frontier", f"{prob.name}: link capex vs step time"):
+        out.print(f"wrote {path}", highlight=False)
+
+
+@app.command("plot-plan")
+@_guard
+def plot_plan(
+    plan: Annotated[Path, typer.Argument(help="plan.json written by solve")],
+    instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="picture to write (.svg or .png)")],
+) -> None:
+    """Draw a plan: sites, routes with their waves and load, and where the stages run."""
+    from placer.evaluate import evaluate as run
+    from placer.io import load_instance, load_plan
+    from placer.outputs.figure import write_plan_figure
+
+    prob = load_instance(instance)
+    p = load_plan(plan)
+    out.print(f"wrote {write_plan_figure(prob, p, run(prob, p), output)}", highlight=False)
 
 
 def _register_study_commands() -> None:

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -446,6 +446,7 @@ class Problem:
     catalog: Catalog
     model: ModelSpec
     path: Path | None = None
+    lines: dict[Loc, int] = field(default_factory=dict, compare=False, repr=False)  # field path -> line
 
     @property
     def name(self) -> str:
@@ -499,7 +500,7 @@ def problem_from_data(
             gpn = s.gpus_per_node or catalog.gpus[s.gpu].gpus_per_node
             if all(t > gpn for t in par.tp):
                 raise err(("job", "parallelism", "tp"), f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)")
-    return Problem(instance=inst, catalog=catalog, model=model, path=Path(where) if isinstance(where, Path) else None)
+    return Problem(instance=inst, catalog=catalog, model=model, path=Path(where) if isinstance(where, Path) else None, lines=lines)
 
 
 def problem_with(problem: Problem, **updates: Any) -> Problem:
@@ -533,14 +534,15 @@ def plan_from_data(data: Any, *, where: Path | str = "<plan>", lines: dict[Loc, 
 # ----------------------------------------------------------------------------- writing
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
     """Write via a temporary file in the same folder and rename: never a partial file."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; outputs are ordinary files
         os.replace(tmp, p)
     except BaseException:

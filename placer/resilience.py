@@ -53,6 +53,14 @@ def slowdown_factor(collective: str, p: int, l: float, eps: float) -> float:  # 
     return ratio
 
 
+def _failure_text(klass: str, lost: int, waves: int, key: RouteKey) -> str:
+    route = f"{key[0]}-{key[1]}"
+    if klass == "wave":
+        return f"one of {waves} waves lost on {route}" if waves > 1 else f"the only wave on {route} lost"
+    pair = f"a fiber-pair cut on {route} takes {lost} of its {waves} waves"
+    return pair if lost < waves else f"a fiber-pair cut on {route} takes all its {waves} wave{'s' if waves > 1 else ''}"
+
+
 def nic_factor(problem: Problem, site: str) -> float:
     """l for one lost NIC of a node at `site` (8 NICs: 8/7)."""
     gpu = problem.catalog.gpus[problem.instance.site(site).gpu]
@@ -140,7 +148,7 @@ def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[
             left = w - lost
             cap0 = net.capacity_Bps(key, w, optics[key])
             cap1 = net.capacity_Bps(key, left, optics[key])
-            desc = f"{lost} of {w} waves lost on {key[0]}-{key[1]}"
+            desc = _failure_text(klass, lost, w, key)
             sc = Scenario(klass, f"route {key[0]}-{key[1]}", desc)
             if cap1 <= 0:
                 # the route carries nothing: reroute over the rest of the graph

@@ -85,6 +85,16 @@ class MemorySpec(Strict):
     source: str
 
 
+class PlausibilitySpec(Strict):
+    """Ceilings for warnings: values past them validate but are most likely typos."""
+
+    max_route_km: float = Field(gt=0)
+    max_site_mw: float = Field(gt=0)
+    max_pue: float = Field(ge=1)
+    vacuum_us_per_km: float = Field(gt=0, description="speed of light in vacuum: a latency floor")
+    source: str
+
+
 class Catalog(Strict):
     gpus: dict[str, GpuSpec]
     optics: dict[str, OpticSpec]
@@ -92,6 +102,7 @@ class Catalog(Strict):
     costs: CostSpec
     memory: MemorySpec
     resilience: ResilienceSpec
+    plausibility: PlausibilitySpec
 
     def channels_per_pair(self, optic: str) -> int:
         """DWDM channels one fiber pair carries for this optic's grid spacing."""
@@ -145,6 +156,8 @@ class Site(Strict):
     gpus_per_node: int | None = Field(default=None, ge=1, description="default: GPU catalog")
     power_mw: float | None = Field(default=None, ge=0, description="null = unlimited")
     pue: float = Field(default=1.2, ge=1.0)
+    lat: float | None = Field(default=None, ge=-90, le=90, description="optional latitude (degrees), for plan pictures")
+    lon: float | None = Field(default=None, ge=-180, le=180, description="optional longitude (degrees), for plan pictures")
 
 
 class Route(Strict):
@@ -221,11 +234,22 @@ class Objective(Strict):
     minimize: Literal["step_time", "cost", "cost_per_token"] = "step_time"
     max_step_time_s: float | None = Field(default=None, gt=0)
     max_cost_usd: float | None = Field(default=None, ge=0)
+    within_fastest: float | None = Field(
+        default=None,
+        ge=0,
+        description="with minimize: cost, the cheapest plan whose step is at most (1 + this) x the fastest "
+        "step (lexicographic: the fastest step is solved first, then the cheapest plan within it)",
+    )
 
     @model_validator(mode="after")
     def _cost_needs_time(self) -> Objective:
-        if self.minimize == "cost" and self.max_step_time_s is None:
-            raise ValueError("max_step_time_s: required when minimize is 'cost' (otherwise buying nothing is optimal)")
+        if self.minimize == "cost" and self.max_step_time_s is None and self.within_fastest is None:
+            raise ValueError(
+                "max_step_time_s: required when minimize is 'cost' unless within_fastest is given "
+                "(otherwise buying nothing is optimal)"
+            )
+        if self.within_fastest is not None and self.minimize != "cost":
+            raise ValueError(f"within_fastest: goes with minimize: cost, got minimize: {self.minimize}")
         return self
 
 
@@ -364,6 +388,15 @@ class SolverInfo(Strict):
     configs_solved: int | None = None
     objective: float | None = None
     bound: float | None = None
+    lexicographic: dict[str, Any] | None = Field(
+        default=None, description="objective.within_fastest: the fastest step, its status and the step limit used"
+    )
+
+
+class PlanWarning(Strict):
+    kind: str = Field(description="implausible | unreachable | single_point_of_failure | unused_site")
+    where: str = Field(description="field path or plan element")
+    message: str
 
 
 class Plan(Strict):
@@ -385,6 +418,7 @@ class Plan(Strict):
     power_mw: dict[str, float] | None = None
     solver: SolverInfo | None = None
     resilience: dict[str, Any] | None = Field(default=None, description="failure analysis (output only)")
+    warnings: list[PlanWarning] = Field(default_factory=list, description="what a planner should look at (output only)")
 
     @model_validator(mode="after")
     def _shape(self) -> Plan:

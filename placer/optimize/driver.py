@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from placer.diagnostics import instance_warnings, plan_warnings
 from placer.errors import InfeasibleError, ModelMismatchError, PlacerError, TimeLimitError
 from placer.evaluate import J_PER_MWH, Evaluation, completed_plan, evaluate, site_gpus_per_node
 from placer.io import Problem
@@ -76,6 +77,10 @@ def solve(
 ) -> SolveResult:
     inst = problem.instance
     opts = inst.solver
+    if inst.objective.within_fastest is not None and not _nested:
+        from placer.optimize.lexicographic import solve_within_fastest
+
+        return solve_within_fastest(problem, backend, time_limit_s if time_limit_s is not None else opts.time_limit_s, threads, progress)
     backend = backend or opts.backend
     time_limit_s = time_limit_s if time_limit_s is not None else opts.time_limit_s
     threads = threads if threads is not None else opts.threads
@@ -188,6 +193,8 @@ def solve(
         left = max(1.0, deadline - time.perf_counter())
         summary = resilience_summary(problem, final, backend, left, threads)
         final = final.model_copy(update={"resilience": summary})
+    if not _nested:
+        final = final.model_copy(update={"warnings": instance_warnings(problem) + plan_warnings(problem, final, ev)})
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved)
 
 

@@ -12,6 +12,8 @@ from placer.evaluate import Evaluation
 from placer.io import Problem
 from placer.schema import Plan
 
+SHARE_EPS = 1e-9  # a path share at or below this carries nothing: not listed
+
 
 def _placement_rows(plan: Plan) -> list[tuple[int, str]]:
     rows = []
@@ -26,8 +28,9 @@ def _placement_rows(plan: Plan) -> list[tuple[int, str]]:
     return rows
 
 
-def binding_constraints(problem: Problem, ev: Evaluation) -> list[str]:
-    """Resources at (or within 1% of) their limit in the plan."""
+def binding_constraints(problem: Problem, ev: Evaluation, plan: Plan | None = None) -> list[str]:
+    """Resources at (or within 1% of) their limit in the plan, and routes whose bandwidth
+    binds: one more wave on them would shorten the step (checked by evaluating that plan)."""
     out = []
     inst = problem.instance
     for s in inst.sites:
@@ -39,11 +42,34 @@ def binding_constraints(problem: Problem, ev: Evaluation) -> list[str]:
         out.append(f"link budget: ${ev.capex_usd:,.0f} of ${inst.objective.max_cost_usd:,.0f}")
     if inst.objective.max_step_time_s is not None and ev.step_time_s >= 0.99 * inst.objective.max_step_time_s:
         out.append(f"step time: {ev.step_time_s:.3f} of {inst.objective.max_step_time_s:g} s")
+    if plan is not None and ev.feasible:
+        out += _binding_routes(problem, plan, ev)
+    return out
+
+
+def _binding_routes(problem: Problem, plan: Plan, ev: Evaluation) -> list[str]:
+    from placer.evaluate import evaluate
+    from placer.network import Network
+
     step = ev.step
-    if step is not None:
-        for key, t in sorted({**step.route_dp_s, **step.route_pp_s}.items()):
-            if t > 0 and (t >= 0.99 * step.wan_s - 1e-12 or t >= 0.99 * step.pipe_s):
-                out.append(f"route {key[0]}-{key[1]} bandwidth: {t:.3f} s of traffic per step")
+    if step is None:
+        return []
+    net = Network(problem)
+    waves = {tuple(sorted(link["sites"])): link for link in ev.links}
+    out = []
+    for key in sorted(set(step.route_pp_s) | set(step.route_dp_s)):
+        if step.route_pp_s.get(key, 0) + step.route_dp_s.get(key, 0) <= 0:
+            continue
+        link = waves.get(key)
+        optic = link["optic"] if link else net.default_optic(key)
+        n = link["waves"] if link else 0
+        if optic is None or n + 1 > net.max_waves(key, optic):
+            continue
+        more = plan.model_dump(mode="json", exclude_none=True)
+        more["links"] = [lk for lk in more["links"] if tuple(sorted(lk["sites"])) != key] + [{"sites": list(key), "waves": n + 1, "optic": optic}]
+        t = evaluate(problem, more, check_resilience=False).step_time_s
+        if t < ev.step_time_s * (1 - 1e-6):
+            out.append(f"route {key[0]}-{key[1]} bandwidth: one more wave ({n + 1}) would cut the step from {ev.step_time_s:.4f} to {t:.4f} s")
     return out
 
 
@@ -73,7 +99,7 @@ def markdown_report(problem: Problem, plan: Plan, ev: Evaluation, solver: dict[s
         lines.append(f"| {key[0]}-{key[1]} | {routes[key].km:g} | {link['waves']} | {link['optic']} | {link['fiber_pairs_lit']} | {link['capex_usd']:,.0f} |")
     if not ev.links:
         lines.append("| (no new waves) | | | | | |")
-    lines += _routing_lines(plan, ev)
+    lines += _routing_lines(problem, plan, ev)
     lines += ["", "## Step time", "", "| component | seconds |", "|---|---:|"]
     for k, v in ev.breakdown.items():
         lines.append(f"| {k} | {v:.4f} |")
@@ -95,8 +121,10 @@ def markdown_report(problem: Problem, plan: Plan, ev: Evaluation, solver: dict[s
         from placer.outputs.bom import bom_markdown
 
         lines += [bom_markdown(problem, plan).strip(), ""]
-    lines += ["## Binding constraints", ""]
-    lines += [f"- {b}" for b in binding_constraints(problem, ev)] or ["- none within 1% of its limit"]
+    lines += ["## Warnings", ""]
+    lines += [f"- {w.kind}: {w.message}" for w in plan.warnings] or ["- none"]
+    lines += ["", "## Binding constraints", ""]
+    lines += [f"- {b}" for b in binding_constraints(problem, ev, plan)] or ["- none within 1% of its limit, and no route where one more wave would shorten the step"]
     if plan.resilience:
         lines += resilience_section(plan.resilience)
     if ev.violations:
@@ -140,7 +168,7 @@ def print_summary(console: Console, problem: Problem, plan: Plan, ev: Evaluation
         links[f"{link['sites'][0]}-{link['sites'][1]} ({link['optic']})"] += link["waves"]
     console.print("links: " + (", ".join(f"{k}: {v} waves" for k, v in links.items()) or "none") + f"; capex ${ev.capex_usd:,.0f}")
     for r in plan.routing:
-        split = ", ".join(f"{p.share:.0%} via {'-'.join(p.via)}" for p in r.paths)
+        split = ", ".join(f"{p.share:.0%} via {'-'.join(p.via)}" for p in r.paths if p.share > SHARE_EPS)
         console.print(f"routing ({r.phase}) {r.sites[0]}-{r.sites[1]}: {split}")
     console.print(f"tokens/s {ev.tokens_per_s:,.0f}  MFU {ev.mfu:.1%}")
     if ev.violations:
@@ -171,23 +199,30 @@ def resilience_section(res: dict[str, Any]) -> list[str]:
     exp = fr.get("expected_step_time_s") or {}
     if exp:
         lines += ["", "Expected step time over NIC failures: " + ", ".join(f"{c} {v:.4f} s" for c, v in exp.items())]
-    lines += ["", "| route | waves without guarantee | spare under ring | spare under OptCC |", "|---|---:|---:|---:|"]
+    # per route the waves each plan buys; a guarantee may move waves between routes, so
+    # only the total difference is "spare" capacity
+    lines += ["", "| route | waves without guarantee | waves with guarantee, ring | waves with guarantee, OptCC |", "|---|---:|---:|---:|"]
     base = res.get("waves_without_resilience") or {}
-    ring = res.get("spare_waves_ring_by_route") or {}
-    opt = res.get("spare_waves_optcc_by_route") or {}
-    for route in sorted(set(base) | set(ring) | set(opt)):
-        lines.append(f"| {route} | {base.get(route, 0)} | {ring.get(route, '-')} | {opt.get(route, '-')} |")
-    lines.append(f"| **total** | {sum(base.values())} | {res.get('spare_waves_ring')} | {res.get('spare_waves_optcc')} |")
+    ring = res.get("spare_waves_ring_by_route")
+    opt = res.get("spare_waves_optcc_by_route")
+    with_ = lambda extra, route: "-" if extra is None else str(base.get(route, 0) + extra.get(route, 0))  # noqa: E731
+    for route in sorted(set(base) | set(ring or {}) | set(opt or {})):
+        lines.append(f"| {route} | {base.get(route, 0)} | {with_(ring, route)} | {with_(opt, route)} |")
+    total = lambda extra: "-" if extra is None else str(sum(base.values()) + extra)  # noqa: E731
+    lines.append(f"| **total** | {sum(base.values())} | {total(res.get('spare_waves_ring'))} | {total(res.get('spare_waves_optcc'))} |")
+    lines += ["", f"Spare waves the guarantee costs: {res.get('spare_waves_ring')} under ring, {res.get('spare_waves_optcc')} under OptCC (total with guarantee minus total without)."]
     return lines
 
 
-def _routing_lines(plan: Plan, ev: Evaluation) -> list[str]:
+def _routing_lines(problem: Problem, plan: Plan, ev: Evaluation) -> list[str]:
     """Traffic split over several paths, and the load each route carries per step."""
     out = ["", "## Routing", ""]
     if plan.routing:
         out += ["| phase | pair | path | share | one-way latency ms |", "|---|---|---|---:|---:|"]
         for entry in plan.routing:
             for use in ev.routing.get(entry.key, ()):
+                if use.share <= SHARE_EPS:
+                    continue
                 out.append(f"| {entry.phase} | {entry.key[1][0]}-{entry.key[1][1]} | {use.path.label()} | {use.share:.1%} | {use.path.latency_s * 1e3:.3f} |")
         out.append("")
         out.append("A pair's latency is that of its slowest listed path; pairs not listed use their shortest path.")
@@ -195,12 +230,16 @@ def _routing_lines(plan: Plan, ev: Evaluation) -> list[str]:
         out.append("Every site pair uses its shortest path.")
     step = ev.step
     if step is not None and (step.route_pp_load or step.route_dp_load):
-        out += ["", "| route | pipeline GB/step | pipeline s | data-parallel GB/step | data-parallel s |", "|---|---:|---:|---:|---:|"]
+        per = "step" if ev.sync_mode == "synchronous" else "outer sync"
+        out += ["", f"| route | pipeline GB/step | pipeline s/step | data-parallel GB/{per} | data-parallel s/{per} |", "|---|---:|---:|---:|---:|"]
         for key in sorted(set(step.route_pp_load) | set(step.route_dp_load)):
             out.append(
                 f"| {key[0]}-{key[1]} | {step.route_pp_load.get(key, 0) / 1e9:.3f} | {step.route_pp_s.get(key, 0):.4f} "
                 f"| {step.route_dp_load.get(key, 0) / 1e9:.3f} | {step.route_dp_s.get(key, 0):.4f} |"
             )
+        if ev.sync_mode != "synchronous":
+            h = problem.instance.job.sync.every_steps
+            out += ["", f"Data-parallel traffic crosses the WAN once per outer sync, every {h} steps ({ev.sync_mode})."]
     return out
 
 
