@@ -80,6 +80,7 @@ def markdown_report(problem: Problem, plan: Plan, ev: Evaluation, solver: dict[s
     lines += [
         f"| **step time** | **{ev.step_time_s:.4f}** |",
         "",
+        *_hidden_lines(ev),
         f"- tokens/s: {ev.tokens_per_s:,.0f}; MFU: {ev.mfu:.1%}",
         "",
         "## Power and cost per site",
@@ -202,3 +203,11 @@ def _routing_lines(plan: Plan, ev: Evaluation) -> list[str]:
                 f"| {step.route_dp_load.get(key, 0) / 1e9:.3f} | {step.route_dp_s.get(key, 0):.4f} |"
             )
     return out
+
+
+def _hidden_lines(ev: Any) -> list[str]:
+    """Communication the step overlaps with compute (not in the additive table above)."""
+    hidden = ev.step.hidden if ev.step is not None else {}
+    if not any(v > 0 for v in hidden.values()):
+        return []
+    return ["- hidden under compute (job.overlap): " + ", ".join(f"{k} {v:.4f} s" for k, v in hidden.items())]
