@@ -219,7 +219,7 @@ class Overlap(Strict):
     param_gather: bool = Field(
         default=True, description="--overlap-param-gather (ZeRO-1): the parameter all-gather runs under the next step's first forward"
     )
-    tp_comm: bool = Field(default=True, description="--tp-comm-overlap: the GPU's catalog tp_comm_overlap fraction of TP communication is hidden")
+    tp_comm: bool = Field(default=True, description="--tp-comm-overlap (needs sequence_parallel): the GPU catalog tp_comm_overlap fraction of TP communication is hidden")
 
 
 class Job(Strict):

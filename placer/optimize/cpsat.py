@@ -321,6 +321,8 @@ class CpsatInner:
             M.AddImplication(bp, hb)
             M.Add(dem <= share)
             M.Add(dem == 0).OnlyEnforceIf(bp.Not())
+        for c, uc in self.u.items():
+            M.Add(self.n[c] >= uc)  # a chain counts in the max only when it has replicas
         pipe = [self.ticks(d.chain_time[c]) * self.u[c] for c in self.u]
         for i, (tc, uc, chosen) in enumerate(self._pipe_level_terms):
             a = M.NewBoolVar(f"exact.chain_path[{i}]")

@@ -309,6 +309,8 @@ class MilpInner:
             add(bp <= hb, _name("exact.pair_b", bp.name))
             add(dem <= share, _name("exact.share", dem.name))
             add(dem <= S_k * bp, _name("exact.pair_off", dem.name))
+        for c, uc in self.u.items():
+            add(uc <= self.n[c], _name("exact.chain_used", c))  # counts in the max only with replicas
         pipe_terms: list[tuple[Any, Any]] = [(d.chain_time[c] / self.ts, self.u[c]) for c in self.u]
         for i, (t, uc, chosen) in enumerate(self._pipe_level_terms):
             a = pulp.LpVariable(_name("exact.chain_path", i), cat="Binary")

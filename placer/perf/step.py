@@ -146,7 +146,7 @@ class PerfModel:
         """Operator-level times (placer.perf.compute) of one micro-batch per stage."""
         gpu, job = self.catalog.gpus[gpu_key], self.job
         ar = comm.ring_allreduce_s(tp, b * self.model.seq_len * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu))
-        overlap = gpu.tp_comm_overlap if job.overlap.tp_comm else 0.0
+        overlap = gpu.tp_comm_overlap if job.overlap.tp_comm and job.sequence_parallel else 0.0  # TE needs SP
         out = []
         for k, layers in enumerate(stage_layers):
             ops = compute.stage_ops(
