@@ -1,8 +1,8 @@
 """The step-time model against the two published calibration tables, row by row.
 
 Run: ``.venv/bin/python benchmarks/fidelity.py`` (the table in benchmarks/README.md).
-``--fit`` refits the per-generation compute parameters (scipy least squares on the
-relative errors; scipy is a dev dependency) and prints them for the catalog;
+``--fit`` refits the per-generation compute parameters (scipy, a dev dependency) and
+prints them for the catalog;
 ``--cross`` is the honesty check: each table predicted with the other generation's fit
 (peak, HBM and network of the table's own GPU; only the fitted efficiencies swapped).
 
@@ -33,7 +33,7 @@ def print_table(table: str, catalog: dict | None = None, title: str = "") -> tup
     for row, got, err in rows:
         _, b = predict(row, catalog=catalog)
         total = sum(b.values())
-        share = {k: b[k] / total for k in b}
+        share = {k: max(0.0, b[k] / total) for k in b}  # a PP=1 bubble is 0 up to rounding
         print(
             f"| {row.params_b:g} | {row.tp} | {row.pp} | {row.dp} | {row.published_tflops:g} | {got:.1f} | {err:+.1%} | "
             f"{share['compute_s']:.0%} | {share['memory_bound_s']:.0%} | {share['tp_comm_s']:.0%} | {share['bubble_s']:.0%} | "
@@ -49,20 +49,33 @@ def overrides(gpu: str, params: dict[str, float]) -> dict:
     return {"gpus": {gpu: params}}
 
 
+# what each table fits: the three compute efficiencies; the H100 table also the fraction
+# of TP communication Transformer Engine hides (the SC21 runs had no TP overlap)
+FIT = {SC21: FITTED, MCORE: (*FITTED, "tp_comm_overlap")}
+SCALE = {"matmul_half_dim": 1000.0}  # so that every coordinate moves on the same scale
+START = {"matmul_efficiency": 0.7, "matmul_half_dim": 100.0, "attention_efficiency": 0.2, "tp_comm_overlap": 0.8}
+
+
 def fit(table: str) -> dict[str, float]:
+    """Minimise the 8-norm of the rows' relative errors (close to the worst row, which is
+    what the 5% target bounds, without ignoring the others), Nelder-Mead from START."""
     import numpy as np
-    from scipy.optimize import least_squares
+    from scipy.optimize import minimize
 
-    gpu = GPU[table]
-    start = fitted_params(gpu)
+    gpu, names = GPU[table], FIT[table]
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        params = dict(zip(FITTED, (float(x[0]), float(x[1]) * 100.0, float(x[2])), strict=True))
-        return np.array([e for _, _, e in errors(table, catalog=overrides(gpu, params))])
+    def params(x: np.ndarray) -> dict[str, float]:
+        return {n: float(v) * SCALE.get(n, 1.0) for n, v in zip(names, x, strict=True)}
 
-    x0 = np.array([start["matmul_efficiency"], start["matmul_half_dim"] / 100.0, start["attention_efficiency"]])
-    res = least_squares(residuals, x0, bounds=([0.3, 0.0, 0.05], [1.0, 50.0, 1.0]), diff_step=1e-3)
-    return {"matmul_efficiency": round(float(res.x[0]), 3), "matmul_half_dim": round(float(res.x[1]) * 100.0), "attention_efficiency": round(float(res.x[2]), 3)}
+    def objective(x: np.ndarray) -> float:
+        if np.any(x < 0):
+            return 1e9
+        err = np.array([e for _, _, e in errors(table, catalog=overrides(gpu, params(x)))])
+        return float(np.sum(np.abs(err) ** 8) ** (1 / 8))
+
+    x0 = np.array([START[n] / SCALE.get(n, 1.0) for n in names])
+    res = minimize(objective, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 600})
+    return {n: round(v, 3) if n != "matmul_half_dim" else round(v) for n, v in params(res.x).items()}
 
 
 def main() -> None:
