@@ -42,10 +42,10 @@ class GpuSpec(Strict):
     )
     attention_efficiency: float = Field(gt=0, le=1, description="fraction of peak for the attention core (flash / fused softmax), on 4 s h FLOPs per token")
     hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s (memory-bound operators and the optimizer step)")
-    hbm_efficiency: float = Field(default=0.85, gt=0, le=1, description="achievable fraction of HBM bandwidth for element-wise kernels")
+    hbm_efficiency: float = Field(default=0.85, gt=0, le=1, description="achievable fraction of HBM bandwidth for element-wise kernels (default 0.85: assumption)")
     fp8_gemm_speedup: float = Field(default=1.0, ge=1, description="GEMM speed-up of FP8 over BF16 (1 = no FP8 tensor cores)")
     tp_comm_overlap: float = Field(
-        default=0.0, ge=0, le=1, description="fraction of tensor-parallel communication hidden under compute when job.overlap.tp_comm"
+        default=0.0, ge=0, le=1, description="fraction of tensor-parallel communication hidden under compute when job.overlap.tp_comm (built-in catalog: fitted on the H100 table, reused elsewhere as an assumption)"
     )
     source: str
 
