@@ -5,23 +5,28 @@ formulations (placer.optimize) are built from the very same per-stage, per-chain
 per-route quantities that this module exposes. Model (reference/performance-model.md):
 
     T = T_pipe + T_dp
-    T_pipe = max( max over replica chains of the 1F1B time of that chain,
+    T_pipe = max( max over replica chains of the 1F1B time of that chain
+                      + the optimizer step of its slowest stage,
                   max over routes of the cross-site activation bytes / route capacity )
-    T_dp   = T_intra + T_wan                         (synchronous)
-           = T_intra + T_wan / H                     (diloco, outer sync every H steps)
-           = T_intra + max(0, T_wan / H - T_pipe)    (streaming-diloco, overlapped)
+    T_dp   = X(T_intra + T_wan)                         (synchronous)
+           = X(T_intra) + T_wan / H                     (diloco, outer sync every H steps)
+           = X(T_intra) + max(0, T_wan / H - T_pipe)    (streaming-diloco, overlapped)
+    X(S)   = sum over overlap pieces of max(0, f S - window)   (dp_pieces, job.overlap)
 
-* Stage times use the GPU of the stage's own site; TP all-reduces run on NVLink
-  (2 forward + 2 backward per layer, +2 with full recompute), not overlapped.
+* Stage times are operator-level (placer.perf.compute) on the GPU of the stage's own
+  site: GEMMs, the attention core, memory-bound operators at HBM bandwidth, and the TP
+  communication on NVLink that the job does not hide under compute.
 * Pipeline messages are b*s*h bf16 values per micro-batch, scattered over the tp ranks'
   NICs (serialization) plus the one-way latency of the path between the two sites.
 * Data-parallel sync is hierarchical per stage k: reduce-scatter inside each site, an
   all-reduce between the K_k sites that host stage k on the full stage gradient (each pair
   of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on the plan's paths),
-  all-gather inside. The NIC phases (T_intra) cost what every member's NIC carries: the
-  flat-ring volume 2 (d-1)/d G, which the hierarchical scheme matches exactly for
-  balanced placements, at the slowest NIC hosting the stage. The WAN phase pays the
-  bandwidth of its busiest route plus two one-way path latencies, on top.
+  all-gather inside. The NIC phases (T_intra) run over NVLink among the replicas that
+  share a node and over the NICs between nodes (intra_sync_s), at the slowest site
+  hosting the stage. The WAN phase pays the bandwidth of its busiest route plus two
+  one-way path latencies, on top. The per-step sync hides partly under the backward of
+  the last micro-batch and the forward of the first (Megatron's --overlap-grad-reduce and
+  --overlap-param-gather): X above.
 """
 
 from __future__ import annotations
