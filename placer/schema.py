@@ -34,14 +34,19 @@ class GpuSpec(Strict):
     nic_gbps: float = Field(gt=0, description="scale-out NIC line rate per GPU, Gbit/s")
     gpus_per_node: int = Field(ge=1, description="scale-up (NVLink) domain size")
     nics_per_node: int | None = Field(default=None, ge=1, description="scale-out NICs per node; null = one per GPU")
-    matmul_efficiency: float = Field(gt=0, le=1, description="achievable fraction of peak for large matmuls")
-    efficiency_half_hidden: float = Field(
-        default=0.0, ge=0, description="hidden size at which efficiency is half its maximum (smaller models use the GPU less well)"
+    matmul_efficiency: float = Field(
+        gt=0, le=1, description="e_max: achievable fraction of peak for large GEMMs (placer.perf.compute; fitted, see the catalog)"
     )
-
-    def efficiency(self, hidden: int) -> float:
-        """Achievable fraction of peak: e_max * h / (h + h_half), calibrated on SC21 Table 1."""
-        return self.matmul_efficiency * hidden / (hidden + self.efficiency_half_hidden)
+    matmul_half_dim: float = Field(
+        default=0.0, ge=0, description="GEMM size d_half: e = e_max d / (d + d_half), d the smallest matrix dimension a TP rank sees"
+    )
+    attention_efficiency: float = Field(gt=0, le=1, description="fraction of peak for the attention core (flash / fused softmax), on 4 s h FLOPs per token")
+    hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s (memory-bound operators and the optimizer step)")
+    hbm_efficiency: float = Field(default=0.85, gt=0, le=1, description="achievable fraction of HBM bandwidth for element-wise kernels (default 0.85: assumption)")
+    fp8_gemm_speedup: float = Field(default=1.0, ge=1, description="GEMM speed-up of FP8 over BF16 (1 = no FP8 tensor cores)")
+    tp_comm_overlap: float = Field(
+        default=0.0, ge=0, le=1, description="fraction of tensor-parallel communication hidden under compute when job.overlap.tp_comm (built-in catalog: fitted on the H100 table, reused elsewhere as an assumption)"
+    )
     source: str
 
 
@@ -123,6 +128,7 @@ class ModelSpec(Strict):
     vocab: int = Field(ge=1)
     seq_len: int = Field(ge=1)
     tied_embeddings: bool = False
+    rotary: bool = Field(default=False, description="rotary position embeddings (Llama); false = learned absolute positions (GPT)")
     description: str | None = None
     source: str | None = None
     published_params_b: float | None = Field(
@@ -218,6 +224,17 @@ class Parallelism(Strict):
         return v
 
 
+class Overlap(Strict):
+    """What the training framework overlaps with compute (Megatron-LM / Transformer Engine).
+    The defaults are what Megatron-Core recipes run with."""
+
+    grad_reduce: bool = Field(default=True, description="--overlap-grad-reduce: the gradient reduce runs in buckets under the last micro-batch's backward")
+    param_gather: bool = Field(
+        default=True, description="--overlap-param-gather (ZeRO-1): the parameter all-gather runs under the next step's first forward"
+    )
+    tp_comm: bool = Field(default=True, description="--tp-comm-overlap (needs sequence_parallel): the GPU catalog tp_comm_overlap fraction of TP communication is hidden")
+
+
 class Job(Strict):
     model: str | ModelSpec
     global_batch: int = Field(ge=1, description="sequences per optimizer step")
@@ -226,6 +243,8 @@ class Job(Strict):
     gpus: int | None = Field(default=None, ge=1, description="exact GPU count; null = any")
     recompute: Recompute = "selective"
     zero1: bool = Field(default=True, description="shard optimizer state over dp (ZeRO-1)")
+    sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism with TP (--sequence-parallel)")
+    overlap: Overlap = Overlap()
     sync: Sync = Sync()
     parallelism: Parallelism = Parallelism()
 

@@ -435,3 +435,21 @@ def test_shipped_instances_export_every_format(solved, path, tmp_path):
     check_all(problem, plan, files)
     bom = json.loads(files["bom.json"])
     assert bom["totals"]["capex_usd"] == pytest.approx(evaluate(problem, plan).capex_usd)
+
+
+@pytest.mark.parametrize(
+    ("job", "present", "absent"),
+    [
+        ({}, ["--sequence-parallel", "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap"], []),
+        ({"overlap": {"grad_reduce": False, "param_gather": False, "tp_comm": False}}, ["--sequence-parallel"], ["--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap"]),
+        ({"zero1": False, "sequence_parallel": False}, ["--overlap-grad-reduce"], ["--sequence-parallel", "--overlap-param-gather", "--tp-comm-overlap"]),
+    ],
+)
+def test_megatron_flags_match_the_overlap_the_model_prices(job, present, absent):
+    """The step time assumes job.overlap and job.sequence_parallel; Megatron gets the flags."""
+    problem = problem_from_data({"name": "ov", "sites": [{"name": "A", **H100}], "job": {"model": "tiny-8l", "global_batch": 4, **job}})
+    text = _render_unchecked(problem, _plan(2, 2, [(2, ["A", "A"])], [4, 4]))["megatron_args.sh"]
+    for flag in present:
+        assert flag in text
+    for flag in absent:
+        assert flag not in text

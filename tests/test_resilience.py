@@ -139,6 +139,8 @@ def test_nic_failure_expected_step_time() -> None:
     inst["sites"] = [{"name": "a", "gpu": "h100-sxm", "gpus": 64}, {"name": "b", "gpu": "h100-sxm", "gpus": 64}]
     inst["job"]["global_batch"] = 16
     inst["job"]["parallelism"]["dp"] = [16]
+    # the sync fully exposed, so that the step grows by exactly the slowed-down sync
+    inst["job"]["overlap"] = {"grad_reduce": False, "param_gather": False, "tp_comm": False}
     prob = problem_from_data(inst)
     plan = local_plan(2, 2)
     plan["parallelism"]["dp"] = 16

@@ -102,7 +102,7 @@ def test_results_table(local_run: tuple[Path, Path, pd.DataFrame]) -> None:
     ok = table[table["status"] != "infeasible"]
     assert set(ok["status"]) == {"optimal"}
     assert (ok["step_time_s"] > 0).all()
-    parts = ok[["compute_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s"]].sum(axis=1)
+    parts = ok[["compute_s", "memory_bound_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s", "optimizer_s"]].sum(axis=1)
     assert (abs(parts - ok["step_time_s"]) <= 1e-9 * ok["step_time_s"]).all()
     # the csv reads back to the same table
     back = read_results(out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from fractions import Fraction
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -180,17 +181,25 @@ class CpsatInner:
         H = d.every_steps
         T = M.NewIntVar(0, TT, "T")
         self.T = T
+        self._overlap_terms: list[tuple[Any, int, Any, int]] = []  # (piece, L f, sync, L window)
+        L = self._overlap_den()
         if d.sync_mode == "synchronous":
-            M.Add(T == T_pipe + T_intra + T_wan)
+            # L T == L T_pipe + exposed (in 1/L ticks), rounded up to the tick grid
+            E = self._dp_exposed(T_intra + T_wan, "main", TW)
+            M.Add(L * T >= L * T_pipe + E)
+            M.Add(L * T < L * T_pipe + E + L)
         elif d.sync_mode == "diloco":
-            # T * H == H * (T_pipe + T_intra) + T_wan, rounded up to the tick grid
-            M.Add(H * T >= H * (T_pipe + T_intra) + T_wan)
-            M.Add(H * T < H * (T_pipe + T_intra) + T_wan + H)
+            # T * H == H * (T_pipe + exposed intra) + T_wan, rounded up to the tick grid
+            E = self._dp_exposed(T_intra, "main", TT)
+            M.Add(L * H * T >= L * H * T_pipe + H * E + L * T_wan)
+            M.Add(L * H * T < L * H * T_pipe + H * E + L * T_wan + L * H)
         else:
             exposed = M.NewIntVar(0, TT, "T_exposed")
             self._exposed = exposed
             M.Add(H * exposed >= T_wan - H * T_pipe)
-            M.Add(T == T_pipe + T_intra + exposed)
+            E = self._dp_exposed(T_intra, "main", TT)
+            M.Add(L * T >= L * (T_pipe + exposed) + E)
+            M.Add(L * T < L * (T_pipe + exposed) + E + L)
         if d.max_step_time_s is not None:
             M.Add(T <= math.floor(d.max_step_time_s / self.tau * (1 + 1e-9)))
         if self.t_cap is not None:
@@ -312,6 +321,8 @@ class CpsatInner:
             M.AddImplication(bp, hb)
             M.Add(dem <= share)
             M.Add(dem == 0).OnlyEnforceIf(bp.Not())
+        for c, uc in self.u.items():
+            M.Add(self.n[c] >= uc)  # a chain counts in the max only when it has replicas
         pipe = [self.ticks(d.chain_time[c]) * self.u[c] for c in self.u]
         for i, (tc, uc, chosen) in enumerate(self._pipe_level_terms):
             a = M.NewBoolVar(f"exact.chain_path[{i}]")
@@ -331,6 +342,40 @@ class CpsatInner:
             pos = M.NewIntVar(0, 4 * self.TW, "exact.exposed_pos")
             M.AddMaxEquality(pos, [0, raw])
             M.Add(H * self._exposed <= pos + H - 1)
+        for i, (e, num, sync, w) in enumerate(self._overlap_terms):
+            raw = M.NewIntVar(-8 * self.TW * num - w, 8 * self.TW * num, f"exact.dp_overlap_raw[{i}]")
+            M.Add(raw == num * sync - w)
+            M.AddMaxEquality(e, [0, raw])
+
+    def _overlap_den(self) -> int:
+        """L: the overlap pieces count in 1/L ticks, so that a fraction f of the sync
+        (L f integer) and the windows (rounded to 1/L tick) add no rounding of their own."""
+        return math.lcm(*(Fraction(f).limit_denominator(64).denominator for f, _ in self.d.dp_pieces))
+
+    def _dp_exposed(self, sync: Any, tag: str, ub: int) -> Any:
+        """The per-step sync's exposed part (milp._dp_exposed) in 1/L ticks: a piece with
+        fraction f of the sync and window w is e >= L f sync - L w, e >= 0."""
+        M, L, terms = self.m, self._overlap_den(), []
+        for i, (f, window) in enumerate(self.d.dp_pieces):
+            num = round(Fraction(f).limit_denominator(64) * L)
+            w = round(L * window / self.tau)
+            e = M.NewIntVar(0, 4 * L * ub, f"T_dp_exposed[{tag}][{i}]")
+            M.Add(e >= num * sync - w)
+            if tag == "main":
+                self._overlap_terms.append((e, num, sync, w))
+            terms.append(e)
+        return sum(terms)
+
+    def _dp_part(self, T_intra: Any, T_wan: Any, T_pipe: Any, tag: str) -> Any:
+        """The data-parallel term for the sync policy (milp._dp_part), in ticks (rounded up)."""
+        M, L = self.m, self._overlap_den()
+        ub = 2 * self.TW if self.d.sync_mode == "synchronous" else 2 * (TIME_TICKS + 1)
+        sync = T_intra + T_wan if self.d.sync_mode == "synchronous" else T_intra
+        part = M.NewIntVar(0, 4 * ub, f"dp_part[{tag}]")
+        M.Add(L * part >= self._dp_exposed(sync, tag, ub))
+        if self.d.sync_mode == "synchronous":
+            return part
+        return part + self._wan_part(T_wan, T_pipe, tag)
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str) -> Any:
         """The data-parallel WAN term for the sync policy, in ticks (rounded up)."""
@@ -381,14 +426,14 @@ class CpsatInner:
                 healthy = [opt.capacity_Bps for opt in d.wave_options[r]]
                 eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
                 self._hull(Td, self.dp_loads[r], r, eff, zp, 2 * self.TW, f"res.dp[{tag}]", self.Q_wan)
-            within(Tp + T_intra + self._wan_part(Td + T_lat, Tp, tag), tag)
+            within(Tp + self._dp_part(T_intra, Td + T_lat, Tp, tag), tag)
         if res.nic_factor is not None and math.isinf(res.nic_factor):
             M.Add(T_intra <= 0)  # a lost NIC cuts its node off the collective
         elif res.nic_factor is not None:
             scaled = M.NewIntVar(0, big * 4, "res.T_intra_nic")
             num = round(res.nic_factor * 10**6)
             M.Add(10**6 * scaled >= num * T_intra)
-            within(T_pipe + scaled + self._wan_part(T_dpbw + T_lat, T_pipe, "nic"), "nic")
+            within(T_pipe + self._dp_part(scaled, T_dpbw + T_lat, T_pipe, "nic"), "nic")
 
     def _hull(self, T_var: Any, load: Any, r: Any, caps: list[list[float]], zp: Any, ub: int, family: str, Q: float | None = None) -> None:
         Q = Q or self.Q

@@ -78,6 +78,9 @@ class InnerData:
     # chain -> {levels: 1F1B time} where levels[i] indexes the slowest path used for the
     # chain's i-th routed pair (only for chains that cross a routed pair)
     chain_level_time: list[dict[tuple[int, ...], float]] = field(default_factory=list)
+    # data-parallel overlap (PerfModel.dp_pieces): (fraction of the per-step sync, window
+    # in seconds it hides under); exposed = sum max(0, f sync - window)
+    dp_pieces: tuple[tuple[float, float], ...] = ((1.0, 0.0),)
 
     def routed(self, pair: PairKey) -> bool:
         """Whether the pair's split over paths is a decision (it has several candidates)."""
@@ -215,6 +218,7 @@ def build_inner(
         pair_paths=pair_paths,
         chain_pairs=chain_pairs,
         chain_level_time=chain_level_time,
+        dp_pieces=perf.dp_pieces(cfg),
         amortization_s=cat.costs.amortization_years * SECONDS_PER_YEAR,
         energy_usd_per_j=cat.costs.energy_usd_per_mwh / J_PER_MWH,
         resilience=resilience_data(problem, cfg, routes, options, optic, sites, collective),

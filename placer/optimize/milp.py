@@ -163,15 +163,16 @@ class MilpInner:
                 self.dp_loads[r] = (pulp.lpSum(dp_load[r]), dp_max[r])
                 self._route_time(T_dpbw, pulp.lpSum(dp_load[r]), dp_max[r], r, "route.dp", self.t_max * self._wan_factor())
         T_wan = T_dpbw + T_lat
+        self._overlap_terms: list[tuple[Any, Any]] = []  # (exposed piece, f sync - window)
         if d.sync_mode == "synchronous":
-            T_dp = T_intra + T_wan
+            T_dp = self._dp_exposed(T_intra + T_wan, "main")
         elif d.sync_mode == "diloco":
-            T_dp = T_intra + (1.0 / d.every_steps) * T_wan
+            T_dp = self._dp_exposed(T_intra, "main") + (1.0 / d.every_steps) * T_wan
         else:
             exposed = pulp.LpVariable("T_exposed", 0)
             self._exposed = exposed
             add(exposed >= (1.0 / d.every_steps) * T_wan - T_pipe, "dp.streaming_overlap")
-            T_dp = T_intra + exposed
+            T_dp = self._dp_exposed(T_intra, "main") + exposed
         T = pulp.LpVariable("T", 0)
         add(T == T_pipe + T_dp, "step.time")
         self.T = T
@@ -308,6 +309,8 @@ class MilpInner:
             add(bp <= hb, _name("exact.pair_b", bp.name))
             add(dem <= share, _name("exact.share", dem.name))
             add(dem <= S_k * bp, _name("exact.pair_off", dem.name))
+        for c, uc in self.u.items():
+            add(uc <= self.n[c], _name("exact.chain_used", c))  # counts in the max only with replicas
         pipe_terms: list[tuple[Any, Any]] = [(d.chain_time[c] / self.ts, self.u[c]) for c in self.u]
         for i, (t, uc, chosen) in enumerate(self._pipe_level_terms):
             a = pulp.LpVariable(_name("exact.chain_path", i), cat="Binary")
@@ -328,6 +331,29 @@ class MilpInner:
         if getattr(self, "_exposed", None) is not None:
             T_wan = T_dpbw + T_lat
             self._exact_max(self._exposed, [(0, None), ((1.0 / d.every_steps) * T_wan - T_pipe, None)], big_wan, "exact.exposed")
+        for i, (piece, expr) in enumerate(self._overlap_terms):
+            self._exact_max(piece, [(0, None), (expr, None)], big_wan, f"exact.dp_overlap.{i}")
+
+    def _dp_exposed(self, sync: Any, tag: str) -> Any:
+        """The part of a per-step data-parallel sync that its overlap windows do not hide
+        (PerfModel.dp_pieces): one variable per piece with exposed >= f sync - window and
+        exposed >= 0, convex piecewise-linear in the sync."""
+        terms = []
+        for i, (f, window) in enumerate(self.d.dp_pieces):
+            e = pulp.LpVariable(_name("T_dp_exposed", tag, i), 0)
+            expr = f * sync - window / self.ts
+            self.prob.addConstraint(e >= expr, _name("dp.overlap", tag, i))
+            if tag == "main":
+                self._overlap_terms.append((e, expr))
+            terms.append(e)
+        return pulp.lpSum(terms)
+
+    def _dp_part(self, T_intra: Any, T_wan: Any, T_pipe: Any, tag: str) -> Any:
+        """The data-parallel term of the step for the sync policy: the per-step sync with
+        its overlap, the WAN exchange every H steps (diloco) or under the step (streaming)."""
+        if self.d.sync_mode == "synchronous":
+            return self._dp_exposed(T_intra + T_wan, tag)
+        return self._dp_exposed(T_intra, tag) + self._wan_part(T_wan, T_pipe, tag)
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str) -> Any:
         """The data-parallel WAN term of the step for the sync policy."""
@@ -372,11 +398,11 @@ class MilpInner:
                 healthy = [opt.capacity_Bps for opt in d.wave_options[r]]
                 eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
                 self._hull(Td, load, max_load, r, eff, zp, t_max * self._wan_factor(), f"res.dp.{tag}")
-            add(Tp + T_intra + self._wan_part(Td + T_lat, Tp, tag) <= limit, _name("res.survive", tag))
+            add(Tp + self._dp_part(T_intra, Td + T_lat, Tp, tag) <= limit, _name("res.survive", tag))
         if res.nic_factor is not None and math.isinf(res.nic_factor):
             add(T_intra <= 0, "res.survive_nic")  # a lost NIC cuts its node off the collective
         elif res.nic_factor is not None:
-            add(T_pipe + res.nic_factor * T_intra + self._wan_part(T_dpbw + T_lat, T_pipe, "nic") <= limit, "res.survive_nic")
+            add(T_pipe + self._dp_part(res.nic_factor * T_intra, T_dpbw + T_lat, T_pipe, "nic") <= limit, "res.survive_nic")
 
     def _hull(self, T_var: Any, load: Any, max_load: float, r: Any, caps: list[list[float]], zp: Any, t_max: float, family: str) -> None:
         """load <= capacity(option, p) x T_var on the convex hull of the one-hots: T_var is

@@ -353,6 +353,21 @@ def rankmap_files(layout: Layout) -> dict[str, str]:
 # ----------------------------------------------------------------------------- Megatron-LM
 
 
+def _megatron_overlap_args(job: Any, tp: int) -> list[tuple[list[str], str]]:
+    """The overlap the step-time model assumes (job.sequence_parallel, job.overlap), as
+    Megatron-LM flags: the plan's step time is only what Megatron achieves with them."""
+    out: list[tuple[list[str], str]] = []
+    if tp > 1 and job.sequence_parallel:
+        out.append((["--sequence-parallel"], "sequence parallelism (job.sequence_parallel)"))
+    if job.overlap.grad_reduce:
+        out.append((["--overlap-grad-reduce"], "gradient reduce under the last micro-batch's backward (job.overlap.grad_reduce)"))
+    if job.overlap.param_gather and job.zero1:
+        out.append((["--overlap-param-gather"], "parameter all-gather under the next forward (job.overlap.param_gather)"))
+    if job.overlap.tp_comm and tp > 1 and job.sequence_parallel:
+        out.append((["--tp-comm-overlap"], "TP communication overlapped in Transformer Engine (job.overlap.tp_comm)"))
+    return out
+
+
 def megatron_pipeline_args(stage_layers: list[int]) -> tuple[list[str], list[str]]:
     """(arguments, comment lines) that give Megatron the plan's layers per stage.
 
@@ -423,6 +438,7 @@ def megatron_files(layout: Layout) -> dict[str, str]:
         args.append((["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"], ""))
     if job.zero1:
         args.append((["--use-distributed-optimizer"], "ZeRO-1: optimizer state sharded over dp, as the plan's memory model assumes"))
+    args += _megatron_overlap_args(job, par.tp)
     text = "#!/usr/bin/env bash\n" + _comment(_mapping_comment(layout, "megatron") + [
         "Launch: on the host of node rank i (line i of megatron_hosts.txt) run",
         "  CUDA_VISIBLE_DEVICES=<its gpus> torchrun --nnodes=N --node_rank=i --nproc_per_node=<its nproc> \\",

@@ -106,6 +106,7 @@ def markdown_report(problem: Problem, plan: Plan, ev: Evaluation, solver: dict[s
     lines += [
         f"| **step time** | **{ev.step_time_s:.4f}** |",
         "",
+        *_hidden_lines(ev),
         f"- tokens/s: {ev.tokens_per_s:,.0f}; MFU: {ev.mfu:.1%}",
         "",
         "## Power and cost per site",
@@ -271,3 +272,11 @@ def print_simulation(console: Console, problem: Problem, res: Any) -> None:
     if not res.feasible:
         console.print(f"[yellow]note:[/yellow] the plan breaks limits the simulation does not model: {'; '.join(res.violations)}", highlight=False)
     console.print(f"{res.flows} flows simulated in {res.wall_s:.2f} s", style="dim", highlight=False)
+
+
+def _hidden_lines(ev: Any) -> list[str]:
+    """Communication the step overlaps with compute (not in the additive table above)."""
+    hidden = ev.step.hidden if ev.step is not None else {}
+    if not any(v > 0 for v in hidden.values()):
+        return []
+    return ["- hidden under compute (job.overlap): " + ", ".join(f"{k} {v:.4f} s" for k, v in hidden.items())]

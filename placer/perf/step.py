@@ -5,23 +5,28 @@ formulations (placer.optimize) are built from the very same per-stage, per-chain
 per-route quantities that this module exposes. Model (reference/performance-model.md):
 
     T = T_pipe + T_dp
-    T_pipe = max( max over replica chains of the 1F1B time of that chain,
+    T_pipe = max( max over replica chains of the 1F1B time of that chain
+                      + the optimizer step of its slowest stage,
                   max over routes of the cross-site activation bytes / route capacity )
-    T_dp   = T_intra + T_wan                         (synchronous)
-           = T_intra + T_wan / H                     (diloco, outer sync every H steps)
-           = T_intra + max(0, T_wan / H - T_pipe)    (streaming-diloco, overlapped)
+    T_dp   = X(T_intra + T_wan)                         (synchronous)
+           = X(T_intra) + T_wan / H                     (diloco, outer sync every H steps)
+           = X(T_intra) + max(0, T_wan / H - T_pipe)    (streaming-diloco, overlapped)
+    X(S)   = sum over overlap pieces of max(0, f S - window)   (dp_pieces, job.overlap)
 
-* Stage times use the GPU of the stage's own site; TP all-reduces run on NVLink
-  (2 forward + 2 backward per layer, +2 with full recompute), not overlapped.
+* Stage times are operator-level (placer.perf.compute) on the GPU of the stage's own
+  site: GEMMs, the attention core, memory-bound operators at HBM bandwidth, and the TP
+  communication on NVLink that the job does not hide under compute.
 * Pipeline messages are b*s*h bf16 values per micro-batch, scattered over the tp ranks'
   NICs (serialization) plus the one-way latency of the path between the two sites.
 * Data-parallel sync is hierarchical per stage k: reduce-scatter inside each site, an
   all-reduce between the K_k sites that host stage k on the full stage gradient (each pair
   of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on the plan's paths),
-  all-gather inside. The NIC phases (T_intra) cost what every member's NIC carries: the
-  flat-ring volume 2 (d-1)/d G, which the hierarchical scheme matches exactly for
-  balanced placements, at the slowest NIC hosting the stage. The WAN phase pays the
-  bandwidth of its busiest route plus two one-way path latencies, on top.
+  all-gather inside. The NIC phases (T_intra) run over NVLink among the replicas that
+  share a node and over the NICs between nodes (intra_sync_s), at the slowest site
+  hosting the stage. The WAN phase pays the bandwidth of its busiest route plus two
+  one-way path latencies, on top. The per-step sync hides partly under the backward of
+  the last micro-batch and the forward of the first (Megatron's --overlap-grad-reduce and
+  --overlap-param-gather): X above.
 """
 
 from __future__ import annotations
@@ -33,11 +38,10 @@ from functools import cache
 
 from placer.io import Problem
 from placer.network import Network, PairKey, RouteKey, Routing, route_key
-from placer.perf import comm
+from placer.perf import comm, compute
 from placer.perf.flops import (
     BYTES_BF16,
     model_flops_per_step,
-    stage_flops,
     stage_params,
 )
 from placer.perf.pipeline import one_f_one_b_time
@@ -79,10 +83,12 @@ def balanced_stage_layers(layers: int, pp: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class StageTime:
-    fwd: float  # seconds per micro-batch, incl. TP communication
+    fwd: float  # seconds per micro-batch, incl. exposed TP communication
     bwd: float
     fwd_compute: float
     bwd_compute: float
+    ops: compute.StageOps | None = None  # the operator-level terms (placer.perf.compute)
+    optimizer: float = 0.0  # the stage's optimizer step, once per step
 
 
 @dataclass
@@ -99,6 +105,7 @@ class StepResult:
     wan_s: float = 0.0
     intra_s: float = 0.0
     unreachable: list[tuple[str, str]] = field(default_factory=list)
+    hidden: dict[str, float] = field(default_factory=dict)  # communication overlapped with compute
 
 
 class PerfModel:
@@ -141,16 +148,57 @@ class PerfModel:
     def _stage_times_uncached(
         self, tp: int, pp: int, b: int, stage_layers: tuple[int, ...], gpu_key: str
     ) -> tuple[StageTime, ...]:
-        gpu = self.catalog.gpus[gpu_key]
-        rate = self.peak_flops(gpu) * gpu.efficiency(self.model.hidden) * tp
+        """Operator-level times (placer.perf.compute) of one micro-batch per stage."""
+        gpu, job = self.catalog.gpus[gpu_key], self.job
         ar = comm.ring_allreduce_s(tp, b * self.model.seq_len * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu))
-        n_bwd_ar = 4 if self.job.recompute == "full" else 2
+        overlap = gpu.tp_comm_overlap if job.overlap.tp_comm and job.sequence_parallel else 0.0  # TE needs SP
         out = []
         for k, layers in enumerate(stage_layers):
-            f = stage_flops(self.model, layers, k == pp - 1, b, self.job.recompute)
-            fc, bc = f.forward / rate, f.backward / rate
-            out.append(StageTime(fc + 2 * layers * ar, bc + n_bwd_ar * layers * ar, fc, bc))
+            ops = compute.stage_ops(
+                gpu, self.model, layers, k == pp - 1, b, tp, job.recompute, job.precision, job.sequence_parallel, ar, overlap
+            )
+            fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
+            bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
+            out.append(StageTime(ops.fwd, ops.bwd, fc, bc, ops, self._optimizer_s(gpu, tp, pp, k, stage_layers)))
         return tuple(out)
+
+    def _optimizer_s(self, gpu: GpuSpec, tp: int, pp: int, k: int, stage_layers: tuple[int, ...]) -> float:
+        """Adam over the parameters one GPU of stage k updates. Under ZeRO-1 that is its
+        1/d shard; d is not an argument of the stage-time cache, so the ZeRO-1 division is
+        applied by the caller (optimizer_step_s)."""
+        n = stage_params(self.model, stage_layers[k], k == 0, k == pp - 1) / tp
+        return compute.optimizer_step_s(gpu, n)
+
+    def optimizer_step_s(self, cfg: Config, chain: Chain) -> float:
+        """The step waits for the slowest GPU's optimizer step: the max over the chain's
+        stages (ZeRO-1 shards it over the dp replicas)."""
+        shard = cfg.dp if self.job.zero1 else 1
+        return max(self.stage_times(cfg, self.problem.instance.site(s).gpu)[k].optimizer for k, s in enumerate(chain)) / shard
+
+    def dp_pieces(self, cfg: Config) -> tuple[tuple[float, float], ...]:
+        """How the data-parallel sync overlaps with compute: (fraction of the sync, window
+        it hides under) pieces, exposed = sum max(0, f sync - window) (compute.dp_exposed_s).
+
+        * without ZeRO-1 the gradient all-reduce runs in buckets under the backward of the
+          last micro-batch (--overlap-grad-reduce);
+        * with ZeRO-1 its reduce-scatter half does, and the parameter all-gather half runs
+          under the first forward of the next step (--overlap-param-gather).
+        With pipelining only the last (first) micro-batch's backward (forward) of the stage
+        is the window: the window is one micro-batch's stage time, the shortest over the
+        stages and over the GPU types of the instance's sites, so that it is a constant of
+        the configuration (the formulations read it as data); pairing the slowest sync with
+        the shortest window never hides more than Megatron can."""
+        ov = self.job.overlap
+        gpus = sorted({s.gpu for s in self.problem.instance.sites})
+        times = [t for g in gpus for t in self.stage_times(cfg, g)]
+        w_bwd = min(t.bwd for t in times) if ov.grad_reduce else 0.0
+        w_fwd = min(t.fwd for t in times) if ov.param_gather else 0.0
+        if not self.job.zero1:
+            return ((1.0, w_bwd),)
+        return ((0.5, w_bwd), (0.5, w_fwd))
+
+    def dp_exposed_s(self, cfg: Config, sync_s: float) -> float:
+        return compute.dp_exposed_s(sync_s, self.dp_pieces(cfg))
 
     # ------------------------------------------------------------------ per chain
 
@@ -195,7 +243,7 @@ class PerfModel:
                 tx.append(t)
         if any(math.isinf(x) for x in lat):
             return math.inf
-        return one_f_one_b_time(fwd, bwd, lat, tx, cfg.num_micro_batches)
+        return one_f_one_b_time(fwd, bwd, lat, tx, cfg.num_micro_batches) + self.optimizer_step_s(cfg, chain)
 
     def pipeline_lower_bound(self, cfg: Config, chains: list[Chain]) -> float:
         """A bound no chain beats: every stage on the fastest GPU any chain gives it, and no
@@ -208,7 +256,9 @@ class PerfModel:
             fwd.append(min(t.fwd for t in options))
             bwd.append(min(t.bwd for t in options))
         zeros = [0.0] * (cfg.pp - 1)
-        return one_f_one_b_time(fwd, bwd, zeros, zeros, cfg.num_micro_batches)
+        shard = cfg.dp if self.job.zero1 else 1
+        opt = max(min(self.stage_times(cfg, inst.site(s).gpu)[k].optimizer for s in {c[k] for c in chains}) for k in range(cfg.pp)) / shard
+        return one_f_one_b_time(fwd, bwd, zeros, zeros, cfg.num_micro_batches) + opt
 
     def chain_crossings(self, chain: Chain, routing: Routing | None = None) -> dict[RouteKey, float]:
         """How many pipeline boundaries of one chain use each route (fractions when the
@@ -243,15 +293,25 @@ class PerfModel:
         return n * self.job.sync.bits / 8
 
     def intra_sync_s(self, cfg: Config, k: int, site: str) -> float:
-        """The NIC phases of stage k's data-parallel sync for a member at `site`: the volume
-        of a flat ring all-reduce over the d replicas, 2 (d-1)/d G per member. The
-        hierarchical scheme moves exactly this much through each member's NIC when the
-        replicas are spread evenly (n per site over K sites: 2 G [(n-1)/n + (K-1)/(K n)]
-        = 2 G (d-1)/d); its WAN phase is charged on top, by route."""
+        """The NIC phases of stage k's data-parallel sync for a member at `site`,
+        hierarchical inside the site as NCCL runs it: Megatron's rank order puts the dp
+        ranks of a stage on consecutive TP groups, so q = min(dp, node / tp) of them share
+        a scale-up domain. They all-reduce over NVLink (reduce-scatter + all-gather), and
+        the node groups all-reduce their 1/q shards over the NICs: 2 (d/q - 1)/(d/q) G/q
+        through each member's NIC (with q = 1, the flat ring's 2 (d-1)/d G). The WAN phase
+        of the sync is charged on top, by route."""
         gpu = self.site_gpu(site)
-        return comm.ring_allreduce_s(
-            cfg.dp, self.stage_grad_bytes(cfg, k), self.nic_Bps(gpu), self.catalog.network.intra_site_latency_s
-        )
+        g = self.stage_grad_bytes(cfg, k)
+        q = self.dp_per_node(cfg, site)
+        lat = self.catalog.network.intra_site_latency_s
+        local = comm.ring_allreduce_s(q, g, self.nvlink_Bps(gpu))
+        return local + comm.ring_allreduce_s(math.ceil(cfg.dp / q), g / q, self.nic_Bps(gpu), lat)
+
+    def dp_per_node(self, cfg: Config, site: str) -> int:
+        """Data-parallel members of one stage that share a scale-up (NVLink) domain."""
+        s = self.problem.instance.site(site)
+        gpn = s.gpus_per_node or self.catalog.gpus[s.gpu].gpus_per_node
+        return max(1, min(cfg.dp, gpn // cfg.tp))
 
     # ------------------------------------------------------------------ whole step
 
@@ -320,33 +380,47 @@ class PerfModel:
         if unreachable:
             t_wan = math.inf
         h_steps = self.job.sync.every_steps
+        # the per-step sync hides partly under the backward / forward (dp_pieces); the
+        # diloco outer exchange is a separate phase, streaming's overlaps the whole step
         if cfg.sync_mode == "synchronous":
-            t_dp = t_intra + t_wan
+            t_dp_raw = t_intra + t_wan
+            t_dp = self.dp_exposed_s(cfg, t_intra + t_wan)
         elif cfg.sync_mode == "diloco":
-            t_dp = t_intra + t_wan / h_steps
+            t_dp_raw = t_intra + t_wan / h_steps
+            t_dp = self.dp_exposed_s(cfg, t_intra) + t_wan / h_steps
         else:
-            t_dp = t_intra + max(0.0, t_wan / h_steps - t_pipe)
+            t_dp_raw = t_intra + max(0.0, t_wan / h_steps - t_pipe)
+            t_dp = self.dp_exposed_s(cfg, t_intra) + max(0.0, t_wan / h_steps - t_pipe)
         total = t_pipe + t_dp
 
-        # additive breakdown of the critical chain (CONTRACT: compute, bubble, tp, pp, dp)
+        # additive breakdown of the critical chain (CONTRACT: compute, bubble, tp, pp, dp);
+        # the finer terms (matmul, memory-bound, optimizer, ...) split these further
         times = [self.stage_times(cfg, self.problem.instance.site(s).gpu)[k] for k, s in enumerate(crit)]
         m = cfg.num_micro_batches
-        compute = m * max(t.fwd_compute + t.bwd_compute for t in times)
+        slow = max(range(len(times)), key=lambda i: times[i].fwd_compute + times[i].bwd_compute)
+        compute_s = m * (times[slow].fwd_compute + times[slow].bwd_compute)
         with_tp = m * max(t.fwd + t.bwd for t in times)
+        opt = self.optimizer_step_s(cfg, crit)
         no_comm = self.chain_time(cfg, crit, with_comm=False)
+        ops = times[slow].ops
+        mem = m * ops.memory_bound if ops else 0.0
         breakdown = {
-            "compute_s": compute,
-            "tp_comm_s": with_tp - compute,
-            "bubble_s": no_comm - with_tp,
+            "compute_s": compute_s - mem,  # GEMMs and the attention core
+            "memory_bound_s": mem,
+            "tp_comm_s": with_tp - compute_s,  # exposed
+            "bubble_s": no_comm - opt - with_tp,
             "pp_comm_s": t_pipe - no_comm,
-            "dp_sync_s": t_dp,
+            "dp_sync_s": t_dp,  # exposed
+            "optimizer_s": opt,
         }
+        hidden = {"tp_comm_s": m * ops.tp_hidden if ops else 0.0, "dp_sync_s": t_dp_raw - t_dp}
         return StepResult(
             step_time_s=total,
             pipe_s=t_pipe,
             dp_s=t_dp,
             breakdown=breakdown,
             critical_chain=crit,
+            hidden=hidden,
             route_pp_load=dict(pp_load),
             route_dp_load=dict(dp_load),
             route_pp_s=route_pp_s,

@@ -63,7 +63,7 @@ def axis_label(column: str) -> tuple[str, float]:
     """An axis label with units, and the factor to scale the column by."""
     if column in LABELS:
         return LABELS[column]
-    if column.endswith("_s") and column in {"compute_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s", "solver_s"}:
+    if column.endswith("_s") and column in {"compute_s", "memory_bound_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s", "optimizer_s", "solver_s"}:
         return (f"{column.removesuffix('_s').replace('_', ' ')} (s)", 1.0)
     if column.endswith(".km"):
         return (f"fiber route length {column} (km)", 1.0)

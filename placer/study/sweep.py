@@ -788,10 +788,12 @@ def _write_manifest(out: Path, study: Study) -> None:
 METRIC_ORDER = [
     "step_time_s",
     "compute_s",
+    "memory_bound_s",
     "tp_comm_s",
     "bubble_s",
     "pp_comm_s",
     "dp_sync_s",
+    "optimizer_s",
     "tokens_per_s",
     "mfu",
     "capex_usd",
