@@ -31,8 +31,12 @@ def problem(
     bits: int = 16,
     model: dict[str, Any] | None = None,
     gpu: str = "h100-sxm",
+    overlap: bool = False,
 ) -> Problem:
-    """Sites of one GPU type, routes (a, b, km) with 8 fiber pairs, no limits that bind."""
+    """Sites of one GPU type, routes (a, b, km) with 8 fiber pairs, no limits that bind.
+    The closed form's overlap of the sync with compute is off unless asked for: the
+    simulator runs one step, so it cannot hide the parameter all-gather under the next
+    step's forward as job.overlap.param_gather does."""
     return problem_from_data(
         {
             "name": "sim-case",
@@ -42,6 +46,7 @@ def problem(
                 "model": model or SMALL_MODEL,
                 "global_batch": global_batch,
                 "sync": {"mode": sync, "every_steps": every_steps, "bits": bits},
+                "overlap": {"grad_reduce": overlap, "param_gather": overlap, "tp_comm": overlap},
             },
         }
     )

@@ -114,7 +114,9 @@ def test_replicas_share_the_route_at_every_tick(m: int) -> None:
     if m == 1:
         st = PerfModel(prob).stage_times(_config(prob, p), "h100-sxm")
         compute = st[0].fwd + st[1].fwd + st[1].bwd + st[0].bwd
-        assert res.pipe_s == pytest.approx(compute + 2 * (r_count * msg / cap + lat), rel=1e-9)
+        # then the optimizer step of the slowest stage over its ZeRO-1 shard
+        opt = PerfModel(prob).optimizer_step_s(_config(prob, p), ("a", "b"))
+        assert res.pipe_s == pytest.approx(compute + 2 * (r_count * msg / cap + lat) + opt, rel=1e-9)
         # the closed form: the same chain with one message at the NIC rate, or the route's
         # bytes per step over its capacity, whichever is larger; both miss a full tick
         chain = compute + 2 * (msg / _nic_Bps(prob, 8) + lat)
@@ -184,15 +186,16 @@ def test_unbalanced_sync_the_lone_member_carries_the_whole_exchange() -> None:
 
 
 def test_balanced_sync_over_a_wide_wan_is_the_closed_form() -> None:
-    """pp 1, tp 1, n replicas at each of two sites, a route that never binds. Simulated:
+    """pp 1, tp 8 (one replica a node: no NVLink stage in the closed form's intra-site
+    sync), n replicas at each of two sites, a route that never binds. Simulated:
     ring inside each site (2 (n-1)/n G at the NIC, 2 (n-1) hops) plus two WAN rounds in
     which each member sends G / 2n to its peer (+ the fiber). That is the closed form's
     flat ring over d = 2n, 2 (d-1)/d G = 2 (n-1)/n G + G/n, to the hop latencies."""
     n, km = 4, 300.0
     prob = problem(["a", "b"], [("a", "b", km)], global_batch=2 * n, capacity_gbps=1e7)
-    p = plan(1, [8], [(n, ["a"]), (n, ["b"])], 1)
+    p = plan(8, [8], [(n, ["a"]), (n, ["b"])], 1)
     res = simulate(prob, p)
-    g = PerfModel(prob).stage_grad_bytes(_config(prob, p), 0)
+    g = PerfModel(prob).stage_grad_bytes(_config(prob, p), 0)  # per GPU, over its own NIC
     nic = _nic_Bps(prob, 1)
     expect = 2 * (n - 1) / n * g / nic + 2 * (n - 1) * INTRA_S + 2 * (g / (2 * n) / nic + km * FIBER_S_PER_KM)
     assert res.step_time_s - res.pipe_s == pytest.approx(expect, rel=1e-9)
@@ -328,7 +331,8 @@ def _contended_bound(prob, p) -> float:
                 rate = min(rate, net.capacity_Bps(key, waves.get(key, 0)) / crossings[key])
             lat.append(INTRA_S + (net.path_latency_s(a, b) if a != b else 0.0))
             tx.append(msg / rate)
-        worst = max(worst, one_f_one_b_time([t.fwd for t in st], [t.bwd for t in st], lat, tx, cfg.num_micro_batches))
+        pipe = one_f_one_b_time([t.fwd for t in st], [t.bwd for t in st], lat, tx, cfg.num_micro_batches)
+        worst = max(worst, pipe + perf.optimizer_step_s(cfg, tuple(chain)))  # then the optimizer
     return worst
 
 
@@ -380,7 +384,7 @@ def test_cli_simulate_json_is_one_document(tmp_path) -> None:
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["replicas"] == 4 and doc["step_time_s"] > doc["closed_form"]["pipe_s"] > 0
-    assert set(doc["breakdown"]) == {"compute_s", "tp_comm_s", "bubble_s", "pp_comm_s", "dp_sync_s"}
+    assert set(doc["breakdown"]) == {"compute_s", "tp_comm_s", "bubble_s", "pp_comm_s", "dp_sync_s", "optimizer_s"}
     assert sum(doc["breakdown"].values()) == pytest.approx(doc["step_time_s"], rel=1e-9)
     human = CliRunner().invoke(app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "p.json")])
     assert human.exit_code == 0 and "closed form" in human.stdout

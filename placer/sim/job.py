@@ -219,7 +219,11 @@ def simulate(problem: Problem, plan: Plan | dict[str, Any], options: SimOptions 
     bare_s = job.pipe_without_comm()
     outer, outer_routes = job.run_outer_sync() if ev.config.sync_mode != "synchronous" else (0.0, [])
     h = problem.instance.job.sync.every_steps
-    step = max(full.pipe_s, *full.sync_end)
+    # the optimizer step runs once gradients are reduced, on every GPU at once: the step
+    # waits for the slowest stage's (PerfModel.optimizer_step_s, as the closed form adds it)
+    opt = max(perf.optimizer_step_s(ev.config, chain) for chain in set(job.chains))
+    full.pipe_s += opt
+    step = max(full.pipe_s, *(t + opt for t in full.sync_end))
     if ev.config.sync_mode == "diloco":
         step += outer / h
     elif ev.config.sync_mode == "streaming-diloco":
@@ -231,8 +235,9 @@ def simulate(problem: Problem, plan: Plan | dict[str, Any], options: SimOptions 
         "compute_s": compute,
         "tp_comm_s": with_tp - compute,
         "bubble_s": bare_s - with_tp,
-        "pp_comm_s": full.pipe_s - bare_s,
+        "pp_comm_s": full.pipe_s - opt - bare_s,
         "dp_sync_s": step - full.pipe_s,
+        "optimizer_s": opt,
     }
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return SimulationResult(
