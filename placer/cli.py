@@ -71,7 +71,7 @@ def solve(
     backend: Annotated[str | None, typer.Option(help="cpsat | milp | brute")] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds")] = None,
     threads: Annotated[int | None, typer.Option(help="solver threads")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the plan only, to stdout")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="stdout carries only the plan as one JSON document (with -o the files are written too)")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="print the catalog and defaults in use")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
 ) -> None:
@@ -91,13 +91,16 @@ def solve(
     progress = None if quiet else (lambda msg: err.print(Text(msg, style="dim"), highlight=False))
     res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
     plan_data = res.plan.model_dump(mode="json", exclude_none=True)
-    if as_json:
+    if as_json and output is None:
         sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
         return
     folder = output or Path("out") / prob.name
     write_json(folder / "plan.json", plan_data)
     write_atomic(folder / "bom.csv", bom_csv(prob, res.plan))
     write_atomic(folder / "report.md", markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
+    if as_json:  # --json -o DIR: the files above, and stdout still carries only the plan
+        sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
+        return
     print_summary(out, prob, res.plan, res.evaluation, f"{res.status} ({res.backend}, {res.seconds:.2f} s, gap {res.gap:.1e})")
     out.print(f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}", highlight=False)
 
