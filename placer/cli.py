@@ -212,6 +212,7 @@ def export(
     instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="bom | rankmap | megatron | torchtitan | torchrun | slurm | all")],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
+    torchtitan_version: Annotated[str, typer.Option("--torchtitan-version", help="0.3 (config registry + overrides, torchtitan_args.sh) | 0.2 (TOML)")] = "0.3",
 ) -> None:
     """Write the link bill of materials or launch configurations of a feasible plan."""
     from placer.io import load_instance, load_plan
@@ -219,7 +220,7 @@ def export(
 
     prob = load_instance(instance)
     p = load_plan(plan)
-    for path in run(prob, p, fmt, output or Path("out") / prob.name):
+    for path in run(prob, p, fmt, output or Path("out") / prob.name, torchtitan_version):
         out.print(f"wrote {path}", highlight=False)
 
 
