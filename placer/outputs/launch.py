@@ -541,11 +541,12 @@ def torchtitan_settings(layout: Layout, version: str) -> list[tuple[str, str, An
         ("parallelism", "tensor_parallel_degree", layout.tp),
         ("parallelism", "pipeline_parallel_degree", layout.pp),
         ("parallelism", "context_parallel_degree", 1),
-        ("parallelism", "enable_sequence_parallel", layout.tp > 1),
         ("training", "local_batch_size", plan.parallelism.micro_batch * cfg.num_micro_batches),
         ("training", "global_batch_size", problem.instance.job.global_batch),
         ("training", "seq_len", problem.model.seq_len),
     ]
+    if version == "0.3":  # 0.2.x has no switch: its Llama TP plan always applies SequenceParallel
+        out.append(("parallelism", "enable_sequence_parallel", layout.tp > 1))
     if layout.pp > 1:
         out += [
             ("parallelism", "pipeline_parallel_schedule", "1F1B"),
