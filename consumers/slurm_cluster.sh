@@ -5,9 +5,16 @@
 #   slurm_cluster.sh stop DIR                          stops the daemons it started (by pid file)
 # Use with SLURM_CONF=DIR/slurm.conf. Needs root (munged, slurmd).
 set -euo pipefail
+trap 'echo "slurm_cluster.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 cmd=$1 dir=$(realpath -m "$2")
 if [ "$cmd" = stop ]; then
-  for f in "$dir"/pids/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
+  pids=()
+  for f in "$dir"/pids/*.pid; do [ -f "$f" ] && pids+=("$(cat "$f")"); done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for _ in $(seq 30); do  # wait until they are gone (their ports free)
+    alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && exit 0; sleep 0.5
+  done
   exit 0
 fi
 gpus=$3; shift 3

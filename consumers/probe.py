@@ -59,8 +59,8 @@ def main() -> None:
         "dp_group": dist.get_process_group_ranks(ps.get_data_parallel_group()),
     }
     # --- torchtitan: the exported overrides through its ConfigManager, then its mesh
-    from torchtitan.config.manager import ConfigManager
     import torchtitan.distributed.parallel_dims as tpd
+    from torchtitan.config.manager import ConfigManager
 
     cfg = ConfigManager().parse_args(torchtitan_args(os.path.join(export, "torchtitan_args.sh")))
     tpd.device_type = "cpu"  # torchtitan picks "cuda" when no accelerator exists; gloo needs cpu
