@@ -38,9 +38,9 @@ $(CVENV)/.installed: consumers/constraints.txt consumers/requirements.txt
 	mkdir -p $(CBUILD)
 	$(PY) -m venv $(CVENV)
 	$(CBIN)/pip install --quiet --log $(CBUILD)/pip-torch.log -c consumers/constraints.txt torch==2.13.0
-	@if grep -E "Downloading .*(torch-|nvidia)" $(CBUILD)/pip-torch.log; then echo "torch was downloaded, not taken from disk" >&2; exit 1; fi
+	@if grep -E "Downloading (torch-[0-9]|nvidia[-_])" $(CBUILD)/pip-torch.log; then echo "torch was downloaded, not taken from disk" >&2; exit 1; fi
 	$(CBIN)/pip install --quiet --log $(CBUILD)/pip-tools.log -c consumers/constraints.txt -r consumers/requirements.txt
-	@if grep -E "Downloading .*(/torch-|nvidia_)" $(CBUILD)/pip-tools.log; then echo "a second torch or CUDA runtime was pulled" >&2; exit 1; fi
+	@if grep -E "Downloading (torch-[0-9]|nvidia[-_])" $(CBUILD)/pip-tools.log; then echo "a second torch or CUDA runtime was pulled" >&2; exit 1; fi
 	$(CBIN)/pip install --quiet --no-deps --target $(CVENV)/torchtitan-0.2.2 -c consumers/constraints.txt torchtitan==0.2.2
 	$(CBIN)/python -c "import torch; assert torch.__version__ == '2.13.0+cpu', torch.__version__"
 	touch $@
@@ -52,9 +52,9 @@ consumer-exports: venv
 
 test-consumers: venv $(CVENV)/.installed consumer-exports
 	@$(CBIN)/python -c "import torch, megatron.core, torchtitan; print('tools: torch', torch.__version__, '| megatron-core', megatron.core.__version__, '| torchtitan', __import__('importlib.metadata').metadata.version('torchtitan'))"
-	@sbatch --version 2>/dev/null || echo "sbatch: not installed"
+	@slurmd -V 2>/dev/null || echo "slurm-wlm: not installed"
 	PLACER_EXPORT=$(CURDIR)/$(CBUILD)/export PLACER_EXPORT_02=$(CURDIR)/$(CBUILD)/export-0.2 \
-	  $(CBIN)/python -m pytest consumers -q -rs -s -p no:cacheprovider
+	  $(CBIN)/python -m pytest consumers -rs -s -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) $(CVENV) build out .pytest_cache

@@ -46,6 +46,13 @@ def test_sbatch_runs_every_task_where_the_rank_map_says(cluster: Path, export_di
     env = os.environ | {"SLURM_CONF": str(cluster), "TRAIN_SCRIPT": str(tmp_path / "probe.py"), "PROBE_OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     test = subprocess.run(["sbatch", "--test-only", "slurm.sbatch"], cwd=job, env=env, capture_output=True, text=True, timeout=120)
     assert test.returncode == 0, test.stderr
+    # the oracle can fail: the header older exports wrote (node list file + arbitrary distribution
+    # on #SBATCH lines, which makes sbatch read the node list as a per-task hostfile)
+    text = (job / "slurm.sbatch").read_text()
+    nodelist = next(ln for ln in text.splitlines() if ln.startswith("#SBATCH --nodelist="))
+    (job / "old.sbatch").write_text(text.replace(nodelist, "#SBATCH --nodelist=./slurm_nodes.txt\n#SBATCH --distribution=arbitrary", 1))
+    old = subprocess.run(["sbatch", "--test-only", "old.sbatch"], cwd=job, env=env, capture_output=True, text=True, timeout=120)
+    assert old.returncode != 0, old.stderr
     run = subprocess.run(["sbatch", "--wait", "-o", str(tmp_path / "job.out"), "slurm.sbatch"], cwd=job, env=env, capture_output=True, text=True, timeout=300)
     log = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert run.returncode == 0, run.stderr + log
