@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTANCE ?= instances/two-campus-100km.yaml
 
-.PHONY: venv run test lint bench clean
+.PHONY: venv run test lint bench clean test-consumers consumer-exports
 
 $(BIN)/placer: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,10 +20,41 @@ test: venv
 	$(BIN)/python -m pytest
 
 lint: venv
-	$(BIN)/ruff check placer tests benchmarks
+	$(BIN)/ruff check placer tests benchmarks consumers
 
 bench: venv
 	$(BIN)/python benchmarks/solve_bench.py
 
+# ---- consumer tier: placer's exports run in the real tools (README "Consumer tests")
+CVENV := .venv-consumers
+CBIN := $(CVENV)/bin
+CBUILD := build/consumers
+CASE := consumers/case
+
+# torch first, pinned to the CPU build on disk (a download would be a CUDA build: refused),
+# then the tools under the same constraint so that pip can never swap torch
+$(CVENV)/.installed: consumers/constraints.txt consumers/requirements.txt
+	rm -rf $(CVENV)
+	mkdir -p $(CBUILD)
+	$(PY) -m venv $(CVENV)
+	$(CBIN)/pip install --quiet --log $(CBUILD)/pip-torch.log -c consumers/constraints.txt torch==2.13.0
+	@if grep -E "Downloading (torch-[0-9]|nvidia[-_])" $(CBUILD)/pip-torch.log; then echo "torch was downloaded, not taken from disk" >&2; exit 1; fi
+	$(CBIN)/pip install --quiet --log $(CBUILD)/pip-tools.log -c consumers/constraints.txt -r consumers/requirements.txt
+	@if grep -E "Downloading (torch-[0-9]|nvidia[-_])" $(CBUILD)/pip-tools.log; then echo "a second torch or CUDA runtime was pulled" >&2; exit 1; fi
+	$(CBIN)/pip install --quiet --no-deps --target $(CVENV)/torchtitan-0.2.2 -c consumers/constraints.txt torchtitan==0.2.2
+	$(CBIN)/python -c "import torch; assert torch.__version__ == '2.13.0+cpu', torch.__version__"
+	touch $@
+
+consumer-exports: venv
+	rm -rf $(CBUILD)/export $(CBUILD)/export-0.2
+	$(BIN)/placer export $(CASE)/plan.json -i $(CASE)/instance.yaml -f all -o $(CBUILD)/export
+	$(BIN)/placer export $(CASE)/plan.json -i $(CASE)/instance.yaml -f torchtitan --torchtitan-version 0.2 -o $(CBUILD)/export-0.2
+
+test-consumers: venv $(CVENV)/.installed consumer-exports
+	@$(CBIN)/python -c "import torch, megatron.core, torchtitan; print('tools: torch', torch.__version__, '| megatron-core', megatron.core.__version__, '| torchtitan', __import__('importlib.metadata').metadata.version('torchtitan'))"
+	@slurmd -V 2>/dev/null || echo "slurm-wlm: not installed"
+	PLACER_EXPORT=$(CURDIR)/$(CBUILD)/export PLACER_EXPORT_02=$(CURDIR)/$(CBUILD)/export-0.2 \
+	  $(CBIN)/python -m pytest consumers -rs -s -p no:cacheprovider
+
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) $(CVENV) build out .pytest_cache

@@ -74,7 +74,7 @@ def solve(
     backend: Annotated[str | None, typer.Option(help="cpsat | milp | brute")] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds")] = None,
     threads: Annotated[int | None, typer.Option(help="solver threads")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the plan only, to stdout")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="stdout carries only the plan as one JSON document (with -o the files are written too)")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="print the catalog and defaults in use")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
 ) -> None:
@@ -95,7 +95,7 @@ def solve(
     progress = None if quiet else (lambda msg: err.print(Text(msg, style="dim"), highlight=False))
     res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
     plan_data = res.plan.model_dump(mode="json", exclude_none=True)
-    if as_json:
+    if as_json and output is None:
         _print_warnings(res.plan.warnings)
         sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
         return
@@ -104,6 +104,10 @@ def solve(
     write_atomic(folder / "bom.csv", bom_csv(prob, res.plan))
     write_atomic(folder / "report.md", markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
     write_atomic(folder / "report.html", html_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
+    if as_json:  # --json -o DIR: the files above, and stdout still carries only the plan
+        _print_warnings(res.plan.warnings)
+        sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
+        return
     print_summary(out, prob, res.plan, res.evaluation, f"{res.status} ({res.backend}, {res.seconds:.2f} s, gap {res.gap:.1e})")
     _print_warnings(res.plan.warnings)
     out.print(f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}, {folder / 'report.html'}", highlight=False)
@@ -252,6 +256,7 @@ def export(
     instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="bom | rankmap | megatron | torchtitan | torchrun | slurm | all")],
     output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
+    torchtitan_version: Annotated[str, typer.Option("--torchtitan-version", help="0.3 (config registry + overrides, torchtitan_args.sh) | 0.2 (TOML)")] = "0.3",
 ) -> None:
     """Write the link bill of materials or launch configurations of a feasible plan."""
     from placer.io import load_instance, load_plan
@@ -259,7 +264,7 @@ def export(
 
     prob = load_instance(instance)
     p = load_plan(plan)
-    for path in run(prob, p, fmt, output or Path("out") / prob.name):
+    for path in run(prob, p, fmt, output or Path("out") / prob.name, torchtitan_version):
         out.print(f"wrote {path}", highlight=False)
 
 

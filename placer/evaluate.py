@@ -90,6 +90,22 @@ def site_gpus_per_node(problem: Problem, site: str) -> int:
     return s.gpus_per_node or problem.catalog.gpus[s.gpu].gpus_per_node
 
 
+def site_gpus_per_host(problem: Problem, site: str) -> int:
+    """GPUs per host (OS instance) of a site: its own `gpus_per_host`, else the catalog's when
+    that divides the site's NVLink domain, else the domain (one host per domain, as before
+    hosts were modelled). A domain is a whole number of hosts (checked when loading)."""
+    s = problem.instance.site(site)
+    return default_gpus_per_host(s.gpus_per_host, site_gpus_per_node(problem, site), problem.catalog.gpus[s.gpu].gpus_per_host)
+
+
+def default_gpus_per_host(own: int | None, domain: int, catalog_host: int | None) -> int:
+    if own is not None:
+        return own
+    if catalog_host is not None and domain % catalog_host == 0:
+        return catalog_host
+    return domain
+
+
 def site_it_power_w(problem: Problem, site: str, nodes: int, optic_modules_w: float) -> float:
     """All-in GPU power of the nodes in use plus the coherent modules, times the site PUE."""
     s = problem.instance.site(site)

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -21,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from placer.errors import InputError
-from placer.schema import Catalog, Instance, ModelSpec, Plan
+from placer.schema import HOST_PATTERN, Catalog, Instance, ModelSpec, Plan
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_MODELS_DIR = PACKAGE_DIR.parent / "models"
@@ -485,6 +486,7 @@ def problem_from_data(
     for i, s in enumerate(inst.sites):
         if s.gpu not in catalog.gpus:
             raise err(("sites", i, "gpu"), f"unknown GPU '{s.gpu}' (catalog: {', '.join(sorted(catalog.gpus))})")
+    inst = _resolve_hosts(inst, catalog, err, base)
     if isinstance(inst.job.model, str):
         try:
             model = load_model(inst.job.model, base)
@@ -501,6 +503,60 @@ def problem_from_data(
             if all(t > gpn for t in par.tp):
                 raise err(("job", "parallelism", "tp"), f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)")
     return Problem(instance=inst, catalog=catalog, model=model, path=Path(where) if isinstance(where, Path) else None, lines=lines)
+
+
+def read_hostfile(path: Path) -> list[str]:
+    """Host names of a hostfile: the first word of each line; blank lines and '#' comments
+    skipped (so an MPI hostfile with `slots=` columns reads too)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the hostfile ({exc.strerror})") from None
+    out = []
+    for ln in text.splitlines():
+        word = ln.split("#", 1)[0].split()
+        if word:
+            out.append(word[0])
+    return out
+
+
+def _resolve_hosts(inst: Instance, catalog: Catalog, err: Callable[[Loc, str], InputError], base: Path | None) -> Instance:
+    """Check host sizes against the NVLink domain and read hostfiles into `hosts`, so that
+    every later stage sees one list of host names per site (or none: placeholders)."""
+    from placer.evaluate import default_gpus_per_host
+
+    sites = []
+    changed = False
+    for i, s in enumerate(inst.sites):
+        spec = catalog.gpus[s.gpu]
+        domain = s.gpus_per_node or spec.gpus_per_node
+        host = default_gpus_per_host(s.gpus_per_host, domain, spec.gpus_per_host)
+        if domain % host:
+            field = "gpus_per_host" if s.gpus_per_host is not None else "gpus_per_node"
+            raise err(("sites", i, field), f"the NVLink domain ({domain} GPUs) must be a whole number of hosts of {host} GPUs")
+        hosts = s.hosts
+        if s.hostfile is not None:
+            if hosts is not None:
+                raise err(("sites", i, "hostfile"), "give either hosts or hostfile, not both")
+            path = Path(s.hostfile)
+            if not path.is_absolute() and base is not None:
+                path = base / path
+            hosts = read_hostfile(path)
+            bad = [h for h in hosts if not re.fullmatch(HOST_PATTERN, h)]
+            if bad:
+                raise err(("sites", i, "hostfile"), f"{path}: not a host name: '{bad[0]}'")
+        if hosts is not None:
+            want = -(-s.gpus // host)
+            if len(hosts) != want:
+                raise err(("sites", i, "hostfile" if s.hostfile else "hosts"), f"site '{s.name}' has {s.gpus} GPUs = {want} hosts of {host} GPUs, {len(hosts)} host names given")
+            dup = sorted({h for h in hosts if hosts.count(h) > 1})
+            if dup:
+                raise err(("sites", i, "hostfile" if s.hostfile else "hosts"), f"host '{dup[0]}' named twice")
+        if hosts != s.hosts:
+            s = s.model_copy(update={"hosts": hosts})
+            changed = True
+        sites.append(s)
+    return inst.model_copy(update={"sites": sites}) if changed else inst
 
 
 def problem_with(problem: Problem, **updates: Any) -> Problem:

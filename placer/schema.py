@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+HOST_PATTERN = r"^[A-Za-z0-9_.:-]+$"  # a host name or address, as SLURM and torchrun take it
 SyncMode = Literal["synchronous", "diloco", "streaming-diloco"]
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
@@ -33,7 +34,11 @@ class GpuSpec(Strict):
     nvlink_gbps_bidir: float = Field(gt=0, description="scale-up bandwidth, GB/s bidirectional")
     nic_gbps: float = Field(gt=0, description="scale-out NIC line rate per GPU, Gbit/s")
     gpus_per_node: int = Field(ge=1, description="scale-up (NVLink) domain size")
+    gpus_per_host: int | None = Field(
+        default=None, ge=1, description="GPUs per host (OS instance) that launch files address; null = the domain size (one host per domain)"
+    )
     nics_per_node: int | None = Field(default=None, ge=1, description="scale-out NICs per node; null = one per GPU")
+    cuda_arch: float | None = Field(default=None, gt=0, description="CUDA compute capability (e.g. 9.0); launch files use it for framework requirements")
     matmul_efficiency: float = Field(
         gt=0, le=1, description="e_max: achievable fraction of peak for large GEMMs (placer.perf.compute; fitted, see the catalog)"
     )
@@ -159,7 +164,12 @@ class Site(Strict):
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     gpu: str = Field(description="key of the GPU catalog")
     gpus: int = Field(ge=0, description="accelerators available to this job")
-    gpus_per_node: int | None = Field(default=None, ge=1, description="default: GPU catalog")
+    gpus_per_node: int | None = Field(default=None, ge=1, description="scale-up (NVLink) domain size; default: GPU catalog")
+    gpus_per_host: int | None = Field(default=None, ge=1, description="GPUs per host (OS instance); default: GPU catalog")
+    hosts: list[Annotated[str, Field(pattern=HOST_PATTERN)]] | None = Field(
+        default=None, description="real host names of the site in order (host i = GPUs i*gpus_per_host ...); launch files use them instead of placeholders"
+    )
+    hostfile: str | None = Field(default=None, description="file with one host name per line ('#' comments), relative to the instance file; alternative to hosts")
     power_mw: float | None = Field(default=None, ge=0, description="null = unlimited")
     pue: float = Field(default=1.2, ge=1.0)
     lat: float | None = Field(default=None, ge=-90, le=90, description="optional latitude (degrees), for plan pictures")

@@ -26,10 +26,10 @@ import pytest
 
 import placer
 from placer.errors import InputError, TimeLimitError
-from placer.evaluate import evaluate, site_gpus_per_node
+from placer.evaluate import evaluate, site_gpus_per_host, site_gpus_per_node
 from placer.io import load_instance, problem_from_data
 from placer.outputs.export import FORMAT_NAMES, export, render
-from placer.outputs.launch import build_layout, megatron_pipeline_args
+from placer.outputs.launch import build_layout, megatron_pipeline_args, parse_torchtitan_args
 from placer.schema import Plan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -120,15 +120,23 @@ def check_physical(problem, plan: Plan, loc: list[tuple[str, int, int]]) -> None
     par = plan.parallelism
     assert len(loc) == par.tp * par.pp * par.dp
     assert len(set(loc)) == len(loc), "two ranks on one GPU"
-    for site, node, gpu in loc:
-        gpn = site_gpus_per_node(problem, site)
-        assert 0 <= gpu < gpn
-        assert 0 <= node < problem.instance.site(site).gpus // gpn
+    for site, node, gpu in loc:  # node = host, gpu = GPU within the host
+        gph = site_gpus_per_host(problem, site)
+        assert 0 <= gpu < gph
+        assert 0 <= node < problem.instance.site(site).gpus // gph
     used = {}
-    for site, node, _ in loc:
-        used.setdefault(site, set()).add(node)
+    for site, node, _ in loc:  # the evaluator counts NVLink domains
+        used.setdefault(site, set()).add(domain_of(problem, site, node))
     ev = evaluate(problem, plan)
     assert {s: len(n) for s, n in used.items()} == {s: n for s, n in ev.nodes_by_site.items() if n}
+
+
+def domain_of(problem, site: str, host: int) -> int:
+    return host * site_gpus_per_host(problem, site) // site_gpus_per_node(problem, site)
+
+
+def same_domain(problem, locs) -> bool:
+    return len({(s, domain_of(problem, s, n)) for s, n, _ in locs}) == 1
 
 
 def check_megatron(problem, plan: Plan, files: dict[str, str]) -> None:
@@ -147,7 +155,7 @@ def check_megatron(problem, plan: Plan, files: dict[str, str]) -> None:
     chains = Counter()
     for d in range(dp):
         for p in range(pp):
-            assert len({loc[rank(t, d, p)][:2] for t in range(tp)}) == 1, "TP group straddles nodes"
+            assert same_domain(problem, [loc[rank(t, d, p)] for t in range(tp)]), "TP group leaves its NVLink domain"
         chains[tuple(loc[rank(0, d, p)][0] for p in range(pp))] += 1
     assert chains == plan_chains(plan)
     # the layers per stage Megatron will build
@@ -164,7 +172,20 @@ def check_megatron(problem, plan: Plan, files: dict[str, str]) -> None:
 
 
 def check_torchtitan(problem, plan: Plan, files: dict[str, str]) -> None:
-    cfg = tomllib.loads(files["torchtitan.toml"])["parallelism"]
+    if "torchtitan.toml" in files:  # 0.2.x
+        cfg = tomllib.loads(files["torchtitan.toml"])["parallelism"]
+    else:  # 0.3: command-line overrides --section.key value...
+        cfg = {}
+        key = None
+        for t in parse_torchtitan_args(files["torchtitan_args.sh"]):
+            if t.startswith("--parallelism."):
+                key = t.removeprefix("--parallelism.")
+                cfg[key] = []
+            elif t.startswith("--"):
+                key = None
+            elif key is not None:
+                cfg[key].append(t)
+        cfg = {k: (int(v[0]) if len(v) == 1 and v[0].isdigit() else [x.split(",") for x in v] if k == "module_fqns_per_model_part" else v) for k, v in cfg.items()}
     rep, shard = cfg["data_parallel_replicate_degree"], cfg["data_parallel_shard_degree"]
     tp, pp = cfg["tensor_parallel_degree"], cfg["pipeline_parallel_degree"]
     loc = rank_locations(files["torchtitan_hosts.txt"])
@@ -175,7 +196,7 @@ def check_torchtitan(problem, plan: Plan, files: dict[str, str]) -> None:
     for r in range(rep):
         for s in range(shard):
             for p in range(pp):
-                assert len({loc[x][:2] for x in mesh[p, r, s, 0, :]}) == 1, "TP group straddles nodes"
+                assert same_domain(problem, [loc[x] for x in mesh[p, r, s, 0, :]]), "TP group leaves its NVLink domain"
             chains[tuple(loc[mesh[p, r, s, 0, 0]][0] for p in range(pp))] += 1
     assert chains == plan_chains(plan)
     for p in range(pp):
@@ -183,8 +204,9 @@ def check_torchtitan(problem, plan: Plan, files: dict[str, str]) -> None:
             for t in range(tp):
                 assert len({loc[x][0] for x in mesh[p, r, :, 0, t]}) == 1, "FSDP shard group crosses sites"
     if pp > 1:
-        parts = cfg["pipeline_parallel_module_fqns_per_model_part"]
+        parts = cfg["module_fqns_per_model_part"]
         assert [sum(m.startswith("layers.") for m in part) for part in parts] == list(plan.stage_layers)
+        assert parts[-1][-1] == ("output" if "torchtitan.toml" in files else "lm_head")
 
 
 def check_rankmap(problem, plan: Plan, files: dict[str, str]) -> None:
@@ -202,7 +224,7 @@ def check_rankmap(problem, plan: Plan, files: dict[str, str]) -> None:
     assert Counter(site for site, _, _ in loc) == expected
     by_group: dict[tuple[int, int], set] = {}
     for r in rows:
-        by_group.setdefault((int(r["pp"]), int(r["dp"])), set()).add((r["site"], r["node"]))
+        by_group.setdefault((int(r["pp"]), int(r["dp"])), set()).add((r["site"], domain_of(problem, r["site"], int(r["node"]))))
     assert all(len(v) == 1 for v in by_group.values())
     chains = Counter(tuple(next(iter(by_group[(p, d)]))[0] for p in range(par.pp)) for d in range(par.dp))
     assert chains == plan_chains(plan)
@@ -218,7 +240,12 @@ def check_slurm_torchrun(files: dict[str, str], host_text: str) -> None:
     for (_site, _node, gpu), h in zip(loc, hosts, strict=True):
         assert seen[h] == gpu, "SLURM_LOCALID (order on the host) must be the planned GPU"
         seen[h] += 1
-    assert "--distribution=arbitrary" in files["slurm.sbatch"]
+    sb = files["slurm.sbatch"]
+    directives = [ln for ln in sb.splitlines() if ln.startswith("#SBATCH")]
+    assert not any("distribution" in d for d in directives), "arbitrary distribution belongs on the srun line only"
+    assert any(d.startswith(("#SBATCH --gpus-per-node=", "#SBATCH --exclusive")) for d in directives)
+    srun = next(ln for ln in sb.splitlines() if ln.startswith("srun "))
+    assert "--distribution=arbitrary" in srun and not re.search(r"\s(-N|--nodes)[ =]", srun)
     assert set(files["slurm_nodes.txt"].split()) == set(hosts)
     units = parse_hosts(host_text)
     found = {}
@@ -318,7 +345,7 @@ def test_megatron_uneven_middle_is_flagged():
 def test_tp_larger_than_node_cannot_launch():
     problem = _problem([{"name": "A", "gpu": "h100-sxm", "gpus": 64, "gpus_per_node": 4}], [], global_batch=4)
     plan = _plan(8, 1, [(2, ["A"])], [8])
-    with pytest.raises(InputError, match="tp=8 does not fit in a node of site 'A'"):
+    with pytest.raises(InputError, match="tp=8 does not fit in an NVLink domain of site 'A'"):
         build_layout(problem, plan)
 
 
@@ -453,3 +480,111 @@ def test_megatron_flags_match_the_overlap_the_model_prices(job, present, absent)
         assert flag in text
     for flag in absent:
         assert flag not in text
+
+
+# ----------------------------------------------------------------------------- hosts apart from NVLink domains
+
+
+def test_nvl72_rack_is_18_hosts_of_4_gpus():
+    """hardware.md: an NVL72 rack is 18 hosts of 4 GPUs; tp=8 spans two hosts of one rack."""
+    problem, plan = case_hetero_nodes()
+    lay = build_layout(problem, plan)
+    g_units = [u for u in lay.node_ranks if u.site == "G"]
+    assert all(u.nproc == 4 for u in g_units)  # never --nproc_per_node=40 or 72
+    files = render(problem, plan, "all")
+    assert all(int(n.split("=")[1]) <= 4 for n in re.findall(r"slots=\d+", files["hosts_G.txt"]))
+    # G holds 5 + 3 + 3 = 11 TP groups of 8; a rack takes 72 // 8 = 9 of them (2 hosts each)
+    rows = [r for r in lay.ranks if r.site == "G"]
+    assert lay.hosts_by_site["G"] == list(range(22)) and {r.domain for r in rows} == {0, 1}
+    assert all(r.node // 18 == r.domain for r in rows)
+    for (p, d) in {(r.pp, r.dp) for r in rows}:
+        group = [r for r in rows if (r.pp, r.dp) == (p, d)]
+        assert len({r.node for r in group}) == 2 and sorted(r.local_gpu for r in group) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert "#SBATCH --exclusive" in files["slurm.sbatch"]  # 4- and 8-GPU hosts in one job
+
+
+def test_tp16_on_nvl72_leaves_the_last_two_trays_idle():
+    problem = _problem([{"name": "G", "gpu": "gb200", "gpus": 144}], [], global_batch=5)
+    plan = _plan(16, 1, [(5, ["G"])], [8])
+    lay = build_layout(problem, plan)
+    # 4 TP groups of 16 per rack = hosts 0-15; the 5th group opens rack 1 at host 18
+    assert lay.hosts_by_site["G"] == [*range(16), 18, 19, 20, 21]
+    assert lay.nodes_by_site["G"] == 2
+
+
+def test_named_hosts_replace_placeholders_everywhere(tmp_path):
+    a = [f"gpu-a{i:03d}" for i in range(8)]
+    (tmp_path / "b.hosts").write_text("# site B\n" + "".join(f"b{i}.example slots=8\n" for i in range(8)))
+    sites = [{"name": "A", **H100, "hosts": a}, {"name": "B", **H100, "hostfile": "b.hosts"}]
+    prob = problem_from_data({"name": "named", "sites": sites, "routes": AB, "job": {"model": "tiny-8l", "global_batch": 12}}, base=tmp_path)
+    _, plan = case_split_pipeline()
+    files = render(prob, plan, "all")
+    used = {*files["slurm_nodes.txt"].split()}
+    assert used and used <= {*a, *(f"b{i}.example" for i in range(8))}
+    for name, text in files.items():
+        assert not re.search(r"\b[AB]-node\d", text), f"{name} still has a placeholder host"
+    assert f"#SBATCH --nodelist={','.join(files['slurm_nodes.txt'].split())}" in files["slurm.sbatch"]
+
+
+@pytest.mark.parametrize(
+    ("site", "msg"),
+    [
+        ({"hosts": ["h0", "h1"]}, "64 GPUs = 8 hosts of 8 GPUs, 2 host names given"),
+        ({"hosts": ["h"] * 8}, "host 'h' named twice"),
+        ({"hosts": ["h0"], "hostfile": "x"}, "either hosts or hostfile"),
+        ({"gpus_per_host": 3}, "whole number of hosts of 3 GPUs"),
+        ({"hostfile": "missing.txt"}, "cannot read the hostfile"),
+    ],
+)
+def test_bad_hosts_are_input_errors(site, msg, tmp_path):
+    with pytest.raises(InputError, match=re.escape(msg)):
+        problem_from_data({"name": "x", "sites": [{"name": "A", **H100, **site}], "routes": [], "job": {"model": "tiny-8l", "global_batch": 8}}, base=tmp_path)
+
+
+def test_catalog_host_shape_defaults():
+    prob = _problem([{"name": "G", "gpu": "gb300", "gpus": 72}, {"name": "H", **H100}, {"name": "S", "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4}], [], global_batch=8)
+    assert [site_gpus_per_host(prob, s) for s in "GHS"] == [4, 8, 4]
+    assert [site_gpus_per_node(prob, s) for s in "GHS"] == [72, 8, 4]
+
+
+# ----------------------------------------------------------------------------- framework flags
+
+
+def _megatron_flags(problem, plan) -> set[str]:
+    text = render(problem, plan, "megatron")["megatron_args.sh"]
+    return {t for t in text.split("MEGATRON_ARGS=(")[1].split() if t.startswith("--")}
+
+
+def test_megatron_llama_and_memory_model_flags():
+    prob = _problem([{"name": "A", **H100}], [], global_batch=8, model="tiny-gqa")
+    plan = _plan(2, 2, [(4, ["A", "A"])], [2, 2])
+    text = render(prob, plan, "megatron")["megatron_args.sh"]
+    flags = _megatron_flags(prob, plan)
+    assert {"--sequence-parallel", "--position-embedding-type", "--normalization", "--disable-bias-linear", "--swiglu", "--group-query-attention"} <= flags
+    assert "--untie-embeddings-and-output-weights" not in flags  # tiny-gqa ties its embeddings
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text  # H100 = compute capability 9.0 < 10
+    assert "--num-layers-per-virtual-pipeline-stage" not in flags  # plans carry no interleaving yet
+
+
+def test_megatron_gpt_family_and_blackwell():
+    prob = _problem([{"name": "G", "gpu": "gb200", "gpus": 72}], [], global_batch=16, model="tiny-8l")
+    plan = _plan(4, 1, [(8, ["G"])], [8])
+    text = render(prob, plan, "megatron")["megatron_args.sh"]
+    flags = _megatron_flags(prob, plan)
+    assert "--sequence-parallel" in flags and "CUDA_DEVICE_MAX_CONNECTIONS" not in text.split("MEGATRON_ARGS")[0].split("#")[-1]
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS" not in text
+    if not prob.model.gated_ffn:
+        assert "--normalization" not in flags and "--swiglu" not in flags
+
+
+def test_torchtitan_02_toml_names_output_and_no_cuda_graph_key():
+    problem, plan = case_split_pipeline()
+    files = render(problem, plan, "torchtitan", torchtitan_version="0.2")
+    cfg = tomllib.loads(files["torchtitan.toml"])
+    assert cfg["parallelism"]["module_fqns_per_model_part"][-1][-2:] == ["norm", "output"]
+    assert "disable_cuda_graphs" not in cfg["training"]
+    new = render(problem, plan, "torchtitan")["torchtitan_args.sh"]
+    args = parse_torchtitan_args(new)
+    assert "--training.disable_cuda_graphs" in args and args[args.index("--module") + 1] == "llama3"
+    with pytest.raises(InputError, match="torchtitan-version"):
+        render(problem, plan, "torchtitan", torchtitan_version="0.1")

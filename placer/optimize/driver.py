@@ -25,6 +25,7 @@ from placer.optimize.data import InnerData, InnerSolution, build_inner, solution
 from placer.optimize.explain import explain_infeasible
 from placer.optimize.greedy import greedy
 from placer.optimize.milp import MilpInner
+from placer.optimize.quiet import absorb_highs_banner
 from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
 from placer.perf.step import Config, PerfModel
 from placer.schema import Plan
@@ -75,6 +76,7 @@ def solve(
     progress: Progress | None = None,
     _nested: bool = False,
 ) -> SolveResult:
+    absorb_highs_banner()  # HiGHS' banner goes to stderr, never onto stdout (CONTRACT section 4)
     inst = problem.instance
     opts = inst.solver
     if inst.objective.within_fastest is not None and not _nested:

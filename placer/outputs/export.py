@@ -7,7 +7,7 @@ Formats and the files they write (all inside `outdir`):
 - ``bom``: bom.csv, bom.json, bom.md (placer.outputs.bom)
 - ``rankmap``: rankmap.json, rankmap.csv (one row per global rank)
 - ``megatron``: megatron_args.sh, megatron_hosts.txt
-- ``torchtitan``: torchtitan.toml, torchtitan_hosts.txt
+- ``torchtitan``: torchtitan_args.sh (0.3+, default) or torchtitan.toml (``torchtitan_version="0.2"``), torchtitan_hosts.txt
 - ``torchrun``: torchrun_<site>.sh and hosts_<site>.txt per site in use
 - ``slurm``: slurm_hostfile.txt, slurm_nodes.txt, slurm.sbatch
 - ``all``: every one of the above
@@ -46,10 +46,12 @@ LAYOUT_FORMATS: dict[str, Callable[[launch.Layout], dict[str, str]]] = {
 FORMAT_NAMES = ["bom", *LAYOUT_FORMATS, "all"]
 
 
-def render(problem: Problem, plan: Plan | dict[str, Any], fmt: str) -> dict[str, str]:
+def render(problem: Problem, plan: Plan | dict[str, Any], fmt: str, torchtitan_version: str = "0.3") -> dict[str, str]:
     """File name -> text for a format, after checking the plan is feasible."""
     if fmt not in FORMAT_NAMES:
         raise InputError(f"--format: unknown format '{fmt}' (formats: {', '.join(FORMAT_NAMES)})")
+    if torchtitan_version not in launch.TORCHTITAN_VERSIONS:
+        raise InputError(f"--torchtitan-version: expected one of {', '.join(launch.TORCHTITAN_VERSIONS)}, got '{torchtitan_version}'")
     plan = plan_from_data(plan)
     ev = evaluate(problem, plan)
     if not ev.feasible:
@@ -63,14 +65,16 @@ def render(problem: Problem, plan: Plan | dict[str, Any], fmt: str) -> dict[str,
     if any(n in LAYOUT_FORMATS for n in names):
         layout = launch.build_layout(problem, plan)
         for n in names:
-            if n in LAYOUT_FORMATS:
+            if n == "torchtitan":
+                files.update(launch.torchtitan_files(layout, torchtitan_version))
+            elif n in LAYOUT_FORMATS:
                 files.update(LAYOUT_FORMATS[n](layout))
     return files
 
 
-def export(problem: Problem, plan: Plan | dict[str, Any], fmt: str, outdir: str | Path) -> list[Path]:
+def export(problem: Problem, plan: Plan | dict[str, Any], fmt: str, outdir: str | Path, torchtitan_version: str = "0.3") -> list[Path]:
     """Write the files of `fmt` into `outdir`; return their paths."""
-    files = render(problem, plan, fmt)
+    files = render(problem, plan, fmt, torchtitan_version)
     out = Path(outdir)
     paths = []
     for name, text in files.items():

@@ -52,20 +52,28 @@ import csv
 import io
 import json
 import math
+import re
 import shlex
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
 from placer.errors import InputError
-from placer.evaluate import config_of, resolve_routing, site_gpus_per_node, sync_mode_of
+from placer.evaluate import (
+    config_of,
+    resolve_routing,
+    site_gpus_per_host,
+    site_gpus_per_node,
+    sync_mode_of,
+)
 from placer.io import Problem, plan_from_data
 from placer.network import PHASES, Network
+from placer.outputs.model_flags import megatron_env, megatron_model_args, model_notes
 from placer.schema import Plan
 
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
 TORCHTITAN_MESH = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
-RANKMAP_COLUMNS = ["rank", "site", "node", "host", "local_gpu", "tp", "pp", "dp", "replica_group", "node_rank", "local_rank"]
+RANKMAP_COLUMNS = ["rank", "site", "node", "host", "local_gpu", "tp", "pp", "dp", "replica_group", "node_rank", "local_rank", "domain"]
 MiB = 1 << 20
 
 
@@ -114,15 +122,16 @@ def torchtitan_dp_split(plan: Plan, zero1: bool) -> tuple[int, int]:
 class RankRow:
     rank: int
     site: str
-    node: int
+    node: int  # host (OS instance) within the site: what launchers address
     host: str
-    local_gpu: int
+    local_gpu: int  # GPU within the host
     tp: int
     pp: int
     dp: int
     replica_group: int
     node_rank: int
     local_rank: int
+    domain: int  # NVLink domain within the site (the evaluator's "node")
 
 
 @dataclass(frozen=True)
@@ -158,8 +167,10 @@ class Layout:
     replica_sites: list[tuple[str, ...]]  # dp_rank -> stage sites
     ranks: list[RankRow]
     node_ranks: list[NodeRank]
-    nodes_by_site: dict[str, int]
-    gpus_per_node: dict[str, int]
+    nodes_by_site: dict[str, int]  # NVLink domains in use (the evaluator's node count)
+    gpus_per_node: dict[str, int]  # NVLink domain size
+    gpus_per_host: dict[str, int]
+    hosts_by_site: dict[str, list[int]]  # host indices in use, increasing
 
     @property
     def world_size(self) -> int:
@@ -169,13 +180,32 @@ class Layout:
     def sites(self) -> list[str]:
         return [s.name for s in self.problem.instance.sites if self.nodes_by_site.get(s.name)]
 
+    @property
+    def host_count(self) -> int:
+        return sum(len(h) for h in self.hosts_by_site.values())
+
     def site_of(self, pp_rank: int, dp_rank: int) -> str:
         return self.replica_sites[dp_rank][pp_rank]
 
+    def host(self, site: str, node: int) -> str:
+        return site_host_name(self.problem, site, node)
+
+    def host_names(self, site: str) -> list[str]:
+        return [self.host(site, n) for n in self.hosts_by_site.get(site, [])]
+
+    def named_hosts(self, site: str) -> bool:
+        return self.problem.instance.site(site).hosts is not None
+
 
 def host_name(site: str, node: int) -> str:
-    """Placeholder host name of node `node` of `site`: replace with real names."""
+    """Placeholder name of host `node` of `site`, used when the instance names no hosts."""
     return f"{site}-node{node}"
+
+
+def site_host_name(problem: Problem, site: str, node: int) -> str:
+    """The real name of host `node` of `site` (instance `hosts` / `hostfile`), else a placeholder."""
+    hosts = problem.instance.site(site).hosts
+    return hosts[node] if hosts is not None else host_name(site, node)
 
 
 def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
@@ -194,9 +224,10 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
     replica_sites = [tuple(groups[i].stage_sites) for i in replica_group]
     used = {s for sites in replica_sites for s in sites}
     gpn = {s.name: site_gpus_per_node(problem, s.name) for s in inst.sites}
+    gph = {s.name: site_gpus_per_host(problem, s.name) for s in inst.sites}
     for s in inst.sites:
         if s.name in used and tp > gpn[s.name]:
-            raise InputError(f"cannot launch: tp={tp} does not fit in a node of site '{s.name}' ({gpn[s.name]} GPUs per node); a TP group must sit inside one node")
+            raise InputError(f"cannot launch: tp={tp} does not fit in an NVLink domain of site '{s.name}' ({gpn[s.name]} GPUs); a TP group must sit inside one domain")
     per_node = {s: gpn[s] // tp for s in used}
     filled: dict[str, int] = dict.fromkeys(used, 0)
     rows: list[RankRow] = []
@@ -207,37 +238,42 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
 
     def close() -> None:
         if cur is not None:
-            node_ranks.append(NodeRank(len(node_ranks), cur[0], cur[1], host_name(*cur), tuple(cur_gpus), cur_first))
+            node_ranks.append(NodeRank(len(node_ranks), cur[0], cur[1], site_host_name(problem, *cur), tuple(cur_gpus), cur_first))
 
     for pp_r in range(pp):
         for dp_r in range(dp):
             site = replica_sites[dp_r][pp_r]
             slot_index = filled[site]
             filled[site] += 1
-            node, slot = divmod(slot_index, per_node[site])
+            domain, slot = divmod(slot_index, per_node[site])
+            hosts_per_domain = gpn[site] // gph[site]
             for tp_r in range(tp):
                 rank = megatron_rank(tp_r, dp_r, pp_r, tp, dp)
                 if rank != len(rows):
                     raise AssertionError("ranks must be produced in order")
-                gpu = slot * tp + tp_r
+                in_domain = slot * tp + tp_r
+                host_in_domain, gpu = divmod(in_domain, gph[site])
+                node = domain * hosts_per_domain + host_in_domain
                 if (site, node) != cur:
                     close()
                     cur, cur_gpus, cur_first = (site, node), [], rank
                 cur_gpus.append(gpu)
-                rows.append(RankRow(rank, site, node, host_name(site, node), gpu, tp_r, pp_r, dp_r, replica_group[dp_r], len(node_ranks), len(cur_gpus) - 1))
+                rows.append(RankRow(rank, site, node, "", gpu, tp_r, pp_r, dp_r, replica_group[dp_r], len(node_ranks), len(cur_gpus) - 1, domain))
     close()
     nodes_by_site = {s.name: (math.ceil(filled[s.name] / per_node[s.name]) if filled.get(s.name) else 0) for s in inst.sites}
     for s in inst.sites:
         have = s.gpus // gpn[s.name]
         if nodes_by_site[s.name] > have:
-            raise InputError(f"cannot launch: site '{s.name}' needs {nodes_by_site[s.name]} nodes of {gpn[s.name]} GPUs for its {filled[s.name]} TP groups of {tp}, has {have}")
-    # within a physical node, increasing rank must mean increasing local GPU (SLURM_LOCALID)
+            raise InputError(f"cannot launch: site '{s.name}' needs {nodes_by_site[s.name]} NVLink domains of {gpn[s.name]} GPUs for its {filled[s.name]} TP groups of {tp}, has {have}")
+    rows = [RankRow(r.rank, r.site, r.node, site_host_name(problem, r.site, r.node), *[getattr(r, f) for f in ("local_gpu", "tp", "pp", "dp", "replica_group", "node_rank", "local_rank", "domain")]) for r in rows]
+    hosts_by_site = {s.name: sorted({r.node for r in rows if r.site == s.name}) for s in inst.sites}
+    # within a host, increasing rank must mean increasing local GPU (SLURM_LOCALID)
     seen: dict[tuple[str, int], int] = {}
     for r in rows:
         if seen.get((r.site, r.node), -1) >= r.local_gpu:
             raise AssertionError(f"local GPU order broken on {r.host}")
         seen[(r.site, r.node)] = r.local_gpu
-    return Layout(problem, plan, tp, pp, dp, replica_group, replica_sites, rows, node_ranks, nodes_by_site, gpn)
+    return Layout(problem, plan, tp, pp, dp, replica_group, replica_sites, rows, node_ranks, nodes_by_site, gpn, gph, hosts_by_site)
 
 
 # ----------------------------------------------------------------------------- shared text
@@ -246,7 +282,7 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
 def _mapping_comment(layout: Layout, framework: str) -> list[str]:
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     lines = [
-        f"placer launch layout for instance '{layout.problem.name}': tp={tp} pp={pp} dp={dp}, world size {layout.world_size}, {len(layout.node_ranks)} node ranks on {sum(layout.nodes_by_site.values())} nodes",
+        f"placer launch layout for instance '{layout.problem.name}': tp={tp} pp={pp} dp={dp}, world size {layout.world_size}, {len(layout.node_ranks)} node ranks on {layout.host_count} hosts ({sum(layout.nodes_by_site.values())} NVLink domains)",
     ]
     if framework == "megatron":
         lines += [
@@ -277,12 +313,16 @@ def _mapping_comment(layout: Layout, framework: str) -> list[str]:
         start += n
     lines += [
         "Placement: TP group (pp_rank, dp_rank) sits at the site of that stage of that replica; each site's TP groups fill its",
-        "  nodes gpus_per_node // tp at a time in rank order; local GPU = slot * tp + tp_rank.",
-        "Node rank i = the i-th maximal run of consecutive ranks on one physical node (line i of the host-order file).",
+        "  NVLink domains (gpus_per_node GPUs) gpus_per_node // tp at a time in rank order; GPU in the domain = slot * tp + tp_rank;",
+        "  a domain is gpus_per_node / gpus_per_host hosts: host = domain * that + GPU in domain // gpus_per_host, local GPU = the rest.",
+        "  A TP group never leaves its NVLink domain; it spans hosts when tp > gpus_per_host (e.g. NVL72 trays of 4 GPUs).",
+        "Node rank i = the i-th maximal run of consecutive ranks on one host (line i of the host-order file).",
     ]
-    if len(layout.node_ranks) != sum(layout.nodes_by_site.values()):
+    for s in layout.sites:
+        lines.append(f"  site {s}: NVLink domain {layout.gpus_per_node[s]} GPUs, host {layout.gpus_per_host[s]} GPUs" + ("" if layout.named_hosts(s) else f" (placeholder host names {host_name(s, 0)} ...: name real hosts with sites[].hosts or hostfile)"))
+    if len(layout.node_ranks) != layout.host_count:
         lines += [
-            "NOTE: some nodes host more than one node rank (same-site replica runs are not multiples of gpus_per_node / tp):",
+            "NOTE: some hosts run more than one node rank (same-site replica runs are not multiples of gpus_per_host / tp):",
             "  run one torchrun agent per node rank with CUDA_VISIBLE_DEVICES set to its GPUs; nproc_per_node differs.",
         ]
     return lines
@@ -335,9 +375,11 @@ def rankmap_files(layout: Layout) -> dict[str, str]:
         "world_size": layout.world_size,
         "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
         "rank_order": "rank = tp + tp_size * (dp + dp_size * pp)  (Megatron 'tp-cp-ep-dp-pp'; torchtitan mesh ['pp','dp_replicate','dp_shard','cp','tp'])",
-        "placement": "each site's TP groups fill its nodes gpus_per_node // tp at a time in rank order; local_gpu = slot * tp + tp_rank",
+        "placement": "each site's TP groups fill its NVLink domains gpus_per_node // tp at a time in rank order; GPU in domain = slot * tp + tp_rank; node = host index in the site = domain * (gpus_per_node / gpus_per_host) + GPU in domain // gpus_per_host; local_gpu = GPU in domain % gpus_per_host",
         "nodes_by_site": layout.nodes_by_site,
         "gpus_per_node": {s: layout.gpus_per_node[s] for s in layout.sites},
+        "gpus_per_host": {s: layout.gpus_per_host[s] for s in layout.sites},
+        "hosts": {s: layout.host_names(s) for s in layout.sites},
         "node_ranks": [{"node_rank": u.index, "site": u.site, "node": u.node, "host": u.host, "gpus": list(u.gpus), "first_rank": u.first_rank} for u in layout.node_ranks],
         "columns": RANKMAP_COLUMNS,
         "ranks": [[getattr(r, c) for c in RANKMAP_COLUMNS] for r in layout.ranks],
@@ -351,21 +393,6 @@ def rankmap_files(layout: Layout) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------- Megatron-LM
-
-
-def _megatron_overlap_args(job: Any, tp: int) -> list[tuple[list[str], str]]:
-    """The overlap the step-time model assumes (job.sequence_parallel, job.overlap), as
-    Megatron-LM flags: the plan's step time is only what Megatron achieves with them."""
-    out: list[tuple[list[str], str]] = []
-    if tp > 1 and job.sequence_parallel:
-        out.append((["--sequence-parallel"], "sequence parallelism (job.sequence_parallel)"))
-    if job.overlap.grad_reduce:
-        out.append((["--overlap-grad-reduce"], "gradient reduce under the last micro-batch's backward (job.overlap.grad_reduce)"))
-    if job.overlap.param_gather and job.zero1:
-        out.append((["--overlap-param-gather"], "parameter all-gather under the next forward (job.overlap.param_gather)"))
-    if job.overlap.tp_comm and tp > 1 and job.sequence_parallel:
-        out.append((["--tp-comm-overlap"], "TP communication overlapped in Transformer Engine (job.overlap.tp_comm)"))
-    return out
 
 
 def megatron_pipeline_args(stage_layers: list[int]) -> tuple[list[str], list[str]]:
@@ -424,12 +451,7 @@ def megatron_files(layout: Layout) -> dict[str, str]:
         (["--seq-length", str(model.seq_len)], ""),
         (["--max-position-embeddings", str(model.seq_len)], ""),
     ]
-    if model.kv_heads is not None and model.kv_heads != model.heads:
-        args.append((["--group-query-attention", "--num-query-groups", str(model.kv_heads)], ""))
-    if model.gated_ffn:
-        args.append((["--swiglu"], ""))
-    if not model.tied_embeddings:
-        args.append((["--untie-embeddings-and-output-weights"], ""))
+    args += megatron_model_args(problem, plan)  # architecture and what the perf/memory model assumes
     prec = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.precision]
     args.append((prec, f"precision {job.precision}"))
     if job.recompute == "selective":
@@ -438,14 +460,18 @@ def megatron_files(layout: Layout) -> dict[str, str]:
         args.append((["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"], ""))
     if job.zero1:
         args.append((["--use-distributed-optimizer"], "ZeRO-1: optimizer state sharded over dp, as the plan's memory model assumes"))
-    args += _megatron_overlap_args(job, par.tp)
     text = "#!/usr/bin/env bash\n" + _comment(_mapping_comment(layout, "megatron") + [
         "Launch: on the host of node rank i (line i of megatron_hosts.txt) run",
         "  CUDA_VISIBLE_DEVICES=<its gpus> torchrun --nnodes=N --node_rank=i --nproc_per_node=<its nproc> \\",
         "    --master_addr=${MASTER_ADDR} --master_port=${MASTER_PORT} pretrain_gpt.py \"${MEGATRON_ARGS[@]}\"",
         "  (static rendezvous so that --node_rank is honoured; the torchrun_<site>.sh files spell this out)",
         "Data, tokenizer, optimizer and checkpoint arguments are yours to add.",
+        "What placer's step-time and memory model assumes, realised below (placer.outputs.model_flags):",
+        *model_notes(problem, plan),
     ])
+    env = megatron_env(problem, plan)
+    for k, v in env.items():
+        text += f"export {k}={v}  # required by Megatron-LM's validate_args for tp > 1 before Blackwell (compute capability < 10)\n"
     if pipe_notes[1:]:
         text += _comment(pipe_notes)
     mode = sync_mode_of(problem, plan)
@@ -482,7 +508,68 @@ def parse_megatron_args(text: str) -> dict[str, list[str]]:
 # ----------------------------------------------------------------------------- torchtitan
 
 
-def torchtitan_files(layout: Layout) -> dict[str, str]:
+TORCHTITAN_VERSIONS = ("0.3", "0.2")
+# the last stage's output projection: `lm_head` in torchtitan 0.3's common Decoder, `output` in
+# 0.2.x's Llama Transformer (an unknown name silently leaves the last stage without it)
+TORCHTITAN_OUTPUT_MODULE = {"0.3": "lm_head", "0.2": "output"}
+# placer model name -> torchtitan 0.3 (module, config registry function) of the same shape
+TORCHTITAN_RECIPES = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"), "llama3-405b": ("llama3", "llama3_405b")}
+
+
+def torchtitan_parts(layout: Layout, version: str) -> list[list[str]]:
+    """Module FQNs per pipeline stage: the plan's layers per stage, embeddings first, final
+    norm and output projection last (torchtitan's Llama module names for `version`)."""
+    parts: list[list[str]] = []
+    start = 0
+    for k, n in enumerate(layout.plan.stage_layers):
+        part = (["tok_embeddings"] if k == 0 else []) + [f"layers.{i}" for i in range(start, start + n)]
+        if k == layout.pp - 1:
+            part += ["norm", TORCHTITAN_OUTPUT_MODULE[version]]
+        parts.append(part)
+        start += n
+    return parts
+
+
+def torchtitan_settings(layout: Layout, version: str) -> list[tuple[str, str, Any]]:
+    """(section, key, value) of the torchtitan config the plan fixes."""
+    problem, plan = layout.problem, layout.plan
+    rep, shard = torchtitan_dp_split(plan, problem.instance.job.zero1)
+    cfg = config_of(problem, plan)
+    out: list[tuple[str, str, Any]] = [
+        ("parallelism", "data_parallel_replicate_degree", rep),
+        ("parallelism", "data_parallel_shard_degree", shard),
+        ("parallelism", "tensor_parallel_degree", layout.tp),
+        ("parallelism", "pipeline_parallel_degree", layout.pp),
+        ("parallelism", "context_parallel_degree", 1),
+        ("training", "local_batch_size", plan.parallelism.micro_batch * cfg.num_micro_batches),
+        ("training", "global_batch_size", problem.instance.job.global_batch),
+        ("training", "seq_len", problem.model.seq_len),
+    ]
+    if version == "0.3":  # 0.2.x has no switch: its Llama TP plan always applies SequenceParallel
+        out.append(("parallelism", "enable_sequence_parallel", layout.tp > 1))
+    if layout.pp > 1:
+        out += [
+            ("parallelism", "pipeline_parallel_schedule", "1F1B"),
+            ("parallelism", "pipeline_parallel_microbatch_size", plan.parallelism.micro_batch),
+            ("parallelism", "module_fqns_per_model_part", torchtitan_parts(layout, version)),
+        ]
+        if version == "0.3":
+            out.append(("training", "disable_cuda_graphs", True))  # 0.3: CUDA graphs do not support PP yet
+    return out
+
+
+def _cli_value(v: Any) -> list[str]:
+    if isinstance(v, list):
+        return [",".join(p) for p in v]
+    return [str(v)]
+
+
+def torchtitan_files(layout: Layout, version: str = "0.3") -> dict[str, str]:
+    """torchtitan launch configuration: for 0.3+ (Python config registries, `--module` +
+    `--config` + command-line overrides) torchtitan_args.sh; for 0.2.x a TOML job file
+    (torchtitan.toml, `--job.config_file`)."""
+    if version not in TORCHTITAN_VERSIONS:
+        raise InputError(f"--torchtitan-version: expected one of {', '.join(TORCHTITAN_VERSIONS)}, got '{version}'")
     problem, plan = layout.problem, layout.plan
     rep, shard = torchtitan_dp_split(plan, problem.instance.job.zero1)
     for r in layout.ranks:
@@ -490,6 +577,7 @@ def torchtitan_files(layout: Layout) -> dict[str, str]:
         if (c["tp"], c["dp_replicate"] * shard + c["dp_shard"], c["pp"]) != (r.tp, r.dp, r.pp):
             raise AssertionError(f"torchtitan mesh order disagrees with the layout at rank {r.rank}")
     cfg = config_of(problem, plan)
+    settings = torchtitan_settings(layout, version)
     head = _mapping_comment(layout, "torchtitan") + [
         "Host order: torchtitan_hosts.txt (line i = node rank i); launch with torchrun --node_rank=i on that host",
         "  (static rendezvous: --master_addr/--master_port, not --rdzv_backend=c10d, which orders nodes itself).",
@@ -502,46 +590,56 @@ def torchtitan_files(layout: Layout) -> dict[str, str]:
             if problem.instance.job.zero1
             else ["job.zero1 is false: pure replication (DDP), data_parallel_shard_degree = 1."]
         ),
-        *(
-            [
-                "data_parallel_shard_degree = 1 means DDP over dp_replicate: torchtitan versions that reject DDP combined with",
-                "  TP/PP ('DDP has not supported > 1D parallelism') need data_parallel_shard_degree > 1 (FSDP shard groups that",
-                "  then cross sites); the rank order and host order are unchanged by that choice.",
-            ]
-            if shard == 1 and (layout.tp > 1 or layout.pp > 1)
-            else []
-        ),
-        f"Batch (set in [training] for your torchtitan version): {par_text(plan, cfg.num_micro_batches, problem.instance.job.global_batch, problem.model.seq_len)}",
-        "Keys are those of torchtitan's ParallelismConfig; the same values work as CLI overrides, e.g.",
-        f"  --parallelism.tensor_parallel_degree {layout.tp} --parallelism.pipeline_parallel_degree {layout.pp}",
+        f"Batch: {par_text(plan, cfg.num_micro_batches, problem.instance.job.global_batch, problem.model.seq_len)}",
+        "  (local_batch_size = per data-parallel rank per step; pipeline_parallel_microbatch_size = micro-batch).",
     ]
+    if layout.pp > 1:
+        head += [f"module_fqns_per_model_part pins the plan's layers per stage {list(plan.stage_layers)}: torchtitan {version}'s Llama",
+                 f"  module names (tok_embeddings, layers.<i>, norm, {TORCHTITAN_OUTPUT_MODULE[version]}); rename for other model families."]
     mode = sync_mode_of(problem, plan)
     if mode != "synchronous":
         head += [f"NOTE: the plan assumes sync mode '{mode}': torchtitan's own DP syncs every step; use torchft's DiLoCo for the cross-site replicas."]
-    lines = [
-        "[parallelism]",
-        f"data_parallel_replicate_degree = {rep}",
-        f"data_parallel_shard_degree = {shard}",
-        f"tensor_parallel_degree = {layout.tp}",
-        f"pipeline_parallel_degree = {layout.pp}",
-        "context_parallel_degree = 1",
+    files = {"torchtitan_hosts.txt": host_order_text(layout, "torchtitan")}
+    if version == "0.2":
+        lines: list[str] = []
+        for section in ("parallelism", "training"):
+            lines.append(f"[{section}]")
+            for sec, key, v in settings:
+                if sec == section:
+                    lines.append(f"{key} = {json.dumps(v)}")
+            lines.append("")
+        head = ["torchtitan 0.2.x job file: torchrun ... -m torchtitan.train --job.config_file torchtitan.toml", *head]
+        files["torchtitan.toml"] = _comment(head) + "\n" + "\n".join(lines)
+        return files
+    module, recipe = TORCHTITAN_RECIPES.get(problem.model.name, ("llama3", "llama3_debugmodel"))
+    known = problem.model.name in TORCHTITAN_RECIPES
+    head = [
+        "torchtitan 0.3+ launch arguments: a config registry function (--module, --config) plus command-line overrides.",
+        "  torchrun ... -m torchtitan.train \"${TORCHTITAN_ARGS[@]}\"   (torchtitan 0.2.x: export --torchtitan-version 0.2 for TOML)",
+        f"Base recipe: {module}.{recipe}" + ("" if known else f" (no torchtitan recipe of model '{problem.model.name}' is known: set TORCHTITAN_MODULE/TORCHTITAN_CONFIG to yours)")
+        + "; the overrides below fix what the plan decides.",
+        *head,
     ]
-    if layout.pp > 1:
-        lines.append('pipeline_parallel_schedule = "1F1B"')
-        parts: list[list[str]] = []
-        start = 0
-        for k, n in enumerate(plan.stage_layers):
-            part = (["tok_embeddings"] if k == 0 else []) + [f"layers.{i}" for i in range(start, start + n)]
-            if k == layout.pp - 1:
-                part += ["norm", "output"]
-            parts.append(part)
-            start += n
-        head += [f"pipeline_parallel_module_fqns_per_model_part pins the plan's layers per stage {list(plan.stage_layers)}", "  (module names of torchtitan's Llama models; rename for other model families)."]
-        lines.append("pipeline_parallel_module_fqns_per_model_part = [")
-        lines += ["  [" + ", ".join(f'"{m}"' for m in p) + "]," for p in parts]
-        lines.append("]")
-    text = _comment(head) + "\n" + "\n".join(lines) + "\n"
-    return {"torchtitan.toml": text, "torchtitan_hosts.txt": host_order_text(layout, "torchtitan")}
+    text = "#!/usr/bin/env bash\n" + _comment(head)
+    text += f': "${{TORCHTITAN_MODULE:={module}}}"\n: "${{TORCHTITAN_CONFIG:={recipe}}}"\n'
+    text += 'TORCHTITAN_ARGS=(\n  --module "$TORCHTITAN_MODULE" --config "$TORCHTITAN_CONFIG"\n'
+    for sec, key, v in settings:
+        if isinstance(v, bool):
+            text += f"  --{sec}.{key}\n" if v else f"  --{sec}.no_{key}\n"
+        else:
+            text += f"  --{sec}.{key} " + " ".join(shlex.quote(x) for x in _cli_value(v)) + "\n"
+    text += ")\n"
+    files["torchtitan_args.sh"] = text
+    return files
+
+
+def parse_torchtitan_args(text: str) -> list[str]:
+    """The TORCHTITAN_ARGS array of torchtitan_args.sh, with the default module/config filled in."""
+    env = dict(re.findall(r': "\$\{(TORCHTITAN_\w+):=([^}]*)\}"', text))
+    body = text.split("TORCHTITAN_ARGS=(", 1)[1].split("\n)", 1)[0]
+    for k, v in env.items():
+        body = body.replace(f'"${k}"', v)
+    return shlex.split(body, comments=True)
 
 
 def par_text(plan: Plan, m: int, global_batch: int, seq_len: int) -> str:
@@ -634,7 +732,7 @@ def torchrun_files(layout: Layout) -> dict[str, str]:
     for site in layout.sites:
         units = [u for u in layout.node_ranks if u.site == site]
         head = [
-            f"torchrun launch lines for site {site}: {layout.nodes_by_site[site]} nodes, {len(units)} of the {len(layout.node_ranks)} node ranks.",
+            f"torchrun launch lines for site {site}: {len(layout.hosts_by_site[site])} hosts, {len(units)} of the {len(layout.node_ranks)} node ranks.",
             f"Run `bash torchrun_{site}.sh <host>` on each host of hosts_{site}.txt (default host: $(hostname)).",
             f"One rendezvous for all sites: MASTER_ADDR = address of {rank0.host} (node rank 0, site {rank0.site}), reachable from every site.",
             "Static rendezvous (no --rdzv_backend=c10d): torchrun honours --node_rank, so global ranks follow the plan.",
@@ -654,7 +752,8 @@ def torchrun_files(layout: Layout) -> dict[str, str]:
             text += "    wait ;;\n"
         text += f'  *) echo "host $HOST is not a host of site {site} in this plan" >&2; exit 2 ;;\nesac\n'
         out[f"torchrun_{site}.sh"] = text
-        hosts = [f"# hosts of site {site} (placeholders: replace with real names); slots = GPUs used", *(f"{host_name(site, n)} slots={sum(u.nproc for u in units if u.node == n)}" for n in range(layout.nodes_by_site[site]))]
+        what = "the instance's host names" if layout.named_hosts(site) else "placeholders: name real hosts with sites[].hosts or hostfile"
+        hosts = [f"# hosts of site {site} ({what}); slots = GPUs used", *(f"{layout.host(site, n)} slots={sum(u.nproc for u in units if u.node == n)}" for n in layout.hosts_by_site[site])]
         out[f"hosts_{site}.txt"] = "\n".join(hosts) + "\n"
     return out
 
@@ -662,32 +761,51 @@ def torchrun_files(layout: Layout) -> dict[str, str]:
 # ----------------------------------------------------------------------------- SLURM
 
 
+def slurm_gpu_request(layout: Layout) -> tuple[str, list[str]]:
+    """The #SBATCH GPU request and its comment: whole hosts' GPUs per node when every host in
+    use has the same size; otherwise --exclusive (one --gpus-per-node cannot describe hosts
+    of different sizes)."""
+    sizes = sorted({layout.gpus_per_host[s] for s in layout.sites})
+    if len(sizes) == 1:
+        return f"#SBATCH --gpus-per-node={sizes[0]}\n", [f"GPU request: --gpus-per-node={sizes[0]} (every host's GPUs; tasks use the GPU their SLURM_LOCALID names)."]
+    return "#SBATCH --exclusive\n", [
+        f"GPU request: the hosts have different sizes ({', '.join(map(str, sizes))} GPUs), which one --gpus-per-node cannot",
+        "  describe: --exclusive asks for whole hosts. Where GPUs are scheduled as GRES and --exclusive does not grant them,",
+        "  submit one heterogeneous job component per host size (#SBATCH hetjob) instead.",
+    ]
+
+
 def slurm_files(layout: Layout) -> dict[str, str]:
     hostfile = "\n".join(r.host for r in layout.ranks) + "\n"
-    nodes = [host_name(s, n) for s in layout.sites for n in range(layout.nodes_by_site[s])]
+    nodes = [layout.host(s, n) for s in layout.sites for n in layout.hosts_by_site[s]]
+    gres, gres_notes = slurm_gpu_request(layout)
     head = [
-        f"SLURM launch for instance '{layout.problem.name}': {layout.world_size} tasks on {len(nodes)} nodes.",
-        "slurm_hostfile.txt has one host per task in task (= global rank) order: srun's arbitrary distribution puts",
-        "task i on line i. Within a node tasks get SLURM_LOCALID 0, 1, ... in rank order, which is the GPU the plan",
-        "gives them (placer's local_gpu). Do not bind GPUs per task (no --gpus-per-task); LOCAL_RANK = SLURM_LOCALID.",
-        "Host names are placeholders <site>-node<k>: replace them in slurm_hostfile.txt and slurm_nodes.txt",
-        f"(e.g. sed -i 's/^{layout.sites[0]}-node/<real prefix>/' slurm_hostfile.txt slurm_nodes.txt).",
+        f"SLURM launch for instance '{layout.problem.name}': {layout.world_size} tasks on {len(nodes)} hosts.",
+        "Submit from this folder: sbatch slurm.sbatch (TRAIN_SCRIPT and TRAIN_ARGS in the environment).",
+        "slurm_hostfile.txt has one host per task in task (= global rank) order: the srun step's arbitrary distribution",
+        "puts task i on line i (SLURM_HOSTFILE). Arbitrary distribution is a step option only: on #SBATCH lines sbatch",
+        "would read the node list as a per-task hostfile, and srun takes no -N/--nodes with it (SLURM >= 23.11 rejects them).",
+        "Within a host tasks get SLURM_LOCALID 0, 1, ... in rank order, which is the GPU the plan gives them (placer's",
+        "local_gpu). Do not bind GPUs per task (no --gpus-per-task); LOCAL_RANK = SLURM_LOCALID.",
+        *gres_notes,
     ]
     for s in layout.sites:
-        n = layout.nodes_by_site[s]
         k = sum(1 for r in layout.ranks if r.site == s)
-        head.append(f"site {s}: {n} nodes {host_name(s, 0)} .. {host_name(s, n - 1)}, {layout.gpus_per_node[s]} GPUs per node, {k} tasks")
+        names = layout.host_names(s)
+        what = "" if layout.named_hosts(s) else " (placeholder names: set sites[].hosts or hostfile in the instance and export again)"
+        head.append(f"site {s}: {len(names)} hosts {names[0]} .. {names[-1]}{what}, {layout.gpus_per_host[s]} GPUs per host, {k} tasks")
     head += _mapping_comment(layout, "slurm")
     rank0 = layout.ranks[0].host
-    text = "#!/bin/bash\n" + _comment(head)
+    text = "#!/bin/bash\n"
     text += f"#SBATCH --job-name=placer-{layout.problem.name}\n#SBATCH --nodes={len(nodes)}\n#SBATCH --ntasks={layout.world_size}\n"
-    text += "#SBATCH --nodelist=./slurm_nodes.txt\n#SBATCH --distribution=arbitrary\n"
+    text += f"#SBATCH --nodelist={','.join(nodes)}\n" + gres
+    text += _comment(head)
     for s in layout.sites:
         text += "#\n" + _comment(nccl_suggestions(layout, s))
     text += f'\nexport SLURM_HOSTFILE="${{SLURM_SUBMIT_DIR:-.}}/slurm_hostfile.txt"\nexport MASTER_ADDR="${{MASTER_ADDR:-{rank0}}}"  # host of rank 0\n'
     text += 'export MASTER_PORT="${MASTER_PORT:-29500}"\n: "${TRAIN_SCRIPT:?set TRAIN_SCRIPT to the training entry point}"\n'
     text += f"srun --ntasks={layout.world_size} --distribution=arbitrary --kill-on-bad-exit=1 \\\n"
-    text += "  bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; exec python \"$TRAIN_SCRIPT\" $TRAIN_ARGS'\n"
+    text += "  bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; exec python \"$TRAIN_SCRIPT\" ${TRAIN_ARGS:-}'\n"
     return {"slurm_hostfile.txt": hostfile, "slurm_nodes.txt": "\n".join(nodes) + "\n", "slurm.sbatch": text}
 
 
@@ -706,6 +824,7 @@ __all__ = [
     "parse_host_order",
     "parse_megatron_args",
     "rankmap_files",
+    "parse_torchtitan_args",
     "slurm_files",
     "torchrun_files",
     "torchtitan_coords",

@@ -1,0 +1,84 @@
+"""TRAIN_SCRIPT of the consumer tier: started by the exported torchrun scripts (and srun), it
+records where it runs and the parallel groups the real frameworks build for it.
+
+On 127.0.0.1 with gloo: Megatron-Core's parallel_state.initialize_model_parallel (default order
+tp-cp-ep-dp-pp) and torchtitan's ParallelDims.build_mesh, the latter from the exported
+torchtitan_args.sh loaded through torchtitan's own ConfigManager. Writes PROBE_OUT/rank<r>.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import warnings
+
+warnings.filterwarnings("ignore")
+import torch.distributed as dist  # noqa: E402
+
+
+def torchtitan_args(path: str) -> list[str]:
+    text = open(path).read()
+    env = {}
+    for ln in text.splitlines():
+        if ln.startswith(': "${TORCHTITAN_'):
+            k, v = ln[len(': "${'):].rstrip('}"').split(":=", 1)
+            env[k] = v
+    body = text.split("TORCHTITAN_ARGS=(", 1)[1].split("\n)", 1)[0]
+    for k, v in env.items():
+        body = body.replace(f'"${k}"', v)
+    return shlex.split(body, comments=True)
+
+
+def main() -> None:
+    out = os.environ["PROBE_OUT"]
+    export = os.environ["PROBE_EXPORT"]
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    rec: dict = {
+        "rank": rank,
+        "world": world,
+        "host": os.environ.get("PROBE_HOST") or os.environ.get("SLURMD_NODENAME"),
+        "site": os.environ.get("PLACER_SITE"),
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
+    }
+    # --- Megatron-Core
+    from megatron.core import parallel_state as ps
+
+    tp, pp = int(os.environ["PROBE_TP"]), int(os.environ["PROBE_PP"])
+    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    rec["megatron"] = {
+        "tp": ps.get_tensor_model_parallel_rank(),
+        "pp": ps.get_pipeline_model_parallel_rank(),
+        "dp": ps.get_data_parallel_rank(),
+        "tp_group": dist.get_process_group_ranks(ps.get_tensor_model_parallel_group()),
+        "pp_group": dist.get_process_group_ranks(ps.get_pipeline_model_parallel_group()),
+        "dp_group": dist.get_process_group_ranks(ps.get_data_parallel_group()),
+    }
+    # --- torchtitan: the exported overrides through its ConfigManager, then its mesh
+    import torchtitan.distributed.parallel_dims as tpd
+    from torchtitan.config.manager import ConfigManager
+
+    cfg = ConfigManager().parse_args(torchtitan_args(os.path.join(export, "torchtitan_args.sh")))
+    tpd.device_type = "cpu"  # torchtitan picks "cuda" when no accelerator exists; gloo needs cpu
+    dims = tpd.ParallelDims.from_config(cfg.parallelism, world)
+    dims.build_mesh()
+    coords = {}
+    for name in ("pp", "dp_replicate", "dp_shard", "tp"):
+        mesh = dims.get_optional_mesh(name)
+        coords[name] = (mesh.get_local_rank(), mesh.mesh.flatten().tolist()) if mesh is not None else (0, [rank])
+    rec["torchtitan"] = {k: v[0] for k, v in coords.items()} | {f"{k}_group": v[1] for k, v in coords.items()}
+    rec["torchtitan"]["module_fqns_per_model_part"] = cfg.parallelism.module_fqns_per_model_part
+    dist.barrier()
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(rec, f)
+    ps.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

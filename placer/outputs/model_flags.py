@@ -1,0 +1,131 @@
+"""The one place that maps what placer's performance and memory model assumes to framework flags.
+
+Every assumption the step-time and memory model makes about how the job runs must be what
+the launch files ask the framework to do, or a plan that fits in placer's model can run out of
+memory (or be slower) as exported. Each `Assumption` names the model's assumption, when it
+applies, and the Megatron-LM arguments / environment and torchtitan overrides that realise
+it; the fidelity work (interleaving, overlap) extends this table, nothing else.
+
+Sources: placer.perf.flops.activation_bytes_per_layer (Korthikanti et al. 2022, tensor +
+sequence parallel), placer.perf.step (job.overlap: which TP and DP communication hides under
+compute; non-interleaved 1F1B), Megatron-LM megatron/training/arguments.py (validate_args:
+CUDA_DEVICE_MAX_CONNECTIONS=1 is required for tp > 1 or cp > 1 before the Blackwell
+architecture, i.e. compute capability < 10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from placer.io import Problem
+from placer.schema import Plan
+
+
+@dataclass(frozen=True)
+class Assumption:
+    name: str
+    applies: Callable[[Problem, Plan], bool]
+    megatron: list[str] = field(default_factory=list)
+    megatron_env: dict[str, str] = field(default_factory=dict)
+    torchtitan: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+def _llama(problem: Problem, plan: Plan) -> bool:
+    """Llama family: gated (SwiGLU) FFN; placer's models of that shape are Llama-style
+    (rotary positions, RMSNorm, no linear biases)."""
+    return problem.model.gated_ffn
+
+
+def _pre_blackwell_tp(problem: Problem, plan: Plan) -> bool:
+    if plan.parallelism.tp == 1:
+        return False
+    used = {s for g in plan.replica_groups for s in g.stage_sites}
+    return any((problem.catalog.gpus[problem.instance.site(s).gpu].cuda_arch or 0) < 10 for s in used)
+
+
+def _job(problem: Problem):  # noqa: ANN202 - the instance's job block
+    return problem.instance.job
+
+
+def _sequence_parallel(problem: Problem, plan: Plan) -> bool:
+    return plan.parallelism.tp > 1 and _job(problem).sequence_parallel
+
+
+ASSUMPTIONS: list[Assumption] = [
+    Assumption(
+        "sequence parallelism (activation memory 34 s b h / tp per layer, Korthikanti et al. 2022; job.sequence_parallel)",
+        _sequence_parallel,
+        megatron=["--sequence-parallel"],
+        torchtitan=["--parallelism.enable_sequence_parallel"],
+        note="the memory model divides all activations by tp",
+    ),
+    Assumption(
+        "Megatron's TP kernels need ordered launches before Blackwell",
+        _pre_blackwell_tp,
+        megatron_env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+        note="validate_args aborts without it for tp > 1 on compute capability < 10",
+    ),
+    Assumption(
+        "Llama architecture: rotary embeddings, RMSNorm, no linear biases",
+        _llama,
+        megatron=["--position-embedding-type", "rope", "--normalization", "RMSNorm", "--disable-bias-linear"],
+    ),
+    Assumption(
+        "GQA: key/value heads",
+        lambda p, plan: p.model.kv_heads is not None and p.model.kv_heads != p.model.heads,
+        megatron=["--group-query-attention", "--num-query-groups", "{kv_heads}"],
+    ),
+    Assumption("gated FFN (SwiGLU)", lambda p, plan: p.model.gated_ffn, megatron=["--swiglu"]),
+    Assumption("untied input and output embeddings", lambda p, plan: not p.model.tied_embeddings, megatron=["--untie-embeddings-and-output-weights"]),
+    Assumption(
+        "gradient reduce in buckets under the last micro-batch's backward (job.overlap.grad_reduce)",
+        lambda p, plan: _job(p).overlap.grad_reduce,
+        megatron=["--overlap-grad-reduce"],
+    ),
+    Assumption(
+        "parameter all-gather under the next step's first forward (job.overlap.param_gather, ZeRO-1)",
+        lambda p, plan: _job(p).overlap.param_gather and _job(p).zero1,
+        megatron=["--overlap-param-gather"],
+    ),
+    Assumption(
+        "TP communication overlapped with compute in Transformer Engine (job.overlap.tp_comm)",
+        lambda p, plan: _job(p).overlap.tp_comm and _sequence_parallel(p, plan),
+        megatron=["--tp-comm-overlap"],
+        note="the catalog's tp_comm_overlap fraction of TP communication is hidden",
+    ),
+    Assumption(
+        "non-interleaved 1F1B",
+        lambda p, plan: True,
+        note="no --num-layers-per-virtual-pipeline-stage: plans carry no virtual stages yet",
+    ),
+]
+
+
+def applicable(problem: Problem, plan: Plan) -> list[Assumption]:
+    return [a for a in ASSUMPTIONS if a.applies(problem, plan)]
+
+
+def megatron_model_args(problem: Problem, plan: Plan) -> list[tuple[list[str], str]]:
+    """(arguments, comment) per applicable assumption that has Megatron arguments."""
+    fill = {"kv_heads": str(problem.model.kv)}
+    return [([a.format(**fill) for a in x.megatron], x.note or x.name) for x in applicable(problem, plan) if x.megatron]
+
+
+def megatron_env(problem: Problem, plan: Plan) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for a in applicable(problem, plan):
+        env.update(a.megatron_env)
+    return env
+
+
+def model_notes(problem: Problem, plan: Plan) -> list[str]:
+    return [f"- {a.name}" + (f": {a.note}" if a.note else "") for a in applicable(problem, plan)]
+
+
+def torchtitan_overrides(problem: Problem, plan: Plan) -> list[str]:
+    return [t for a in applicable(problem, plan) for t in a.torchtitan]
+
+
+__all__ = ["ASSUMPTIONS", "Assumption", "applicable", "megatron_env", "megatron_model_args", "model_notes", "torchtitan_overrides"]
