@@ -5,48 +5,22 @@ Exit codes: 0 success, 2 bad input, 3 infeasible, 4 time limit with no plan, 1 i
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
-from placer.errors import InputError, PlacerError
+from placer.cli_support import err, guard, json_default, out
+from placer.errors import InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="placer: plan multi-site AI training jobs.")
-err = Console(stderr=True)
-out = Console()
-
-
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Map placer errors to exit codes; never show a traceback for bad input."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except PlacerError as exc:
-            err.print(Text("error: ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
-        except typer.Exit:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            if os.environ.get("PLACER_DEBUG"):
-                raise
-            err.print(Text("internal error: ", style="red") + Text(f"{type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)"), soft_wrap=True)
-            raise typer.Exit(1) from None
-
-    return wrapper
 
 
 @app.command()
-@_guard
+@guard
 def validate(instances: Annotated[list[Path], typer.Argument(help="instance files")]) -> None:
     """Check instance files: schema, cross-field rules, catalog and model references."""
     from placer.io import load_instance
@@ -64,7 +38,7 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
 
 
 @app.command()
-@_guard
+@guard
 def solve(
     instance: Path,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
@@ -103,7 +77,7 @@ def solve(
 
 
 @app.command()
-@_guard
+@guard
 def evaluate(
     instance: Path,
     plan: Path,
@@ -116,75 +90,36 @@ def evaluate(
     Exit 0 when the plan is feasible, 3 when it breaks a limit (all violations listed)."""
     from placer.evaluate import evaluate as run
     from placer.io import load_instance, load_plan
-    from placer.outputs.report import print_summary
+    from placer.outputs.report import print_failures, print_summary, simulate_critical_chain
 
     prob = load_instance(instance)
     p = load_plan(plan)
     ev = run(prob, p)
-    sim = _simulate(prob, ev) if simulate else None
+    sim = simulate_critical_chain(prob, ev) if simulate else None
     fr = None
     if failures and ev.step is not None:
         from placer.resilience import failure_report
 
-        fr = failure_report(prob, p)
+        fr = failure_report(prob, ev)
     if as_json:
         data = ev.to_dict()
         if sim is not None:
             data["simulation"] = sim
         if fr is not None:
             data["failures"] = fr.to_dict()
-        sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+        sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
     else:
         print_summary(out, prob, p, ev, "feasible" if ev.feasible else "INFEASIBLE")
         if fr is not None:
-            _print_failures(fr)
+            print_failures(out, fr)
         if sim is not None:
             out.print(f"1F1B simulation of the critical chain: {sim['pipeline_s']:.4f} s (closed form {sim['closed_form_s']:.4f} s, diff {sim['rel_diff']:.2e})")
     if not ev.feasible:
         raise typer.Exit(3)
 
 
-def _print_failures(fr: Any) -> None:
-    from rich.table import Table
-
-    t = Table(title=f"single failures (healthy {fr.healthy_s:.4f} s; plan's collective: {fr.collective})")
-    for col in ("class", "where", "what", "ring s", "OptCC s", "bound s"):
-        t.add_column(col, justify="right" if col.endswith(" s") else "left")
-    fmt = lambda v: f"{v:.5g}" if v < float("inf") else "no capacity"  # noqa: E731
-    secs = lambda v: f"{v:.5g} s" if v < float("inf") else "no capacity left (the step cannot complete)"  # noqa: E731
-    for sc in fr.scenarios:
-        t.add_row(sc.klass, sc.where, sc.description + (" [DISCONNECTED]" if sc.disconnected else ""), fmt(sc.step_s["ring"]), fmt(sc.step_s["optcc"]), fmt(sc.step_s["bound"]))
-    out.print(t)
-    w = fr.worst()
-    if w is not None:
-        out.print(f"worst single failure: {w.klass} at {w.where}: {secs(w.step_s[fr.collective])} under {fr.collective}" + (f" (limit {fr.limit_s:.4f} s: {'ok' if fr.survives else 'EXCEEDED'})" if fr.limit_s else ""))
-    for c, v in fr.expected_s.items():
-        out.print(f"expected step time over NIC failures with {c}: {v:.4f} s")
-
-
-def _simulate(prob: Any, ev: Any) -> dict[str, float] | None:
-    from placer.perf.pipeline import simulate_1f1b
-    from placer.perf.step import PerfModel
-
-    if ev.step is None or ev.step.critical_chain is None:
-        return None
-    perf = PerfModel(prob)
-    cfg, chain = ev.config, ev.step.critical_chain
-    st = [perf.stage_times(cfg, prob.instance.site(s).gpu)[k] for k, s in enumerate(chain)]
-    lat, tx = zip(*[perf.boundary(cfg, a, b) for a, b in zip(chain, chain[1:], strict=False)], strict=False) if len(chain) > 1 else ((), ())
-    sim = simulate_1f1b([t.fwd for t in st], [t.bwd for t in st], list(lat), list(tx), cfg.num_micro_batches)
-    closed = perf.chain_time(cfg, chain)
-    return {"pipeline_s": sim.makespan_s, "closed_form_s": closed, "rel_diff": abs(sim.makespan_s - closed) / closed}
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, tuple | set):
-        return list(o)
-    return str(o)
-
-
 @app.command()
-@_guard
+@guard
 def schema(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write to a file")] = None,
     kind: Annotated[str, typer.Option(help="instance | model | plan")] = "instance",
@@ -203,7 +138,7 @@ def schema(
 
 
 @app.command()
-@_guard
+@guard
 def export(
     plan: Annotated[Path, typer.Argument(help="plan.json written by solve")],
     instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],

@@ -85,6 +85,11 @@ class MemorySpec(Strict):
     source: str
 
 
+class PrecisionSpec(Strict):
+    fp8_peak_factor: float = Field(gt=0, description="dense FP8 peak over the dense BF16 peak (job.precision fp8)")
+    source: str
+
+
 class Catalog(Strict):
     gpus: dict[str, GpuSpec]
     optics: dict[str, OpticSpec]
@@ -92,6 +97,7 @@ class Catalog(Strict):
     costs: CostSpec
     memory: MemorySpec
     resilience: ResilienceSpec
+    precision: PrecisionSpec
 
     def channels_per_pair(self, optic: str) -> int:
         """DWDM channels one fiber pair carries for this optic's grid spacing."""

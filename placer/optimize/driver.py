@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from placer.errors import InfeasibleError, ModelMismatchError, PlacerError, TimeLimitError
-from placer.evaluate import J_PER_MWH, Evaluation, completed_plan, evaluate, site_gpus_per_node
+from placer.evaluate import Evaluation, completed_plan, evaluate
 from placer.io import Problem
 from placer.optimize.brute import brute_inner
 from placer.optimize.cpsat import CpsatInner
@@ -26,6 +26,7 @@ from placer.optimize.greedy import greedy
 from placer.optimize.milp import MilpInner
 from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
 from placer.perf.step import Config, PerfModel
+from placer.rules import energy_usd_per_j, site_gpus_per_node, site_power_w, tp_groups_per_node
 from placer.schema import Plan
 
 GREEDY_CONFIGS = 4  # configurations (best bounds first) that get a greedy incumbent
@@ -205,7 +206,7 @@ def resilience_summary(problem: Problem, plan: Plan, backend: str, time_limit_s:
 
     res = problem.instance.resilience
     assert res is not None
-    fr = failure_report(problem, plan)
+    fr = failure_report(problem, evaluate(problem, plan, check_resilience=False))
     waves_of = lambda p: {"-".join(sorted(link.sites)): link.waves for link in p.links}  # noqa: E731
     out: dict[str, Any] = {"collective": res.collective, "survive": list(res.survive), "max_slowdown": res.max_slowdown, "failures": fr.to_dict()}
     runs: dict[str, dict[str, int] | None] = {}
@@ -263,13 +264,12 @@ def prepare_candidates(
 def min_usd_per_s(problem: Problem, cfg: Config) -> float:
     """A lower bound on a configuration's running cost: the energy of its TP groups at the
     cheapest site per group (no links, no partly used nodes)."""
-    cat, inst = problem.catalog, problem.instance
     per_group = []
-    for s in inst.sites:
+    for s in problem.instance.sites:
         gpn = site_gpus_per_node(problem, s.name)
         if cfg.tp <= gpn:
-            per_group.append(s.pue * gpn * cat.gpus[s.gpu].all_in_w / (gpn // cfg.tp))
-    return cfg.pp * cfg.dp * min(per_group) * cat.costs.energy_usd_per_mwh / J_PER_MWH
+            per_group.append(site_power_w(problem, s.name, 1) / tp_groups_per_node(gpn, cfg.tp))
+    return cfg.pp * cfg.dp * min(per_group) * energy_usd_per_j(problem.catalog)
 
 
 def _backend(

@@ -41,29 +41,10 @@ from placer.perf.flops import (
     stage_params,
 )
 from placer.perf.pipeline import one_f_one_b_time
+from placer.rules import Config
 from placer.schema import GpuSpec
 
 Chain = tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Config:
-    """A parallel configuration: degrees, micro-batching, layer split and sync policy."""
-
-    tp: int
-    pp: int
-    dp: int
-    micro_batch: int
-    num_micro_batches: int
-    stage_layers: tuple[int, ...]
-    sync_mode: str = "synchronous"
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
-
-    def label(self) -> str:
-        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}-{self.sync_mode}"
 
 
 def balanced_stage_layers(layers: int, pp: int) -> tuple[int, ...]:
@@ -109,7 +90,8 @@ class PerfModel:
         self.model = problem.model
         self.catalog = problem.catalog
         self.net = network or Network(problem)
-        self.job = problem.instance.job
+        # the one job setting that is not per configuration: tokens per optimizer step
+        self.global_batch = problem.instance.job.global_batch
         self._stage_times = cache(self._stage_times_uncached)
         self._chain_time = cache(self._chain_time_uncached)
 
@@ -118,9 +100,9 @@ class PerfModel:
     def site_gpu(self, site: str) -> GpuSpec:
         return self.catalog.gpus[self.problem.instance.site(site).gpu]
 
-    def peak_flops(self, gpu: GpuSpec) -> float:
+    def peak_flops(self, gpu: GpuSpec, precision: str) -> float:
         peak = gpu.peak_tflops_bf16 * 1e12
-        return peak * (2.0 if self.job.precision == "fp8" else 1.0)
+        return peak * (self.catalog.precision.fp8_peak_factor if precision == "fp8" else 1.0)
 
     def nic_Bps(self, gpu: GpuSpec) -> float:
         return gpu.nic_gbps * 1e9 / 8 * self.catalog.network.nic_efficiency
@@ -136,18 +118,18 @@ class PerfModel:
         return cfg.micro_batch * self.model.seq_len * self.model.hidden * BYTES_BF16
 
     def stage_times(self, cfg: Config, gpu_key: str) -> tuple[StageTime, ...]:
-        return self._stage_times(cfg.tp, cfg.pp, cfg.micro_batch, cfg.stage_layers, gpu_key)
+        return self._stage_times(cfg.tp, cfg.pp, cfg.micro_batch, cfg.stage_layers, gpu_key, cfg.recompute, cfg.precision)
 
     def _stage_times_uncached(
-        self, tp: int, pp: int, b: int, stage_layers: tuple[int, ...], gpu_key: str
+        self, tp: int, pp: int, b: int, stage_layers: tuple[int, ...], gpu_key: str, recompute: str, precision: str
     ) -> tuple[StageTime, ...]:
         gpu = self.catalog.gpus[gpu_key]
-        rate = self.peak_flops(gpu) * gpu.efficiency(self.model.hidden) * tp
+        rate = self.peak_flops(gpu, precision) * gpu.efficiency(self.model.hidden) * tp
         ar = comm.ring_allreduce_s(tp, b * self.model.seq_len * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu))
-        n_bwd_ar = 4 if self.job.recompute == "full" else 2
+        n_bwd_ar = 4 if recompute == "full" else 2
         out = []
         for k, layers in enumerate(stage_layers):
-            f = stage_flops(self.model, layers, k == pp - 1, b, self.job.recompute)
+            f = stage_flops(self.model, layers, k == pp - 1, b, recompute)
             fc, bc = f.forward / rate, f.backward / rate
             out.append(StageTime(fc + 2 * layers * ar, bc + n_bwd_ar * layers * ar, fc, bc))
         return tuple(out)
@@ -240,7 +222,7 @@ class PerfModel:
     def stage_wan_bytes(self, cfg: Config, k: int) -> float:
         """S_k: the full stage's gradient (all tp ranks) at the sync's bits per value."""
         n = stage_params(self.model, cfg.stage_layers[k], k == 0, k == cfg.pp - 1)
-        return n * self.job.sync.bits / 8
+        return n * cfg.sync_bits / 8
 
     def intra_sync_s(self, cfg: Config, k: int, site: str) -> float:
         """The NIC phases of stage k's data-parallel sync for a member at `site`: the volume
@@ -319,13 +301,7 @@ class PerfModel:
         t_wan = (max(route_dp_s.values()) + wan_lat) if route_dp_s else 0.0
         if unreachable:
             t_wan = math.inf
-        h_steps = self.job.sync.every_steps
-        if cfg.sync_mode == "synchronous":
-            t_dp = t_intra + t_wan
-        elif cfg.sync_mode == "diloco":
-            t_dp = t_intra + t_wan / h_steps
-        else:
-            t_dp = t_intra + max(0.0, t_wan / h_steps - t_pipe)
+        t_dp = t_intra + wan_part_s(cfg.sync_mode, cfg.every_steps, t_wan, t_pipe)
         total = t_pipe + t_dp
 
         # additive breakdown of the critical chain (CONTRACT: compute, bubble, tp, pp, dp)
@@ -359,13 +335,23 @@ class PerfModel:
     # ------------------------------------------------------------------ throughput
 
     def tokens_per_step(self) -> int:
-        return self.job.global_batch * self.model.seq_len
+        return self.global_batch * self.model.seq_len
 
-    def mfu(self, step_time_s: float, gpus_by_site: dict[str, int]) -> float:
-        peak = sum(n * self.peak_flops(self.site_gpu(s)) for s, n in gpus_by_site.items())
+    def mfu(self, cfg: Config, step_time_s: float, gpus_by_site: dict[str, int]) -> float:
+        peak = sum(n * self.peak_flops(self.site_gpu(s), cfg.precision) for s, n in gpus_by_site.items())
         if step_time_s <= 0 or peak <= 0 or math.isinf(step_time_s):
             return 0.0
-        return model_flops_per_step(self.model, self.job.global_batch) / (step_time_s * peak)
+        return model_flops_per_step(self.model, self.global_batch) / (step_time_s * peak)
+
+
+def wan_part_s(sync_mode: str, every_steps: int, t_wan: float, t_pipe: float) -> float:
+    """What the WAN phase adds to the step under a sync policy (the sync-mode rule of the
+    module docstring; the formulations write the same rule, placer.optimize.families)."""
+    if sync_mode == "synchronous":
+        return t_wan
+    if sync_mode == "diloco":
+        return t_wan / every_steps
+    return max(0.0, t_wan / every_steps - t_pipe)
 
 
 def _div(load: float, capacity: float) -> float:
