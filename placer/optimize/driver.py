@@ -22,6 +22,7 @@ from placer.optimize.brute import brute_inner
 from placer.optimize.cpsat import CpsatInner
 from placer.optimize.data import InnerData, InnerSolution, build_inner, solution_plan
 from placer.optimize.explain import explain_infeasible
+from placer.optimize.families import tiebreak_key
 from placer.optimize.greedy import greedy
 from placer.optimize.milp import MilpInner
 from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
@@ -61,10 +62,11 @@ def _objective_value(objective: str, ev: Evaluation) -> float:
     return {"step_time": ev.step_time_s, "cost": ev.capex_usd, "cost_per_token": ev.cost_per_token_usd}[objective]
 
 
-def _tiebreak(objective: str, ev: Evaluation, cfg: Config) -> tuple[Any, ...]:
+def _tiebreak(objective: str, ev: Evaluation, plan: Plan, cfg: Config) -> tuple[Any, ...]:
     waves = sum(link["waves"] for link in ev.links)
     sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
-    return (float(f"{_objective_value(objective, ev):.9g}"), waves, sites, cfg.label())
+    paths = sum(len(entry.paths) - 1 for entry in plan.routing)
+    return tiebreak_key(_objective_value(objective, ev), waves, sites, paths, cfg.label())
 
 
 def solve(
@@ -114,7 +116,7 @@ def solve(
                     f"{backend} step time {sol.step_time_s:.9g} s != evaluator {ev.step_time_s:.9g} s "
                     f"for {data.cfg.label()}"
                 )
-        key = _tiebreak(objective, ev, data.cfg)
+        key = _tiebreak(objective, ev, plan, data.cfg)
         if best is None or key < best[0]:
             best = (key, plan, ev, data.cfg)
             say(f"incumbent {source} {data.cfg.label()}: {_fmt(objective, key[0])}")

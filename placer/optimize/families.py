@@ -27,8 +27,9 @@ Families, in build order:
               keeps the step within its limit (and T is exact)
 * objective:  step time, link capex or USD per second
 
-Tie-break (README "Ties"): among plans of the same objective value, fewer waves, then fewer
-sites, then fewer listed paths, then replicas on lower chain-type indices (`TieBreak`).
+Tie-break (README "Ties"): among plans of the same objective value (9 significant digits),
+fewer waves, then fewer sites, then fewer listed paths, then replicas on lower chain-type
+indices (`TieBreak`, `tiebreak_key`).
 """
 
 from __future__ import annotations
@@ -149,6 +150,18 @@ class TieBreak(NamedTuple):
     sites: int
     paths: int
     chain_index: int
+
+
+def objective_grid(value: float) -> float:
+    """The objective on the grid ties are judged on: 9 significant digits."""
+    return float(f"{value:.9g}")
+
+
+def tiebreak_key(value: float, waves: int, sites: int, paths: int, *rest: Any) -> tuple[Any, ...]:
+    """The one tie-break order of the driver (between configurations, `rest` = the
+    configuration label) and of the brute-force backend (inside one, `rest` = the chain-type
+    index sum); the exact backends write the same order as weights (`tiebreak_weights`)."""
+    return (objective_grid(value), waves, sites, paths, *rest)
 
 
 def tiebreak_weights(dp: int, n_chains: int, n_path_binaries: int, n_sites: int) -> TieBreak:

@@ -28,6 +28,7 @@ from placer.optimize.families import (
     hull_cells,
     row,
     sync_rule,
+    tiebreak_weights,
 )
 
 GBYTE = 1e9
@@ -463,12 +464,16 @@ class MilpInner:
         value, bound, optimal = first  # in model units (time in units of ts)
         counts, waves = self._extract()
         routing = self.routing()
-        # tie-break: same objective, then fewer waves, then fewer sites
+        # tie-break (families.TieBreak, as CP-SAT): same objective, then fewer waves, fewer
+        # sites, fewer listed paths, replicas on lower chain-type indices
         main = self._main()
         self.add(main <= value + TIE_TOL * max(1.0, abs(value)), row("objective.tiebreak"))
-        n_w = len(self.w) + 1
+        tb = tiebreak_weights(self.d.cfg.dp, len(self.d.chains), len(self.w), len(self.d.sites))
         self.prob.setObjective(
-            n_w * (self.total_waves * (len(self.d.sites) + 1) + pulp.lpSum(self.sites_used.values())) + pulp.lpSum(self.w.values())
+            tb.waves * self.total_waves
+            + tb.sites * pulp.lpSum(self.sites_used.values())
+            + tb.paths * pulp.lpSum(self.w.values())
+            + pulp.lpSum(tb.chain_index * c * v for c, v in self.n.items())
         )
         left = time_limit_s - (time.perf_counter() - t0)
         if left > 0.05 and self._solve_once(left, threads, options) is not None:
