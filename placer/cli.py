@@ -51,14 +51,14 @@ def solve(
 ) -> None:
     """Find the best plan; write plan.json, bom.csv and report.md."""
     from placer.io import load_instance, write_atomic, write_json
+    from placer.optimize.driver import check_solver_options
     from placer.optimize.driver import solve as run
     from placer.outputs.bom import bom_csv
     from placer.outputs.report import markdown_report, print_summary
 
     if backend is not None and backend not in {"cpsat", "milp", "brute"}:
         raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")
-    if time_limit is not None and time_limit <= 0:
-        raise InputError(f"--time-limit: must be > 0, got {time_limit}")
+    check_solver_options(time_limit, threads, ("--time-limit", "--threads"))
     prob = load_instance(instance)
     if explain:
         err.print_json(json.dumps({"catalog": prob.catalog.model_dump(), "instance": prob.instance.model_dump(mode="json")}))

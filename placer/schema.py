@@ -242,10 +242,13 @@ class Resilience(Strict):
     nic_failure_rate: float | None = Field(default=None, ge=0, le=1)
 
 
+MAX_THREADS = 1024  # solver threads accepted (CP-SAT rejects absurd worker counts as an invalid model)
+
+
 class SolverOptions(Strict):
     backend: Backend = "cpsat"
-    time_limit_s: float = Field(default=60, gt=0)
-    threads: int | None = Field(default=None, ge=1)
+    time_limit_s: float = Field(default=60, gt=0, allow_inf_nan=False)
+    threads: int | None = Field(default=None, ge=1, le=MAX_THREADS, description=f"solver threads, 1 to {MAX_THREADS}; null = all cores")
     seed: int = 0
     max_sites_per_replica: int = Field(
         default=2, ge=1, description="pipeline chains visit at most this many sites"

@@ -16,7 +16,8 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from placer.optimize.data import InnerData, InnerSolution, extract_routing
+from placer.errors import SolverError
+from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
 from placer.optimize.families import (
     FAMILIES,
     HostPair,
@@ -118,7 +119,9 @@ class CpsatInner:
 
     def define_pipeline(self) -> None:
         d, M, u = self.d, self.m, self.u
-        self.T_pipe = M.NewIntVar(min(self.ticks(t) for t in d.chain_time), self.TT, "T_pipe")
+        # every chain slower than the range (the cutoff): the rows below leave no chain in
+        # use and the model infeasible (proved), rather than an empty domain (invalid)
+        self.T_pipe = M.NewIntVar(min(min(self.ticks(t) for t in d.chain_time), self.TT), self.TT, "T_pipe")
         for c in u:
             tc = self.ticks(d.chain_time[c])
             if tc > self.TT:
@@ -487,7 +490,7 @@ class CpsatInner:
     def _scale(self) -> float:
         return {"step_time": self.tau, "cost": 1.0, "rate": RATE_UNIT}[self.objective]
 
-    def solve(self, time_limit_s: float, threads: int | None, seed: int, options: dict[str, Any]) -> InnerSolution | None:
+    def solve(self, time_limit_s: float, threads: int | None, seed: int, options: dict[str, Any]) -> InnerSolution | NoPlan:
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.01, time_limit_s)
@@ -498,8 +501,16 @@ class CpsatInner:
                 setattr(p, key, value)
         t0 = time.perf_counter()
         st = solver.Solve(self.m)
+        if st == cp_model.MODEL_INVALID:
+            why = self.m.Validate() or _solution_info(solver) or "CP-SAT gave no message"
+            raise SolverError(f"CP-SAT: the model of {self.d.cfg.label()} is invalid: {why}")
+        if st == cp_model.INFEASIBLE:
+            return NoPlan(proven=True, reason="infeasible or no better than the incumbent")
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None
+            # UNKNOWN: the time limit struck before a plan; the bound CP-SAT proved stays open
+            b = solver.BestObjectiveBound()
+            bound = b * self._scale() if math.isfinite(b) else None
+            return NoPlan(proven=False, bound=bound, reason=f"CP-SAT {solver.StatusName(st)}")
         optimal = st == cp_model.OPTIMAL
         # the tie-break solve gets what is left of the time limit, not a second one
         p.max_time_in_seconds = max(0.01, time_limit_s - (time.perf_counter() - t0))
@@ -534,3 +545,11 @@ class CpsatInner:
         counts = {c: solver.Value(v) for c, v in self.n.items() if solver.Value(v) > 0}
         waves = {r: self.d.wave_options[r][i].waves for (r, i), yv in self.y.items() if solver.Value(yv)}
         return counts, waves
+
+
+def _solution_info(solver: cp_model.CpSolver) -> str:
+    """CP-SAT's own account of a failed solve (why the parameters or model are invalid)."""
+    try:
+        return str(solver.SolutionInfo())
+    except RuntimeError:  # no response to read
+        return ""

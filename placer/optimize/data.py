@@ -282,6 +282,19 @@ class InnerSolution:
     routing: list[dict[str, Any]] = field(default_factory=list)  # plan `routing` entries
 
 
+@dataclass
+class NoPlan:
+    """A backend's answer for a configuration without a plan. `proven`: the model is
+    infeasible, so the configuration has no plan (better than the cutoff, when one was
+    set). Otherwise the time limit ended the search first and `bound` (the solver's best
+    bound in the objective's unit, None when it has none) is all that is known: the
+    configuration stays open in the global bound."""
+
+    proven: bool
+    bound: float | None = None
+    reason: str = ""
+
+
 def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan:
     cfg = data.cfg
     groups = [

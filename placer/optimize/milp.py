@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import pulp
 
-from placer.optimize.data import InnerData, InnerSolution, extract_routing
+from placer.errors import SolverError
+from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
 from placer.optimize.families import (
     FAMILIES,
     HostPair,
@@ -34,6 +35,16 @@ from placer.optimize.families import (
 GBYTE = 1e9
 MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
 TIE_TOL = 1e-6  # relative slack on the optimum while breaking ties (HiGHS feasibility tolerance)
+
+
+class Outcome(NamedTuple):
+    """One HiGHS (or CBC) run: optimal | feasible (limit, with a plan) | infeasible |
+    limit (no plan) | error; value and bound in model units."""
+
+    kind: str
+    value: float | None
+    bound: float | None
+    message: str
 
 
 def _name(*parts: Any) -> str:
@@ -456,12 +467,21 @@ class MilpInner:
 
     # ------------------------------------------------------------------ solve
 
-    def solve(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> InnerSolution | None:
+    def solve(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> InnerSolution | NoPlan:
+        """Solve, then break ties within the time left. A configuration the time limit ends
+        without a plan keeps HiGHS' bound (NoPlan, not proven); a HiGHS error is an error."""
         t0 = time.perf_counter()
         first = self._solve_once(time_limit_s, threads, options)
-        if first is None:
-            return None
-        value, bound, optimal = first  # in model units (time in units of ts)
+        if first.kind == "error":
+            raise SolverError(f"HiGHS failed on {self.d.cfg.label()}: {first.message}")
+        if first.kind == "infeasible":
+            return NoPlan(proven=True, reason="infeasible or no better than the incumbent")
+        if first.kind == "limit":
+            bound = None if first.bound is None else first.bound * self._unit()
+            return NoPlan(proven=False, bound=bound, reason=first.message)
+        assert first.value is not None
+        value, optimal = first.value, first.kind == "optimal"  # in model units (time in units of ts)
+        bound = value if optimal else first.bound
         counts, waves = self._extract()
         routing = self.routing()
         # tie-break (families.TieBreak, as CP-SAT): same objective, then fewer waves, fewer
@@ -476,11 +496,14 @@ class MilpInner:
             + pulp.lpSum(tb.chain_index * c * v for c, v in self.n.items())
         )
         left = time_limit_s - (time.perf_counter() - t0)
-        if left > 0.05 and self._solve_once(left, threads, options) is not None:
+        # the tie-break only chooses among plans of the first solve's value: if it fails or
+        # runs out of time without a plan, the first plan stands
+        if left > 0.05 and self._solve_once(left, threads, options).kind in ("optimal", "feasible"):
             counts, waves = self._extract()
             routing = self.routing()
-        value, bound = value * self._unit(), bound * self._unit()
-        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else None, routing=routing)
+        value = value * self._unit()
+        bound_u = -math.inf if bound is None else bound * self._unit()
+        return InnerSolution(counts, waves, value, bound_u, optimal, step_time_s=value if self.objective == "step_time" else None, routing=routing)
 
     def _extract(self) -> tuple[dict[int, int], dict[Any, int]]:
         counts = {c: int(round(v.value())) for c, v in self.n.items() if v.value() is not None and round(v.value()) > 0}
@@ -492,9 +515,8 @@ class MilpInner:
                     waves[r] = opt.waves
         return counts, waves
 
-    def _solve_once(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> tuple[float, float, bool] | None:
+    def _solve_once(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> Outcome:
         which = options.get("milp_solver", "highs")
-        t0 = time.perf_counter()
         if which == "cbc":
             solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads, gapRel=MIP_REL_GAP)
         else:
@@ -503,23 +525,55 @@ class MilpInner:
             # HiGHS' symmetry detection can run for the whole time limit on these models
             kwargs.setdefault("mip_detect_symmetry", False)
             solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
-        status = self.prob.solve(solver)
-        del t0
-        if status != pulp.LpStatusOptimal or self.prob.objective.value() is None:
-            sol_status = getattr(self.prob, "sol_status", None)
-            if sol_status == pulp.LpSolutionIntegerFeasible:
-                v = float(self.prob.objective.value())
-                return v, self._bound(solver, v), False
-            return None
-        v = float(self.prob.objective.value())
-        optimal = self.prob.sol_status == pulp.LpSolutionOptimal if hasattr(self.prob, "sol_status") else True
-        return v, self._bound(solver, v) if not optimal else v, optimal
-
-    @staticmethod
-    def _bound(solver: Any, value: float) -> float:
-        model = getattr(solver, "solverModel", None)
+        status = None
         try:
-            b = model.getInfo().mip_dual_bound  # type: ignore[union-attr]
-            return float(b) if math.isfinite(b) else value
-        except Exception:  # noqa: BLE001 - not every PuLP solver exposes a bound
-            return value
+            status = self.prob.solve(solver)
+        except KeyError:
+            # PuLP's HiGHS wrapper has no entry for some limit statuses (kSolutionLimit, when
+            # mip_max_nodes strikes): read the status and the solution from HiGHS itself
+            highs = getattr(self.prob, "solverModel", None)
+            if highs is None:
+                raise
+            col = list(highs.getSolution().col_value)
+            if highs.getInfo().primal_solution_status == 2 and len(col) == len(self.prob.variables()):
+                for var, val in zip(self.prob.variables(), col, strict=True):
+                    var.varValue = val
+        except pulp.PulpSolverError as exc:
+            return Outcome("error", None, None, str(exc))
+        highs = getattr(self.prob, "solverModel", None)
+        if which != "cbc" and highs is not None:
+            return self._highs_outcome(highs)
+        # CBC through PuLP: its statuses (no bound when the limit strikes)
+        sol_status = getattr(self.prob, "sol_status", None)
+        v = self.prob.objective.value()
+        if status == pulp.LpStatusOptimal and sol_status == pulp.LpSolutionOptimal and v is not None:
+            return Outcome("optimal", float(v), float(v), "")
+        if sol_status == pulp.LpSolutionIntegerFeasible and v is not None:
+            return Outcome("feasible", float(v), None, "time limit")
+        if status == pulp.LpStatusInfeasible:
+            return Outcome("infeasible", None, None, "")
+        if status == pulp.LpStatusNotSolved:
+            return Outcome("limit", None, None, "time limit before a plan")
+        return Outcome("error", None, None, f"CBC status {pulp.LpStatus.get(status, status)}")
+
+    def _highs_outcome(self, highs: Any) -> Outcome:
+        """HiGHS' model status read directly (PuLP maps a time limit without a solution to
+        'optimal'): proven, limit (with HiGHS' dual bound), or an error with its message."""
+        import highspy
+
+        S = highspy.HighsModelStatus
+        st = highs.getModelStatus()
+        info = highs.getInfo()
+        b = float(info.mip_dual_bound)
+        bound = b if math.isfinite(b) else None
+        has_plan = info.primal_solution_status == 2  # kSolutionStatusFeasible
+        v = self.prob.objective.value() if has_plan else None
+        if st == S.kOptimal and v is not None:
+            return Outcome("optimal", float(v), bound if bound is not None else float(v), "")
+        if st in (S.kInfeasible, S.kUnboundedOrInfeasible):
+            return Outcome("infeasible", None, None, "")
+        limits = (S.kTimeLimit, S.kInterrupt, S.kIterationLimit, S.kSolutionLimit, S.kObjectiveBound, S.kObjectiveTarget)
+        if st in limits:
+            msg = highs.modelStatusToString(st)
+            return Outcome("feasible", float(v), bound, msg) if v is not None else Outcome("limit", None, bound, msg)
+        return Outcome("error", None, None, f"model status '{highs.modelStatusToString(st)}'")

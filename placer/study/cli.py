@@ -32,8 +32,9 @@ def sweep(
 
     if backend is not None and backend not in {"cpsat", "milp", "brute"}:
         raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")
-    if time_limit is not None and time_limit <= 0:
-        raise InputError(f"--time-limit: must be > 0, got {time_limit}")
+    from placer.optimize.driver import check_solver_options
+
+    check_solver_options(time_limit, None, ("--time-limit", "--threads"))
     if executor is None:
         executor = "dask" if scheduler else "local"
     if executor not in {"local", "dask"}:
