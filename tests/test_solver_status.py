@@ -140,3 +140,13 @@ def test_instance_option_ranges(solver: dict, tmp_path: Path) -> None:
     f.write_text(text + f"\nsolver:\n  {key}: {value}\n" if "\nsolver:" not in text else text.replace("\nsolver:\n", f"\nsolver:\n  {key}: {value}\n"), encoding="utf-8")
     with pytest.raises(InputError, match=f"solver.{key}"):
         load_instance(f)
+
+
+def test_milp_threads_change_between_solves() -> None:
+    # HiGHS' global scheduler refused a second run with another thread count: before, the
+    # second solve lost every configuration and reported `optimal` at the greedy plan
+    name = "two-campus-100km"
+    for threads in (None, 1, 2, 1):
+        res = solve(_instance(name), backend="milp", time_limit_s=30, threads=threads)
+        assert res.status == "optimal"
+        assert res.objective == pytest.approx(true_optimum(name), rel=1e-6)

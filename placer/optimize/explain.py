@@ -41,7 +41,7 @@ def explain_infeasible(problem: Problem, perf: PerfModel, report: SpaceReport, c
         if feedable < smallest:
             lines.append(
                 f"power: the smallest configuration needs {smallest} GPUs, the power limits feed {feedable}: "
-                f"short by {smallest - feedable} GPUs (~{(smallest - feedable) * max(cat.gpus[s.gpu].all_in_w * s.pue for s in inst.sites) / 1e6:.2f} MW). "
+                f"short by {smallest - feedable} GPUs (~{(smallest - feedable) * max(site_power_w(problem, s.name, 1) / site_gpus_per_node(problem, s.name) for s in inst.sites) / 1e6:.2f} MW). "
                 + "; ".join(short_site)
             )
         groups = sum(site_group_capacity(problem, s.name, tp) for s in inst.sites)

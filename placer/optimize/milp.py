@@ -37,6 +37,20 @@ MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
 TIE_TOL = 1e-6  # relative slack on the optimum while breaking ties (HiGHS feasibility tolerance)
 
 
+_HIGHS_THREADS: list[int | None] = []  # the thread count HiGHS' global scheduler runs with
+
+
+def _highs_threads(threads: int | None) -> None:
+    """HiGHS keeps one global thread scheduler per process and fails a run that asks for a
+    different number of threads ('Not Set': before, a second solve in the same process
+    with other threads silently lost every configuration). Reset it when the count changes."""
+    import highspy
+
+    if _HIGHS_THREADS and _HIGHS_THREADS[0] != threads:
+        highspy.Highs.resetGlobalScheduler(True)
+    _HIGHS_THREADS[:] = [threads]
+
+
 class Outcome(NamedTuple):
     """One HiGHS (or CBC) run: optimal | feasible (limit, with a plan) | infeasible |
     limit (no plan) | error; value and bound in model units."""
@@ -525,6 +539,7 @@ class MilpInner:
             # HiGHS' symmetry detection can run for the whole time limit on these models
             kwargs.setdefault("mip_detect_symmetry", False)
             solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
+            _highs_threads(threads)
         status = None
         try:
             status = self.prob.solve(solver)
