@@ -359,6 +359,23 @@ def validation_message(
     return "\n".join(msgs)
 
 
+_KEY = r"[A-Za-z0-9_+\-]+"
+_PATH_RE = re.compile(rf"^{_KEY}(\[\d+\])*(\.{_KEY}(\[\d+\])*)*$")
+
+
+def parse_path(text: str) -> Loc:
+    """`routes[0].km` -> ('routes', 0, 'km'): a field path as written in study files and
+    messages (the inverse of `format_loc`). Raises ValueError on bad syntax."""
+    if not isinstance(text, str) or not _PATH_RE.match(text):
+        raise ValueError(f"'{text}' is not a field path (expected e.g. routes[0].km, job.sync.mode)")
+    out: list[Any] = []
+    for part in text.split("."):
+        name, *idx = part.split("[")
+        out.append(name)
+        out.extend(int(i.rstrip("]")) for i in idx)
+    return tuple(out)
+
+
 def _parse_loc(text: str) -> Loc:
     out: list[Any] = []
     for part in text.replace("]", "").split("."):
