@@ -20,7 +20,6 @@ from placer.errors import InputError
 from placer.io import (
     Loc,
     Problem,
-    clean_loc,
     format_loc,
     line_for,
     parse_path,
@@ -318,24 +317,11 @@ def _problem(data: dict[str, Any], base_path: Path) -> Problem:
     try:
         inst = Instance.model_validate(data)
     except ValidationError as exc:
+        # io's messages (did-you-mean, union pruning, bounds), one "field: message" a line
         issues: list[tuple[Loc, str]] = []
-        seen: set[Loc] = set()
-        for err in exc.errors(include_url=False):
-            msg = err["msg"].removeprefix("Value error, ")
-            if not err["loc"] and ":" in msg.split(" ")[0]:  # model-level: "routes[0].sites: ..."
-                field_path, _, rest = msg.partition(":")
-                issues.append((_loc_of(field_path), rest.strip()))
-                continue
-            loc = clean_loc(tuple(err["loc"]))
-            if loc in seen:  # union members repeat the same field
-                continue
-            seen.add(loc)
-            got = err.get("input")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown field"
-            elif not isinstance(got, dict | list):
-                msg += f" (got {got!r})"
-            issues.append((loc, msg))
+        for line in validation_message(_SENTINEL, exc, {}, data=data).splitlines():
+            field_path, _, msg = line.removeprefix(f"{_SENTINEL}: ").partition(": ")
+            issues.append((_loc_of(field_path), msg) if msg else ((), field_path))
         raise _PointError(issues) from None
     try:
         problem = problem_from_data(inst, where=_SENTINEL, base=base_path.parent)
