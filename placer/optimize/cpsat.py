@@ -128,15 +128,16 @@ class CpsatInner:
                 self.add(M.Add(u[c] == 0), row("pipe.chain", c))
             else:
                 self.add(M.Add(self.T_pipe >= tc), row("pipe.chain", c)).OnlyEnforceIf(u[c])
-
-    def define_routing(self) -> None:
-        """Pipeline traffic: routed pairs' flows, then T_pipe >= bytes / capacity per route,
-        with loads in bytes / Q per tick so that no row leaves int64."""
-        d, n, cfg, C = self.d, self.n, self.d.cfg, range(len(self.d.chains))
         self.w: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): path j may carry traffic
         self.f: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): bytes on path j
         self._pipe_level_terms: list[PathLevelTerm] = []
-        pp_flow_load = self._route_pipeline(self.T_pipe, self.TT)
+        self._pp_flow_load = self._route_pipeline(self.T_pipe, self.TT)
+
+    def define_routing(self) -> None:
+        """T_pipe >= pipeline bytes / capacity per route, with loads in bytes / Q per tick so
+        that no row leaves int64."""
+        d, n, cfg, C = self.d, self.n, self.d.cfg, range(len(self.d.chains))
+        pp_flow_load = self._pp_flow_load
         TT = self.TT
         # route capacities in integer units: cap_i * T_ticks >= Q * load_bytes
         max_cap_tick = max((opt.capacity_Bps * self.tau for r in d.routes for opt in d.wave_options[r]), default=1.0)

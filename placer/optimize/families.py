@@ -11,13 +11,16 @@ ticks), not which rows exist.
 Families, in build order:
 
 * replicas:   replicas per chain type (n), chain type in use (u); sum n = dp
+* pipeline:   T_pipe >= 1F1B time of every chain type in use (shortest paths); pipeline
+              traffic of pairs with several candidate paths (flows, path prefixes, the 1F1B
+              time of each prefix). Built right after the replicas: CP-SAT searches in
+              variable order, and with T_pipe after the waves three-sites-80-300-500km took
+              twice as long (0.5 -> 1.0 s)
 * placement:  TP groups per (site, stage), nodes per site
 * waves:      one-hot wave option per route; link capex and total waves
 * power:      site power (node all-in W x nodes + coherent modules) x PUE <= limit; USD/s
 * budget:     link capex <= max_cost_usd
-* pipeline:   T_pipe >= 1F1B time of every chain type in use (shortest paths)
-* routing:    pipeline traffic of pairs with several candidate paths (flows, path prefixes,
-              the 1F1B time of each prefix), and T_pipe >= pipeline bytes / route capacity
+* routing:    T_pipe >= pipeline bytes / route capacity (the hull over the wave one-hot)
 * dp_hosting: sites hosting each stage class, number of hosts (one-hot), per-pair WAN
               demand, intra-site NIC phases (T_intra), pair latencies (T_lat), the routed
               data-parallel flows, and T_dpbw >= data-parallel bytes / route capacity
@@ -38,11 +41,11 @@ from typing import Any, NamedTuple
 
 FAMILIES = (
     "replicas",
+    "pipeline",
     "placement",
     "waves",
     "power",
     "budget",
-    "pipeline",
     "routing",
     "dp_hosting",
     "step",

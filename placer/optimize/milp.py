@@ -143,19 +143,21 @@ class MilpInner:
             self.add(self.capex <= self.d.max_cost_usd, row("budget"))
 
     def define_pipeline(self) -> None:
-        """Every plan runs at least one chain: the fastest chain type bounds T_pipe below."""
+        """T_pipe >= the 1F1B time of every chain type in use (the fastest bounds it below),
+        and the pipeline traffic of routed pairs: flows, path prefixes, prefix 1F1B times."""
         d, ts = self.d, self.ts
         self.T_pipe = pulp.LpVariable("T_pipe", min(d.chain_time) / ts)
         for c in self.u:
             self.add(self.T_pipe >= (d.chain_time[c] / ts) * self.u[c], row("pipe.chain", c))
-
-    def define_routing(self) -> None:
-        """Pipeline traffic: routed pairs' flows, then T_pipe >= bytes / capacity per route."""
-        d, n, C = self.d, self.n, range(len(self.d.chains))
         self.w: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): path j of the pair may carry traffic
         self.f: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): GB on path j
         self._pipe_level_terms: list[PathLevelTerm] = []
-        pp_flow_load = self._route_pipeline(self.T_pipe)
+        self._pp_flow_load = self._route_pipeline(self.T_pipe)
+
+    def define_routing(self) -> None:
+        """T_pipe >= pipeline bytes / capacity per route (the convex hull of the waves)."""
+        d, n, C = self.d, self.n, range(len(self.d.chains))
+        pp_flow_load = self._pp_flow_load
         self.pp_loads: dict[Any, Load] = {}
         for r in d.routes:
             load = pulp.lpSum(n[c] * d.chain_cross[c].get(r, 0) for c in C) * (d.pp_bytes_per_crossing / GBYTE)
