@@ -5,49 +5,22 @@ Exit codes: 0 success, 2 bad input, 3 infeasible, 4 time limit with no plan, 1 i
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
-from placer.errors import InfeasibleError, InputError, PlacerError
+from placer.cli_support import err, guard, json_default, out
+from placer.errors import InfeasibleError, InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="placer: plan multi-site AI training jobs.")
-PIPE_WIDTH = 1000  # columns when stdout is not a terminal: tables are never cut for files and pipes
-err = Console(stderr=True)
-out = Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
-
-
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Map placer errors to exit codes; never show a traceback for bad input."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except PlacerError as exc:
-            err.print(Text("error: ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
-        except typer.Exit:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            if os.environ.get("PLACER_DEBUG"):
-                raise
-            err.print(Text("internal error: ", style="red") + Text(f"{type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)"), soft_wrap=True)
-            raise typer.Exit(1) from None
-
-    return wrapper
 
 
 @app.command()
-@_guard
+@guard
 def validate(instances: Annotated[list[Path], typer.Argument(help="instance files")]) -> None:
     """Check instance files: schema, cross-field rules, catalog and model references."""
     from placer.diagnostics import instance_warnings
@@ -67,7 +40,7 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
 
 
 @app.command()
-@_guard
+@guard
 def solve(
     instance: Path,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
@@ -80,6 +53,7 @@ def solve(
 ) -> None:
     """Find the best plan; write plan.json, bom.csv, report.md and report.html."""
     from placer.io import load_instance, write_atomic, write_json
+    from placer.optimize.driver import check_solver_options
     from placer.optimize.driver import solve as run
     from placer.outputs.bom import bom_csv
     from placer.outputs.html import html_report
@@ -87,8 +61,7 @@ def solve(
 
     if backend is not None and backend not in {"cpsat", "milp", "brute"}:
         raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")
-    if time_limit is not None and time_limit <= 0:
-        raise InputError(f"--time-limit: must be > 0, got {time_limit}")
+    check_solver_options(time_limit, threads, ("--time-limit", "--threads"))
     prob = load_instance(instance)
     if explain:
         err.print_json(json.dumps({"catalog": prob.catalog.model_dump(), "instance": prob.instance.model_dump(mode="json")}))
@@ -114,7 +87,7 @@ def solve(
 
 
 @app.command()
-@_guard
+@guard
 def evaluate(
     instance: Path,
     plan: Path,
@@ -128,18 +101,18 @@ def evaluate(
     from placer.diagnostics import instance_warnings, plan_warnings
     from placer.evaluate import evaluate as run
     from placer.io import load_instance, load_plan
-    from placer.outputs.report import print_summary
+    from placer.outputs.report import print_failures, print_summary, simulate_critical_chain
 
     prob = load_instance(instance)
     p = load_plan(plan)
     ev = run(prob, p)
     warnings = instance_warnings(prob) + plan_warnings(prob, p, ev)
-    sim = _simulate(prob, ev) if simulate else None
+    sim = simulate_critical_chain(prob, ev) if simulate else None
     fr = None
     if failures and ev.step is not None:
         from placer.resilience import failure_report
 
-        fr = failure_report(prob, p)
+        fr = failure_report(prob, ev)
     if as_json:
         data = ev.to_dict()
         data["warnings"] = [w.model_dump() for w in warnings]
@@ -147,12 +120,12 @@ def evaluate(
             data["simulation"] = sim
         if fr is not None:
             data["failures"] = fr.to_dict()
-        sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+        sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
     else:
         print_summary(out, prob, p, ev, "feasible" if ev.feasible else "INFEASIBLE")
         _print_warnings(warnings)
         if fr is not None:
-            _print_failures(fr)
+            print_failures(out, fr)
         if sim is not None:
             out.print(f"1F1B simulation of the critical chain: {sim['pipeline_s']:.4f} s (closed form {sim['closed_form_s']:.4f} s, diff {sim['rel_diff']:.2e})")
     if not ev.feasible:
@@ -160,7 +133,7 @@ def evaluate(
 
 
 @app.command()
-@_guard
+@guard
 def simulate(
     instance: Path,
     plan: Path,
@@ -190,48 +163,8 @@ def _print_warnings(warnings: list[Any]) -> None:
         err.print(Text("warning: ", style="yellow") + Text(f"{w.kind}: {w.message}"), highlight=False, soft_wrap=True)
 
 
-def _print_failures(fr: Any) -> None:
-    from rich.table import Table
-
-    t = Table(title=f"single failures (healthy {fr.healthy_s:.4f} s; plan's collective: {fr.collective})")
-    for col in ("class", "where", "what", "ring s", "OptCC s", "bound s"):
-        t.add_column(col, justify="right" if col.endswith(" s") else "left")
-    fmt = lambda v: f"{v:.5g}" if v < float("inf") else "no capacity"  # noqa: E731
-    secs = lambda v: f"{v:.5g} s" if v < float("inf") else "no capacity left (the step cannot complete)"  # noqa: E731
-    for sc in fr.scenarios:
-        t.add_row(sc.klass, sc.where, sc.description + (" [DISCONNECTED]" if sc.disconnected else ""), fmt(sc.step_s["ring"]), fmt(sc.step_s["optcc"]), fmt(sc.step_s["bound"]))
-    out.print(t)
-    w = fr.worst()
-    if w is not None:
-        out.print(f"worst single failure: {w.klass} at {w.where}: {secs(w.step_s[fr.collective])} under {fr.collective}" + (f" (limit {fr.limit_s:.4f} s: {'ok' if fr.survives else 'EXCEEDED'})" if fr.limit_s else ""))
-    for c, v in fr.expected_s.items():
-        out.print(f"expected step time over NIC failures with {c}: {v:.4f} s")
-
-
-def _simulate(prob: Any, ev: Any) -> dict[str, float] | None:
-    from placer.perf.pipeline import simulate_1f1b
-    from placer.perf.step import PerfModel
-
-    if ev.step is None or ev.step.critical_chain is None:
-        return None
-    perf = PerfModel(prob)
-    cfg, chain = ev.config, ev.step.critical_chain
-    st = [perf.stage_times(cfg, prob.instance.site(s).gpu)[k] for k, s in enumerate(chain)]
-    lat, tx = zip(*[perf.boundary(cfg, a, b) for a, b in zip(chain, chain[1:], strict=False)], strict=False) if len(chain) > 1 else ((), ())
-    sim = simulate_1f1b([t.fwd for t in st], [t.bwd for t in st], list(lat), list(tx), cfg.num_micro_batches)
-    makespan = sim.makespan_s + perf.optimizer_step_s(cfg, chain)  # the optimizer step follows the flush
-    closed = perf.chain_time(cfg, chain)
-    return {"pipeline_s": makespan, "closed_form_s": closed, "rel_diff": abs(makespan - closed) / closed}
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, tuple | set):
-        return list(o)
-    return str(o)
-
-
 @app.command()
-@_guard
+@guard
 def schema(
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write to a file")] = None,
     kind: Annotated[str, typer.Option(help="instance | model | plan")] = "instance",
@@ -250,7 +183,7 @@ def schema(
 
 
 @app.command()
-@_guard
+@guard
 def export(
     plan: Annotated[Path, typer.Argument(help="plan.json written by solve")],
     instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],
@@ -269,7 +202,7 @@ def export(
 
 
 @app.command()
-@_guard
+@guard
 def frontier(
     instance: Path,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>/frontier)")] = None,
@@ -282,7 +215,7 @@ def frontier(
     from rich.table import Table
 
     from placer.io import load_instance
-    from placer.optimize.lexicographic import frontier as run
+    from placer.study.frontier import frontier as run
     from placer.study.frontier import write_frontier
 
     if backend is not None and backend not in {"cpsat", "milp", "brute"}:
@@ -304,7 +237,7 @@ def frontier(
 
 
 @app.command("plot-plan")
-@_guard
+@guard
 def plot_plan(
     plan: Annotated[Path, typer.Argument(help="plan.json written by solve")],
     instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],

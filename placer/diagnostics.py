@@ -24,10 +24,11 @@ import math
 
 import networkx as nx
 
-from placer.evaluate import Evaluation, site_gpus_per_node
+from placer.evaluate import Evaluation
 from placer.io import Loc, Problem, line_for
 from placer.network import Network
 from placer.perf.flops import stage_memory_bytes
+from placer.rules import site_gpus_per_node
 from placer.schema import Plan, PlanWarning
 
 GB = 1e9
@@ -82,7 +83,7 @@ def _single_points(problem: Problem, plan: Plan, ev: Evaluation) -> list[PlanWar
         return []
     from placer.resilience import failure_report
 
-    fr = failure_report(problem, plan, ["wave", "fiber_pair"])
+    fr = failure_report(problem, ev, ["wave", "fiber_pair"])
     out: dict[str, PlanWarning] = {}  # one warning per route: the smallest failure that darkens it
     for sc in fr.scenarios:
         if not sc.dark or sc.where in out:
@@ -129,9 +130,8 @@ def _unused_sites(problem: Problem, plan: Plan, ev: Evaluation) -> list[PlanWarn
 
 def _least_stage_memory_gb(problem: Problem, plan: Plan, ev: Evaluation) -> float:
     cfg = ev.config
-    job = problem.instance.job
     per = [
-        stage_memory_bytes(problem.model, cfg.stage_layers[k], k, cfg.pp, cfg.tp, cfg.dp, cfg.micro_batch, cfg.num_micro_batches, job.recompute, job.zero1)["total"]
+        stage_memory_bytes(problem.model, cfg.stage_layers[k], k, cfg.pp, cfg.tp, cfg.dp, cfg.micro_batch, cfg.num_micro_batches, cfg.recompute, cfg.zero1)["total"]
         for k in range(cfg.pp)
     ]
     return min(per) / GB

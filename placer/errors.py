@@ -33,3 +33,10 @@ class ModelMismatchError(PlacerError):
     """A backend's objective disagrees with the evaluator: always a bug (exit 1)."""
 
     exit_code = 1
+
+
+class SolverError(PlacerError):
+    """A backend failed (CP-SAT MODEL_INVALID, a HiGHS error): an internal error with the
+    solver's message, never a result (exit 1)."""
+
+    exit_code = 1

@@ -13,9 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placer.io import Problem, plan_from_data
-from placer.network import Network, PathUse, RouteKey, Routing, route_key
+from placer.network import RouteKey, Routing, resolve_routing, route_key
 from placer.perf.flops import stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, StepResult
+from placer.resilience import failure_report
+from placer.rules import (
+    config_of,
+    site_gpus_per_node,
+    site_power_w,
+    tp_groups_per_node,
+    usd_per_second,
+)
 from placer.schema import Plan
 
 GB = 1e9
@@ -53,6 +61,7 @@ class Evaluation:
     usd_per_s: float = 0.0  # link capex amortized + energy (catalog costs)
     cost_per_token_usd: float = math.inf
     routing: Routing = field(default_factory=dict)
+    groups: list[tuple[int, Chain]] = field(default_factory=list)  # (replicas, stage sites)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,60 +84,6 @@ class Evaluation:
             "sync_mode": self.sync_mode,
             "memory_gb": self.memory_gb,
         }
-
-
-# ----------------------------------------------------------------------------- resources
-
-
-def tp_groups_per_node(gpus_per_node: int, tp: int) -> int:
-    """TP groups stay inside one node: a node hosts gpus_per_node // tp of them."""
-    return gpus_per_node // tp
-
-
-def site_gpus_per_node(problem: Problem, site: str) -> int:
-    s = problem.instance.site(site)
-    return s.gpus_per_node or problem.catalog.gpus[s.gpu].gpus_per_node
-
-
-def site_gpus_per_host(problem: Problem, site: str) -> int:
-    """GPUs per host (OS instance) of a site: its own `gpus_per_host`, else the catalog's when
-    that divides the site's NVLink domain, else the domain (one host per domain, as before
-    hosts were modelled). A domain is a whole number of hosts (checked when loading)."""
-    s = problem.instance.site(site)
-    return default_gpus_per_host(s.gpus_per_host, site_gpus_per_node(problem, site), problem.catalog.gpus[s.gpu].gpus_per_host)
-
-
-def default_gpus_per_host(own: int | None, domain: int, catalog_host: int | None) -> int:
-    if own is not None:
-        return own
-    if catalog_host is not None and domain % catalog_host == 0:
-        return catalog_host
-    return domain
-
-
-def site_it_power_w(problem: Problem, site: str, nodes: int, optic_modules_w: float) -> float:
-    """All-in GPU power of the nodes in use plus the coherent modules, times the site PUE."""
-    s = problem.instance.site(site)
-    gpu = problem.catalog.gpus[s.gpu]
-    return (nodes * site_gpus_per_node(problem, site) * gpu.all_in_w + optic_modules_w) * s.pue
-
-
-def sync_mode_of(problem: Problem, plan: Plan) -> str:
-    return plan.sync_mode or problem.instance.job.sync.modes[0]
-
-
-def config_of(problem: Problem, plan: Plan) -> Config:
-    par = plan.parallelism
-    m = par.num_micro_batches or max(1, problem.instance.job.global_batch // (par.micro_batch * par.dp))
-    return Config(
-        tp=par.tp,
-        pp=par.pp,
-        dp=par.dp,
-        micro_batch=par.micro_batch,
-        num_micro_batches=m,
-        stage_layers=tuple(plan.stage_layers),
-        sync_mode=sync_mode_of(problem, plan),
-    )
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -164,7 +119,8 @@ def evaluate(
         if link.key in links:
             viol.append(Violation("topology", f"links[{i}]", f"route {link.key[0]}-{link.key[1]} listed twice"))
         links[link.key] = (link.waves, link.optic)
-    routing = resolve_routing(problem, plan, net, viol)
+    routing, routing_errors = resolve_routing(problem, plan, net)
+    viol += [Violation("topology", where, msg) for where, msg in routing_errors]
     if any(v.kind in {"topology", "shape"} for v in viol):
         return _broken(problem, cfg, viol)
 
@@ -226,7 +182,7 @@ def evaluate(
             viol.append(Violation("gpus", f"site {s.name}", f"needs {nodes} nodes ({n_groups * cfg.tp} GPUs in TP groups of {cfg.tp}), has {avail_nodes} nodes of {gpn} ({s.gpus} GPUs)", (nodes - avail_nodes) * gpn))
         gpus_by_site[s.name] = n_groups * cfg.tp
         nodes_by_site[s.name] = nodes
-        p_w = site_it_power_w(problem, s.name, nodes, optic_w.get(s.name, 0.0))
+        p_w = site_power_w(problem, s.name, nodes, optic_w.get(s.name, 0.0))
         power_mw[s.name] = p_w / 1e6
         if s.power_mw is not None and p_w / 1e6 > s.power_mw * (1 + 1e-9):
             viol.append(Violation("power", f"site {s.name}", f"draws {p_w / 1e6:.3f} MW (GPUs x all-in W x PUE {s.pue} + optics), limit {s.power_mw:g} MW: short by {p_w / 1e6 - s.power_mw:.3f} MW", p_w / 1e6 - s.power_mw))
@@ -241,7 +197,7 @@ def evaluate(
             label = f"stage {k} at site {s} ({gpu_key})"
             if label in memory_gb:
                 continue
-            mem = stage_memory_bytes(problem.model, cfg.stage_layers[k], k, cfg.pp, cfg.tp, cfg.dp, cfg.micro_batch, cfg.num_micro_batches, inst.job.recompute, inst.job.zero1)
+            mem = stage_memory_bytes(problem.model, cfg.stage_layers[k], k, cfg.pp, cfg.tp, cfg.dp, cfg.micro_batch, cfg.num_micro_batches, cfg.recompute, cfg.zero1)
             memory_gb[label] = mem["total"] / GB
             cap = cat.gpus[gpu_key].hbm_gb - cat.memory.reserve_gb
             if mem["total"] / GB > cap:
@@ -263,28 +219,15 @@ def evaluate(
     if obj.max_step_time_s is not None and step.step_time_s > obj.max_step_time_s * (1 + 1e-9):
         viol.append(Violation("step_time", "objective.max_step_time_s", f"step time {step.step_time_s:.4g} s exceeds {obj.max_step_time_s:g} s", step.step_time_s - obj.max_step_time_s))
 
-    res = inst.resilience
-    if check_resilience and res is not None and res.survive and not viol:
-        from placer.resilience import failure_report
-
-        fr = failure_report(problem, plan)
-        worst = fr.worst()
-        dark = [sc for sc in fr.scenarios if sc.dark]
-        for sc in dark:
-            viol.append(Violation("resilience", sc.where, f"{sc.klass}: {sc.description}: the route carries traffic and would go dark (placer does not count on rerouting)"))
-        if worst is not None and not dark and not fr.survives:
-            t_w = worst.step_s[fr.collective]
-            viol.append(Violation("resilience", worst.where, f"{worst.description}: step time {t_w:.4g} s under {fr.collective} exceeds the limit {fr.limit_s:.4g} s", t_w - (fr.limit_s or 0)))
-
     t = step.step_time_s
     usd_per_s = usd_per_second(problem, capex, power_mw)
-    return Evaluation(
+    ev = Evaluation(
         feasible=not viol,
         violations=viol,
         step_time_s=t,
         breakdown=step.breakdown,
         tokens_per_s=perf.tokens_per_step() / t if 0 < t < math.inf else 0.0,
-        mfu=perf.mfu(t, gpus_by_site),
+        mfu=perf.mfu(cfg, t, gpus_by_site),
         capex_usd=capex,
         power_mw=power_mw,
         gpus_by_site=gpus_by_site,
@@ -298,46 +241,20 @@ def evaluate(
         usd_per_s=usd_per_s,
         cost_per_token_usd=usd_per_s * t / perf.tokens_per_step() if math.isfinite(t) else math.inf,
         routing=routing,
+        groups=groups,
     )
-
-
-SECONDS_PER_YEAR = 365.25 * 86400
-J_PER_MWH = 3.6e9
-
-
-def usd_per_second(problem: Problem, capex_usd: float, power_mw: dict[str, float]) -> float:
-    """Running cost of the plan: link capex amortized over `costs.amortization_years` plus
-    the energy of every site (power incl. PUE x `costs.energy_usd_per_mwh`). GPUs and sites
-    are sunk costs the plan does not choose, so they are not in it."""
-    costs = problem.catalog.costs
-    energy = sum(power_mw.values()) * 1e6 * costs.energy_usd_per_mwh / J_PER_MWH
-    return capex_usd / (costs.amortization_years * SECONDS_PER_YEAR) + energy
-
-
-def resolve_routing(problem: Problem, plan: Plan, net: Network, viol: list[Violation]) -> Routing:
-    """The plan's `routing` as paths of the route graph; unknown sites, missing routes and
-    pairs listed twice become topology violations."""
-    out: Routing = {}
-    sites = {s.name for s in problem.instance.sites}
-    for i, entry in enumerate(plan.routing):
-        where = f"routing[{i}]"
-        bad = [s for p in entry.paths for s in p.via if s not in sites]
-        if bad:
-            viol.append(Violation("topology", where, f"unknown site '{bad[0]}'"))
-            continue
-        if entry.key in out:
-            viol.append(Violation("topology", where, f"{entry.phase} traffic of {entry.key[1][0]}-{entry.key[1][1]} listed twice"))
-            continue
-        uses = []
-        for j, p in enumerate(entry.paths):
-            missing = [route_key(a, b) for a, b in zip(p.via, p.via[1:], strict=False) if route_key(a, b) not in net.routes]
-            if missing:
-                viol.append(Violation("topology", f"{where}.paths[{j}]", f"no route between {missing[0][0]} and {missing[0][1]}"))
-                break
-            uses.append(PathUse(net.make_path(p.via), p.share))
-        else:
-            out[entry.key] = tuple(uses)
-    return out
+    res = inst.resilience
+    if check_resilience and res is not None and res.survive and not viol:
+        fr = failure_report(problem, ev)
+        worst = fr.worst()
+        dark = [sc for sc in fr.scenarios if sc.dark]
+        for sc in dark:
+            viol.append(Violation("resilience", sc.where, f"{sc.klass}: {sc.description}: the route carries traffic and would go dark (placer does not count on rerouting)"))
+        if worst is not None and not dark and not fr.survives:
+            t_w = worst.step_s[fr.collective]
+            viol.append(Violation("resilience", worst.where, f"{worst.description}: step time {t_w:.4g} s under {fr.collective} exceeds the limit {fr.limit_s:.4g} s", t_w - (fr.limit_s or 0)))
+        ev.feasible = not viol
+    return ev
 
 
 def _broken(problem: Problem, cfg: Config, viol: list[Violation]) -> Evaluation:

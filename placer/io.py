@@ -360,6 +360,23 @@ def validation_message(
     return "\n".join(msgs)
 
 
+_KEY = r"[A-Za-z0-9_+\-]+"
+_PATH_RE = re.compile(rf"^{_KEY}(\[\d+\])*(\.{_KEY}(\[\d+\])*)*$")
+
+
+def parse_path(text: str) -> Loc:
+    """`routes[0].km` -> ('routes', 0, 'km'): a field path as written in study files and
+    messages (the inverse of `format_loc`). Raises ValueError on bad syntax."""
+    if not isinstance(text, str) or not _PATH_RE.match(text):
+        raise ValueError(f"'{text}' is not a field path (expected e.g. routes[0].km, job.sync.mode)")
+    out: list[Any] = []
+    for part in text.split("."):
+        name, *idx = part.split("[")
+        out.append(name)
+        out.extend(int(i.rstrip("]")) for i in idx)
+    return tuple(out)
+
+
 def _parse_loc(text: str) -> Loc:
     out: list[Any] = []
     for part in text.replace("]", "").split("."):
@@ -523,7 +540,7 @@ def read_hostfile(path: Path) -> list[str]:
 def _resolve_hosts(inst: Instance, catalog: Catalog, err: Callable[[Loc, str], InputError], base: Path | None) -> Instance:
     """Check host sizes against the NVLink domain and read hostfiles into `hosts`, so that
     every later stage sees one list of host names per site (or none: placeholders)."""
-    from placer.evaluate import default_gpus_per_host
+    from placer.rules import default_gpus_per_host
 
     sites = []
     changed = False

@@ -17,7 +17,7 @@ import networkx as nx
 
 from placer.io import Problem
 from placer.perf.comm import fiber_one_way_s, wave_payload_bytes_per_s
-from placer.schema import Route
+from placer.schema import Plan, Route
 
 RouteKey = tuple[str, str]
 PairKey = tuple[str, str]  # unordered site pair, sorted like a RouteKey
@@ -207,3 +207,31 @@ class Network:
         if not waves or optic is None:
             return 0.0
         return waves * self.wave_cost_usd(optic) + self.fiber_pairs_lit(key, waves, optic) * self.pair_cost_usd(key)
+
+
+def resolve_routing(problem: Problem, plan: Plan, net: Network) -> tuple[Routing, list[tuple[str, str]]]:
+    """The plan's `routing` as paths of the route graph, and its topology errors as
+    (where, message): unknown sites, missing routes and pairs listed twice (the evaluator
+    reports them as violations; entries with an error are left out of the routing)."""
+    out: Routing = {}
+    errors: list[tuple[str, str]] = []
+    sites = {s.name for s in problem.instance.sites}
+    for i, entry in enumerate(plan.routing):
+        where = f"routing[{i}]"
+        bad = [s for p in entry.paths for s in p.via if s not in sites]
+        if bad:
+            errors.append((where, f"unknown site '{bad[0]}'"))
+            continue
+        if entry.key in out:
+            errors.append((where, f"{entry.phase} traffic of {entry.key[1][0]}-{entry.key[1][1]} listed twice"))
+            continue
+        uses = []
+        for j, p in enumerate(entry.paths):
+            missing = [route_key(a, b) for a, b in zip(p.via, p.via[1:], strict=False) if route_key(a, b) not in net.routes]
+            if missing:
+                errors.append((f"{where}.paths[{j}]", f"no route between {missing[0][0]} and {missing[0][1]}"))
+                break
+            uses.append(PathUse(net.make_path(p.via), p.share))
+        else:
+            out[entry.key] = tuple(uses)
+    return out, errors

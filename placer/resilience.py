@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from placer.evaluate import evaluate, site_gpus_per_node
-from placer.io import Problem, plan_from_data, problem_with
+from placer.io import Problem, problem_with
 from placer.network import RouteKey
 from placer.perf.comm import allreduce_lower_bound_s, nic_loss_factor, ring_fault_free_s
 from placer.perf.step import PerfModel
-from placer.schema import Plan
+from placer.rules import site_gpus_per_node, waves_lost
+
+if TYPE_CHECKING:
+    from placer.evaluate import Evaluation
 
 COLLECTIVES = ("ring", "optcc", "bound")
 
@@ -122,16 +124,15 @@ def _without_route(problem: Problem, key: RouteKey) -> Problem:
     return problem_with(problem, routes=routes)
 
 
-def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[str] | None = None) -> FailureReport:
-    """Step time of the plan under every single failure of the listed classes."""
+def failure_report(problem: Problem, ev: Evaluation, classes: list[str] | None = None) -> FailureReport:
+    """Step time of an evaluated plan under every single failure of the listed classes."""
     res = problem.instance.resilience
     classes = classes if classes is not None else (list(res.survive) if res and res.survive else ["wave", "fiber_pair", "nic"])
     collective = res.collective if res else "optcc"
     eps = problem.catalog.resilience.optcc_eps
     perf = PerfModel(problem)
-    ev = evaluate(problem, plan, perf, check_resilience=False)
     cfg = ev.config
-    groups = [(g.count, tuple(g.stage_sites)) for g in plan_from_data(plan).replica_groups]
+    groups = list(ev.groups)
     waves = {tuple(sorted(link["sites"])): link["waves"] for link in ev.links}
     optics = {tuple(sorted(link["sites"])): link["optic"] for link in ev.links}
     p_sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
@@ -142,9 +143,10 @@ def failure_report(problem: Problem, plan: Plan | dict[str, Any], classes: list[
         if w <= 0:
             continue
         ch = problem.catalog.channels_per_pair(optics[key])
-        for klass, lost in (("wave", 1), ("fiber_pair", min(w, ch))):
+        for klass in ("wave", "fiber_pair"):
             if klass not in classes:
                 continue
+            lost = waves_lost(klass, w, ch)
             left = w - lost
             cap0 = net.capacity_Bps(key, w, optics[key])
             cap1 = net.capacity_Bps(key, left, optics[key])

@@ -105,6 +105,11 @@ class PlausibilitySpec(Strict):
     source: str
 
 
+class PrecisionSpec(Strict):
+    fp8_peak_factor: float = Field(gt=0, description="dense FP8 peak over the dense BF16 peak (job.precision fp8)")
+    source: str
+
+
 class Catalog(Strict):
     gpus: dict[str, GpuSpec]
     optics: dict[str, OpticSpec]
@@ -113,6 +118,7 @@ class Catalog(Strict):
     memory: MemorySpec
     resilience: ResilienceSpec
     plausibility: PlausibilitySpec
+    precision: PrecisionSpec
 
     def channels_per_pair(self, optic: str) -> int:
         """DWDM channels one fiber pair carries for this optic's grid spacing."""
@@ -289,10 +295,13 @@ class Resilience(Strict):
     nic_failure_rate: float | None = Field(default=None, ge=0, le=1)
 
 
+MAX_THREADS = 1024  # solver threads accepted (CP-SAT rejects absurd worker counts as an invalid model)
+
+
 class SolverOptions(Strict):
     backend: Backend = "cpsat"
-    time_limit_s: float = Field(default=60, gt=0)
-    threads: int | None = Field(default=None, ge=1)
+    time_limit_s: float = Field(default=60, gt=0, allow_inf_nan=False)
+    threads: int | None = Field(default=None, ge=1, le=MAX_THREADS, description=f"solver threads, 1 to {MAX_THREADS}; null = all cores")
     seed: int = 0
     max_sites_per_replica: int = Field(
         default=2, ge=1, description="pipeline chains visit at most this many sites"

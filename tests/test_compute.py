@@ -79,9 +79,9 @@ def test_optimizer_step_by_hand() -> None:
         {"name": "opt", "sites": [{"name": "dc", "gpu": "a100-80g", "gpus": 32}], "job": {"model": "sc21-1.7b", "global_batch": 512, "zero1": True}}
     )
     perf = PerfModel(prob)
-    from placer.perf.step import Config
+    from placer.rules import job_config
 
-    cfg = Config(1, 1, 32, 1, 16, (24,))
+    cfg = job_config(prob.instance.job, 1, 1, 32, 1, 16, (24,), "synchronous")
     h = 2304
     params = 24 * (12 * h * h + 2 * h) + 51200 * h + h  # blocks, embedding, final norm
     a100 = CAT.gpus["a100-80g"]

@@ -26,10 +26,11 @@ import pytest
 
 import placer
 from placer.errors import InputError, TimeLimitError
-from placer.evaluate import evaluate, site_gpus_per_host, site_gpus_per_node
+from placer.evaluate import evaluate
 from placer.io import load_instance, problem_from_data
 from placer.outputs.export import FORMAT_NAMES, export, render
 from placer.outputs.launch import build_layout, megatron_pipeline_args, parse_torchtitan_args
+from placer.rules import site_gpus_per_host, site_gpus_per_node
 from placer.schema import Plan
 
 REPO = Path(__file__).resolve().parent.parent

@@ -102,7 +102,7 @@ def wan_factor_seen(n_sites: int, waves: int, collective: str) -> float:
     prob = problem_from_data(mesh(n_sites))
     plan = local_plan(n_sites, waves)
     healthy = evaluate(prob, plan).step_time_s
-    rep = failure_report(prob, plan, ["wave"])
+    rep = failure_report(prob, evaluate(prob, plan), ["wave"])
     sc = rep.scenarios[0]
     bw = wan_bytes_per_pair(n_sites) / (waves * WAVE_800G_BPS)
     return 1 + (sc.step_s[collective] - healthy) / bw
@@ -120,13 +120,13 @@ def test_scenarios_reproduce_optcc_properties() -> None:
     # l > 2 (4 waves -> 1 left is a fiber-pair-like loss of 3): overhead ~ l/2, not O(1/p)
     prob = problem_from_data(mesh(4))
     plan = local_plan(4, 4)
-    rep = failure_report(prob, plan, ["fiber_pair"])
+    rep = failure_report(prob, evaluate(prob, plan), ["fiber_pair"])
     assert rep.scenarios == [] or all(s.klass == "fiber_pair" for s in rep.scenarios)
 
 
 def test_disconnecting_failure_is_reported() -> None:
     prob = problem_from_data(mesh(2))
-    rep = failure_report(prob, local_plan(2, 3), ["fiber_pair"])
+    rep = failure_report(prob, evaluate(prob, local_plan(2, 3)), ["fiber_pair"])
     (sc,) = rep.scenarios
     assert sc.disconnected
     assert math.isinf(sc.step_s["optcc"])
@@ -145,7 +145,7 @@ def test_nic_failure_expected_step_time() -> None:
     plan = local_plan(2, 2)
     plan["parallelism"]["dp"] = 16
     plan["replica_groups"] = [{"count": 8, "stage_sites": ["a"]}, {"count": 8, "stage_sites": ["b"]}]
-    rep = failure_report(prob, plan)
+    rep = failure_report(prob, evaluate(prob, plan))
     (nic,) = [s for s in rep.scenarios if s.klass == "nic"]
     ev = evaluate(prob, plan)
     intra = ev.step.intra_s
@@ -218,7 +218,7 @@ def test_n_minus_1_guarantee_holds(n: int, slowdown: float, collective: str, sur
     except Exception as exc:  # noqa: BLE001 - an infeasible guarantee is a valid answer
         assert getattr(exc, "exit_code", None) == 3, exc
         return
-    rep = failure_report(prob, res.plan)
+    rep = failure_report(prob, res.evaluation)
     limit = res.evaluation.step_time_s * (1 + slowdown)
     for sc in rep.scenarios:
         assert sc.step_s[collective] <= limit * (1 + 1e-6), sc

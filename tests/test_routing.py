@@ -55,7 +55,7 @@ def closed_form_wan(instance: dict[str, Any]) -> tuple[float, float]:
     to capacity (which equalises the two paths' times) at the slower path's latency."""
     problem = problem_from_data(instance)
     net, perf = Network(problem), PerfModel(problem)
-    from placer.evaluate import config_of
+    from placer.rules import config_of
     from placer.schema import Plan
 
     plan = Plan.model_validate(

@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from placer.errors import InfeasibleError
-from placer.evaluate import evaluate, site_gpus_per_node, tp_groups_per_node
+from placer.evaluate import evaluate
 from placer.io import problem_from_data
 from placer.optimize.driver import SolveResult, solve
+from placer.rules import site_gpus_per_node, tp_groups_per_node
 
 pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:DeprecationWarning")
 

@@ -199,8 +199,8 @@ def test_pareto_mask() -> None:
 
 BAD = [
     # (study text, expected line, expected fragments)
-    ("base: base.yaml\ngrid:\n  routes[0].km: [10, 20]\n  routes[0].kms: [1]\n", 4, ["routes[0].kms", "unknown field"]),
-    ("base: base.yaml\ngrid:\n  routes[0].km: [10, far]\n", 3, ["routes[0].km", "valid number"]),
+    ("base: base.yaml\ngrid:\n  routes[0].km: [10, 20]\n  routes[0].kms: [1]\n", 4, ["routes[0].kms", "unknown key 'kms' (did you mean 'km'?)"]),
+    ("base: base.yaml\ngrid:\n  routes[0].km: [10, far]\n", 3, ["routes[0].km", "must be a number, got 'far'"]),
     ("base: base.yaml\npoints:\n  - routes[0].km: 10\n  - sites[1].gpus: -8\n", 4, ["points[1]", "sites[1].gpus", "-8"]),
     ("base: base.yaml\npoints:\n  - routes[3].km: 10\n", 3, ["routes[3]", "out of range"]),
     ("base: base.yaml\npoints:\n  - job.model.layers: 10\n", 3, ["job.model", "not a mapping"]),

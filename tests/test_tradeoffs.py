@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from placer.cli import app
 from placer.io import problem_from_data
 from placer.optimize.driver import solve
-from placer.optimize.lexicographic import LIMIT_SLACK, FrontierPoint, frontier, mark_knee
+from placer.optimize.lexicographic import LIMIT_SLACK, FrontierPoint, mark_knee
+from placer.study.frontier import frontier
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_WAVES = 3

@@ -24,6 +24,7 @@ from placer.evaluate import evaluate
 from placer.io import Problem
 from placer.network import Network, PairKey, RouteKey, route_key
 from placer.optimize.data import InnerData, InnerSolution, solution_plan
+from placer.optimize.families import tiebreak_key
 from placer.perf.step import PerfModel
 
 MAX_PLANS = 200_000
@@ -60,7 +61,7 @@ def brute_inner(problem: Problem, perf: PerfModel, data: InnerData, objective: s
                 value = {"step_time": ev.step_time_s, "cost": ev.capex_usd, "cost_per_token": ev.cost_per_token_usd}[objective]
                 sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
                 paths = sum(len(e["paths"]) - 1 for e in routing)
-                key = (round(value, 9), sum(wv), sites, paths)
+                key = tiebreak_key(value, sum(wv), sites, paths, sum(c * n for c, n in counts.items()))
                 if best is None or key < best:
                     best = key
                     best_sol = InnerSolution(dict(counts), waves, value, value, True, step_time_s=ev.step_time_s, routing=routing)

@@ -17,7 +17,19 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from placer.optimize.data import InnerData, InnerSolution, extract_routing
+from placer.errors import SolverError
+from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
+from placer.optimize.families import (
+    FAMILIES,
+    HostPair,
+    IntraTerm,
+    LatencyTerm,
+    PathLevelTerm,
+    hull_cells,
+    row,
+    sync_rule,
+    tiebreak_weights,
+)
 
 INT_LIMIT = 4e18  # stay well inside int64 for coefficient x domain products
 TIME_TICKS = 10**9
@@ -41,50 +53,52 @@ class CpsatInner:
         self.cutoff = cutoff
         self.ub = max(upper_bound_s, 1e-6)
         self.tau = self.ub / TIME_TICKS
+        self.TT = TIME_TICKS + 1  # the step's range in ticks
+        self.sync = sync_rule(data.sync_mode, data.every_steps)
         self.m = cp_model.CpModel()
-        self._build()
+        self.rows: list[str] = []  # every row's name, in build order
+        for family in FAMILIES:
+            getattr(self, f"define_{family}")()
 
     def ticks(self, seconds: float) -> int:
         return math.ceil(seconds / self.tau - 1e-6)
 
-    def _build(self) -> None:
-        d, M = self.d, self.m
-        cfg = d.cfg
-        D = cfg.dp
-        C = range(len(d.chains))
-        TT = TIME_TICKS + 1
-        n = {c: M.NewIntVar(0, D, f"n[{c}]") for c in C}
-        u = {c: M.NewBoolVar(f"u[{c}]") for c in C}
-        self.n, self.u = n, u
-        self._intra_terms: list[tuple[Any, Any, int]] = []  # (h, x, ticks)
-        self._pairs: list[tuple[Any, Any, Any, Any, Any, int]] = []  # (D, share, b, h_a, h_b, latency ticks)
-        self._exposed = None
-        M.Add(sum(n.values()) == D).WithName("replicas.total")
-        T_pipe = M.NewIntVar(min(self.ticks(t) for t in d.chain_time), TT, "T_pipe")
+    def add(self, constraint: Any, name: str) -> Any:
+        """Name a row (families.row) and record it."""
+        self.rows.append(name)
+        return constraint.WithName(name)
+
+    # ------------------------------------------------------------------ families
+
+    def define_replicas(self) -> None:
+        d, M, add = self.d, self.m, self.add
+        D, C = d.cfg.dp, range(len(d.chains))
+        self.n = n = {c: M.NewIntVar(0, D, f"n[{c}]") for c in C}
+        self.u = u = {c: M.NewBoolVar(f"u[{c}]") for c in C}
+        add(M.Add(sum(n.values()) == D), row("replicas.total"))
         for c in C:
-            M.Add(n[c] <= D * u[c]).WithName(f"chain.use[{c}]")
-            tc = self.ticks(d.chain_time[c])
-            if tc > TT:
-                M.Add(u[c] == 0)
-            else:
-                M.Add(T_pipe >= tc).WithName(f"pipe.chain[{c}]").OnlyEnforceIf(u[c])
-        self.w: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): path j may carry traffic
-        self.f: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): bytes on path j
-        self._pipe_level_terms: list[tuple[int, Any, list[Any]]] = []
-        self._lat_terms: list[tuple[int, Any]] = []
-        pp_flow_load = self._route_pipeline(T_pipe, TT)
-        x = {(s, k): sum(n[c] for c in C if d.chains[c][k] == s) for k in range(cfg.pp) for s in d.stage_sites[k]}
-        nodes = {s: M.NewIntVar(0, d.site_nodes[s], f"nodes[{s}]") for s in d.sites}
+            add(M.Add(n[c] <= D * u[c]), row("replicas.use", c))
+
+    def define_placement(self) -> None:
+        d, M, add, n = self.d, self.m, self.add, self.n
+        cfg, C = d.cfg, range(len(d.chains))
+        self.x = x = {(s, k): sum(n[c] for c in C if d.chains[c][k] == s) for k in range(cfg.pp) for s in d.stage_sites[k]}
+        self.nodes = nodes = {s: M.NewIntVar(0, d.site_nodes[s], f"nodes[{s}]") for s in d.sites}
         for s in d.sites:
             used = sum(x[(s, k)] for k in range(cfg.pp) if (s, k) in x)
-            M.Add(d.site_groups_per_node[s] * nodes[s] >= used).WithName(f"site.nodes[{s}]")
-        y = {(r, i): M.NewBoolVar(f"y[{r}][{i}]") for r in d.routes for i in range(len(d.wave_options[r]))}
-        self.y = y
+            add(M.Add(d.site_groups_per_node[s] * nodes[s] >= used), row("site.nodes", s))
+
+    def define_waves(self) -> None:
+        d, M = self.d, self.m
+        self.y = y = {(r, i): M.NewBoolVar(f"y[{r}][{i}]") for r in d.routes for i in range(len(d.wave_options[r]))}
         for r in d.routes:
-            M.AddExactlyOne(y[(r, i)] for i in range(len(d.wave_options[r])))
-        capex = sum(round(opt.capex_usd) * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
-        self.capex = capex
+            self.add(M.AddExactlyOne(y[(r, i)] for i in range(len(d.wave_options[r]))), row("route.waves", *r))
+        self.capex = sum(round(opt.capex_usd) * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
         self.total_waves = sum(opt.waves * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
+
+    def define_power(self) -> None:
+        """Site power in milliwatts, and the running cost in RATE_UNIT USD per second."""
+        d, M, y, nodes = self.d, self.m, self.y, self.nodes
         rate_terms = [round(opt.capex_usd / d.amortization_s / RATE_UNIT) * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r])]
         for s in d.sites:
             limit = d.site_power_w[s]
@@ -97,25 +111,51 @@ class CpsatInner:
             # (float noise below a microwatt is not rounded up: 1.3 x 6496 W is 8444800 mW, not 8444801)
             coef_node = math.ceil(d.site_pue[s] * d.site_node_w[s] * 1000 - 1e-3)
             optics = sum(math.ceil(d.site_pue[s] * opt.module_w * 1000 - 1e-3) * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r]))
-            M.Add(coef_node * nodes[s] + optics <= math.floor(limit * 1000 * (1 + 1e-9))).WithName(f"site.power[{s}]")
+            self.add(M.Add(coef_node * nodes[s] + optics <= math.floor(limit * 1000 * (1 + 1e-9))), row("site.power", s))
         self.rate = sum(rate_terms)  # USD per second in RATE_UNIT
-        if d.max_cost_usd is not None:
-            M.Add(capex <= math.floor(d.max_cost_usd)).WithName("budget")
+
+    def define_budget(self) -> None:
+        if self.d.max_cost_usd is not None:
+            self.add(self.m.Add(self.capex <= math.floor(self.d.max_cost_usd)), row("budget"))
+
+    def define_pipeline(self) -> None:
+        d, M, u = self.d, self.m, self.u
+        # every chain slower than the range (the cutoff): the rows below leave no chain in
+        # use and the model infeasible (proved), rather than an empty domain (invalid)
+        self.T_pipe = M.NewIntVar(min(min(self.ticks(t) for t in d.chain_time), self.TT), self.TT, "T_pipe")
+        for c in u:
+            tc = self.ticks(d.chain_time[c])
+            if tc > self.TT:
+                self.add(M.Add(u[c] == 0), row("pipe.chain", c))
+            else:
+                self.add(M.Add(self.T_pipe >= tc), row("pipe.chain", c)).OnlyEnforceIf(u[c])
+        self.w: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): path j may carry traffic
+        self.f: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): bytes on path j
+        self._pipe_level_terms: list[PathLevelTerm] = []
+        self._pp_flow_load = self._route_pipeline(self.T_pipe, self.TT)
+
+    def define_routing(self) -> None:
+        """T_pipe >= pipeline bytes / capacity per route, with loads in bytes / Q per tick so
+        that no row leaves int64."""
+        d, n, cfg, C = self.d, self.n, self.d.cfg, range(len(self.d.chains))
+        pp_flow_load = self._pp_flow_load
+        TT = self.TT
         # route capacities in integer units: cap_i * T_ticks >= Q * load_bytes
         max_cap_tick = max((opt.capacity_Bps * self.tau for r in d.routes for opt in d.wave_options[r]), default=1.0)
         # Q as large as int64 allows on both sides of a row (sum_i cap_i x ticks, Q x load bytes),
         # with room for the terms of one row (options, x sites and 2 x ticks in the resilience
         # rows). A fixed cap of Q <= 1e6 left a 10 Gbps route 31 100 units per tick on a 3e-11 s
         # grid: 3e-5 off the evaluator, which the driver rejects.
+        # CP-SAT checks a row for overflow term by term (coefficient x the variable's upper
+        # bound), so a route's load is bounded by dp replicas on every chain type at once
         max_load = max(
-            [cfg.dp * (max((cr.get(r, 0) for cr in d.chain_cross), default=0) + self._max_routed) * d.pp_bytes_per_crossing for r in d.routes]
+            [cfg.dp * (sum(cr.get(r, 0) for cr in d.chain_cross) + self._max_routed) * d.pp_bytes_per_crossing for r in d.routes]
             + [len(d.pairs) * sum(d.wan_bytes), 1.0]
         )
         terms = 4 * max((len(o) for o in d.wave_options.values()), default=1) * len(d.sites)
         self.Q = float(max(1, math.floor(min(INT_LIMIT / (max(max_cap_tick, 1e-30) * TT), INT_LIMIT / max_load) / terms)))
         pp_bytes = round(d.pp_bytes_per_crossing)
         self.pp_loads: dict[Any, Any] = {}
-        self.dp_loads: dict[Any, Any] = {}
         for r in d.routes:
             maxc = max((cr.get(r, 0) for cr in d.chain_cross), default=0)
             if maxc == 0 and r not in pp_flow_load:
@@ -123,16 +163,22 @@ class CpsatInner:
             load = sum(n[c] * d.chain_cross[c].get(r, 0) for c in C if d.chain_cross[c].get(r, 0)) * pp_bytes
             load = load + sum(pp_flow_load.get(r, []))
             self.pp_loads[r] = load
-            self._route_time(T_pipe, load, r, "route.pp")
+            self._hull(self.T_pipe, load, r, self._wave_caps(r), None, TT, "route.pp", by_route=True)
+
+    def define_dp_hosting(self) -> None:
+        d, M, add, x = self.d, self.m, self.add, self.x
+        D, TT = d.cfg.dp, self.TT
         # the WAN exchange may last H (diloco) or 2H (streaming hides up to T_pipe more) times
         # the step: its variables get that much room, and its rows a Q that keeps products in
         # int64 (the step's precision is unchanged: only T_wan / H counts in it)
-        wan_factor = {"synchronous": 1, "diloco": d.every_steps}.get(d.sync_mode, 2 * d.every_steps)
-        TW = wan_factor * TT
-        Q_wan = float(max(1, math.floor(self.Q / wan_factor)))
-        T_intra = M.NewIntVar(min(TT, math.floor(d.intra_lower_bound / self.tau)), TT, "T_intra")
-        T_dpbw = M.NewIntVar(0, TW, "T_dpbw")
-        T_lat = M.NewIntVar(0, TW, "T_lat")
+        wan_factor = int(self.sync.window)
+        self.TW = TW = wan_factor * TT
+        self.Q_wan = Q_wan = float(max(1, math.floor(self.Q / wan_factor)))
+        self.T_intra = T_intra = M.NewIntVar(min(TT, math.floor(d.intra_lower_bound / self.tau)), TT, "T_intra")
+        self.T_dpbw = M.NewIntVar(0, TW, "T_dpbw")
+        self.T_lat = T_lat = M.NewIntVar(0, TW, "T_lat")
+        self._intra_terms: list[IntraTerm] = []
+        self._pairs: list[HostPair] = []
         h: dict[tuple[str, int], Any] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
         pair_dem: dict[Any, list[tuple[Any, Any, int]]] = {}  # routed pair -> (D, b, share bound) per class
@@ -141,87 +187,104 @@ class CpsatInner:
             hosts = d.stage_sites[k]
             for s in hosts:
                 h[(s, k)] = hv = M.NewBoolVar(f"h[{s}][{k}]")
-                M.Add(x[(s, k)] <= D * hv)
-                M.Add(x[(s, k)] >= hv)
+                add(M.Add(x[(s, k)] <= D * hv), row("dp.host_ub", s, k))
+                add(M.Add(x[(s, k)] >= hv), row("dp.host_lb", s, k))
                 if D >= 2 and d.class_intra(cls, s) > 0:
                     # every member's NIC carries the data-parallel volume of a flat ring
-                    M.Add(T_intra >= self.ticks(d.class_intra(cls, s))).WithName(f"dp.intra[{s}][{k}]").OnlyEnforceIf(hv)
-                    self._intra_terms.append((hv, x[(s, k)], self.ticks(d.class_intra(cls, s))))
+                    add(M.Add(T_intra >= self.ticks(d.class_intra(cls, s))), row("dp.intra", s, k)).OnlyEnforceIf(hv)
+                    self._intra_terms.append(IntraTerm(hv, x[(s, k)], self.ticks(d.class_intra(cls, s))))
             if len(hosts) < 2:
                 continue
             S_k = d.class_wan_bytes(cls)
             shares = [0] + [round(2 * S_k / K) if K >= 2 else 0 for K in range(1, len(hosts) + 1)]
             n_hosts = M.NewIntVar(1, len(hosts), f"K[{k}]")
-            M.Add(n_hosts == sum(h[(s, k)] for s in hosts))
+            add(M.Add(n_hosts == sum(h[(s, k)] for s in hosts)), row("dp.k_count", k))
             share = M.NewIntVar(0, max(shares), f"share[{k}]")
-            M.AddElement(n_hosts, shares, share)
+            add(M.AddElement(n_hosts, shares, share), row("dp.k_share", k))
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
-                    M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not()])
+                    add(M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not()]), row("dp.disconnected", a, b, k))
             for a, b in d.pairs:
                 if a not in hosts or b not in hosts:
                     continue
                 bp = M.NewBoolVar(f"b[{a},{b}][{k}]")
-                M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not(), bp])
+                add(M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not(), bp]), row("dp.pair_on", a, b, k))
                 dem = M.NewIntVar(0, max(shares), f"D[{a},{b}][{k}]")
-                M.Add(dem >= share).WithName(f"dp.pair[{a},{b}][{k}]").OnlyEnforceIf(bp)
-                M.Add(T_lat >= self.ticks(2 * d.pair_latency[(a, b)])).OnlyEnforceIf(bp)
-                self._pairs.append((dem, share, bp, h[(a, k)], h[(b, k)], self.ticks(2 * d.pair_latency[(a, b)])))
+                add(M.Add(dem >= share), row("dp.pair", a, b, k)).OnlyEnforceIf(bp)
+                add(M.Add(T_lat >= self.ticks(2 * d.pair_latency[(a, b)])), row("dp.pair_latency", a, b, k)).OnlyEnforceIf(bp)
+                self._pairs.append(HostPair(dem, share, bp, max(shares), h[(a, k)], h[(b, k)], self.ticks(2 * d.pair_latency[(a, b)])))
                 if d.routed((a, b)):
                     pair_dem.setdefault((a, b), []).append((dem, bp, max(shares)))
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
         self._route_data_parallel(pair_dem, T_lat, dp_load)
+        self.dp_loads: dict[Any, Any] = {}
         for r in d.routes:
             if dp_load[r]:
                 self.dp_loads[r] = sum(dp_load[r])
-                self._route_time(T_dpbw, sum(dp_load[r]), r, "route.dp", TW, Q_wan)
-        T_wan = T_dpbw + T_lat
-        H = d.every_steps
-        T = M.NewIntVar(0, TT, "T")
-        self.T = T
+                self._hull(self.T_dpbw, sum(dp_load[r]), r, self._wave_caps(r), None, TW, "route.dp", Q_wan, by_route=True)
+
+    def define_step(self) -> None:
+        """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan when
+        synchronous) less what its overlap windows hide (in 1/L ticks), plus the sync
+        policy's part of T_wan otherwise; on the tick grid (rounded up)."""
+        M, add, rule = self.m, self.add, self.sync
+        T_pipe, T_intra = self.T_pipe, self.T_intra
+        T_wan = self.T_dpbw + self.T_lat
+        H = rule.divisor
+        self.T = T = M.NewIntVar(0, self.TT, "T")
+        self._exposed = None
         self._overlap_terms: list[tuple[Any, int, Any, int]] = []  # (piece, L f, sync, L window)
         L = self._overlap_den()
-        if d.sync_mode == "synchronous":
-            # L T == L T_pipe + exposed (in 1/L ticks), rounded up to the tick grid
-            E = self._dp_exposed(T_intra + T_wan, "main", TW)
-            M.Add(L * T >= L * T_pipe + E)
-            M.Add(L * T < L * T_pipe + E + L)
-        elif d.sync_mode == "diloco":
+        if self.d.sync_mode == "synchronous":
+            E = self._dp_exposed(T_intra + T_wan, None, self.TW)
+            add(M.Add(L * T >= L * T_pipe + E), row("step.time"))
+            add(M.Add(L * T < L * T_pipe + E + L), row("step.time_round"))
+        elif not rule.overlapped:
             # T * H == H * (T_pipe + exposed intra) + T_wan, rounded up to the tick grid
-            E = self._dp_exposed(T_intra, "main", TT)
-            M.Add(L * H * T >= L * H * T_pipe + H * E + L * T_wan)
-            M.Add(L * H * T < L * H * T_pipe + H * E + L * T_wan + L * H)
+            E = self._dp_exposed(T_intra, None, self.TT)
+            add(M.Add(L * H * T >= L * H * T_pipe + H * E + L * T_wan), row("step.time"))
+            add(M.Add(L * H * T < L * H * T_pipe + H * E + L * T_wan + L * H), row("step.time_round"))
         else:
-            exposed = M.NewIntVar(0, TT, "T_exposed")
+            exposed = M.NewIntVar(0, self.TT, "T_exposed")
             self._exposed = exposed
-            M.Add(H * exposed >= T_wan - H * T_pipe)
-            E = self._dp_exposed(T_intra, "main", TT)
-            M.Add(L * T >= L * (T_pipe + exposed) + E)
-            M.Add(L * T < L * (T_pipe + exposed) + E + L)
+            add(M.Add(H * exposed >= T_wan - H * T_pipe), row("dp.streaming_overlap"))
+            E = self._dp_exposed(T_intra, None, self.TT)
+            add(M.Add(L * T >= L * (T_pipe + exposed) + E), row("step.time"))
+            add(M.Add(L * T < L * (T_pipe + exposed) + E + L), row("step.time_round"))
+
+    def define_limits(self) -> None:
+        d, M, add, T = self.d, self.m, self.add, self.T
         if d.max_step_time_s is not None:
-            M.Add(T <= math.floor(d.max_step_time_s / self.tau * (1 + 1e-9)))
+            add(M.Add(T <= math.floor(d.max_step_time_s / self.tau * (1 + 1e-9))), row("limits.max_step_time"))
         if self.t_cap is not None:
-            M.Add(T <= math.floor(self.t_cap / self.tau))
+            add(M.Add(T <= math.floor(self.t_cap / self.tau)), row("limits.t_cap"))
         if self.rate_cap is not None:
-            M.Add(self.rate <= math.floor(self.rate_cap / RATE_UNIT))
+            add(M.Add(self.rate <= math.floor(self.rate_cap / RATE_UNIT)), row("limits.rate_cap"))
         if self.cutoff is not None:
             if self.objective == "step_time":
-                M.Add(T <= self.ticks(self.cutoff) + 1)
+                add(M.Add(T <= self.ticks(self.cutoff) + 1), row("limits.cutoff"))
             elif self.objective == "cost":
-                M.Add(capex <= math.floor(self.cutoff))
+                add(M.Add(self.capex <= math.floor(self.cutoff)), row("limits.cutoff"))
             else:
-                M.Add(self.rate <= math.ceil(self.cutoff / RATE_UNIT))
+                add(M.Add(self.rate <= math.ceil(self.cutoff / RATE_UNIT)), row("limits.cutoff"))
+
+    def define_resilience(self) -> None:
+        """Sites in use (the participants of the inter-site collective, and the tie-break's
+        site count, so written for every model), then the survival rows."""
+        d, M = self.d, self.m
         self.sites_used = {s: M.NewBoolVar(f"site_used[{s}]") for s in d.sites}
         for s in d.sites:
-            M.Add(nodes[s] <= d.site_nodes[s] * self.sites_used[s])
-        self.TW, self.Q_wan = TW, Q_wan
-        if d.resilience is not None:
-            if d.resilience.max_step_time_s is None:
-                self._exact_step(T_pipe, T_intra, T_dpbw, T_lat)
-            self._add_resilience(T, T_pipe, T_intra, T_dpbw, T_lat, nodes)
-        M.Minimize(self._main())
+            self.add(M.Add(self.nodes[s] <= d.site_nodes[s] * self.sites_used[s]), row("site.used", s))
+        if d.resilience is None:
+            return
+        if d.resilience.max_step_time_s is None:
+            self._exact_step(self.T_pipe, self.T_intra, self.T_dpbw, self.T_lat)
+        self._add_resilience(self.T, self.T_pipe, self.T_intra, self.T_dpbw, self.T_lat, self.nodes)
+
+    def define_objective(self) -> None:
+        self.m.Minimize(self._main())
 
     # ------------------------------------------------------------------ routing (MCF)
 
@@ -234,9 +297,9 @@ class CpsatInner:
             self.w[(phase, q, j)] = w
             # linear rows (not enforcement literals): CP-SAT's default LP relaxation sees them
             if j == 1:
-                M.Add(w <= sum(active))
+                self.add(M.Add(w <= sum(active)), row(f"route.{phase}.paths_need_traffic", *q))
             else:
-                M.Add(w <= ws[-1])
+                self.add(M.Add(w <= ws[-1]), row(f"route.{phase}.paths_prefix", *q, j))
             ws.append(w)
         return ws
 
@@ -247,11 +310,11 @@ class CpsatInner:
             f = M.NewIntVar(0, max_demand, f"f[{phase}][{q}][{j}]")
             self.f[(phase, q, j)] = f
             if j >= 1:
-                M.Add(f <= max_demand * ws[j])
+                self.add(M.Add(f <= max_demand * ws[j]), row(f"route.{phase}.path_allowed", *q, j))
             flows.append(f)
             for r in path.routes:
                 loads.setdefault(r, []).append(f)
-        M.Add(sum(flows) == demand).WithName(f"route.{phase}.demand[{q}]")
+        self.add(M.Add(sum(flows) == demand), row(f"route.{phase}.demand", *q))
 
     def _route_pipeline(self, T_pipe: Any, TT: int) -> dict[Any, list[Any]]:
         """Pipeline activations of routed pairs as a flow over candidate paths (see milp)."""
@@ -271,130 +334,121 @@ class CpsatInner:
                     continue
                 tc = self.ticks(t)
                 if tc > TT:
-                    M.AddBoolOr([self.u[c].Not(), *(w.Not() for w in chosen)])
+                    self.add(M.AddBoolOr([self.u[c].Not(), *(w.Not() for w in chosen)]), row("pipe.chain_path", c, *levels))
                 else:
-                    M.Add(T_pipe >= tc * (self.u[c] + sum(chosen) - len(chosen)))
-                self._pipe_level_terms.append((min(tc, TT), self.u[c], chosen))
+                    self.add(M.Add(T_pipe >= tc * (self.u[c] + sum(chosen) - len(chosen))), row("pipe.chain_path", c, *levels))
+                self._pipe_level_terms.append(PathLevelTerm(min(tc, TT), self.u[c], chosen))
         return loads
 
     def _route_data_parallel(self, pair_dem: dict[Any, list[tuple[Any, Any, int]]], T_lat: Any, dp_load: dict[Any, list[Any]]) -> None:
+        self._lat_terms: list[LatencyTerm] = []
         loads: dict[Any, list[Any]] = {}
         for q, dems in sorted(pair_dem.items()):
             ws = self._paths_allowed("dp", q, [bp for _, bp, _ in dems])
             self._split("dp", q, sum(dem for dem, _, _ in dems), sum(mx for _, _, mx in dems), ws, loads)
             for j in range(1, len(ws)):
                 lat = self.ticks(2 * self.d.pair_paths[q][j].latency_s)
-                self.m.Add(T_lat >= lat * ws[j])
-                self._lat_terms.append((lat, ws[j]))
+                self.add(self.m.Add(T_lat >= lat * ws[j]), row("dp.path_latency", *q, j))
+                self._lat_terms.append(LatencyTerm(lat, ws[j]))
         for r, terms in loads.items():
             dp_load[r].extend(terms)
 
     def routing(self, solver: cp_model.CpSolver) -> list[dict[str, Any]]:
         return extract_routing(self.d, self.f, lambda key: bool(solver.Value(self.w[key])), lambda key: float(solver.Value(self.f[key])))
 
+    # ------------------------------------------------------------------ exact step (resilience)
+
     def _exact_route_time(self, load: Any, r: Any, ub: int, Q: float, family: str) -> Any:
         """t = ceil(Q load / cap) for the chosen wave option: the hull with a two-sided row."""
-        M = self.m
-        t = M.NewIntVar(0, ub, f"t[{family}][{r}]")
-        taus, slack = [], []
-        for i, opt in enumerate(self.d.wave_options[r]):
-            tau = M.NewIntVar(0, ub, f"tau[{family}][{r}][{i}]")
-            M.Add(tau <= ub * self.y[(r, i)])
-            cap_int = math.floor(opt.capacity_Bps * self.tau * Q)
-            if cap_int <= 0:
-                M.Add(tau == 0)
-            else:
-                slack.append((cap_int - 1) * self.y[(r, i)])
-            taus.append((cap_int, tau))
-        M.Add(sum(tt for _, tt in taus) == t)
-        lhs = sum(c * tt for c, tt in taus if c > 0)
-        M.Add(lhs >= round(Q) * load)
-        M.Add(lhs <= round(Q) * load + sum(slack))
+        t = self.m.NewIntVar(0, ub, f"t[{family}][{r}]")
+        self._hull(t, load, r, self._wave_caps(r), None, ub, family, Q, exact=True, by_route=True)
         return t
 
     def _exact_step(self, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any) -> None:
         """The step-time variable equals the plan's step time (see milp._exact_step)."""
-        d, M = self.d, self.m
-        TT = TIME_TICKS + 1
-        for dem, share, bp, ha, hb, _ in self._pairs:
-            M.AddImplication(bp, ha)
-            M.AddImplication(bp, hb)
-            M.Add(dem <= share)
-            M.Add(dem == 0).OnlyEnforceIf(bp.Not())
+        d, M, add = self.d, self.m, self.add
+        TT = self.TT
+        for i, hp in enumerate(self._pairs):
+            add(M.AddImplication(hp.on, hp.host_a), row("exact.pair_a", i))
+            add(M.AddImplication(hp.on, hp.host_b), row("exact.pair_b", i))
+            add(M.Add(hp.demand <= hp.share), row("exact.share", i))
+            add(M.Add(hp.demand == 0), row("exact.pair_off", i)).OnlyEnforceIf(hp.on.Not())
         for c, uc in self.u.items():
-            M.Add(self.n[c] >= uc)  # a chain counts in the max only when it has replicas
+            add(M.Add(self.n[c] >= uc), row("exact.chain_used", c))  # a chain counts in the max only when it has replicas
         pipe = [self.ticks(d.chain_time[c]) * self.u[c] for c in self.u]
-        for i, (tc, uc, chosen) in enumerate(self._pipe_level_terms):
+        for i, term in enumerate(self._pipe_level_terms):
             a = M.NewBoolVar(f"exact.chain_path[{i}]")
-            M.AddBoolAnd([uc, *chosen]).OnlyEnforceIf(a)
-            M.AddBoolOr([a, uc.Not(), *(w.Not() for w in chosen)])
-            pipe.append(tc * a)
+            add(M.AddBoolAnd([term.use, *term.allowed]), row("exact.chain_path_on", i)).OnlyEnforceIf(a)
+            add(M.AddBoolOr([a, term.use.Not(), *(w.Not() for w in term.allowed)]), row("exact.chain_path_off", i))
+            pipe.append(term.time * a)
         pipe += [self._exact_route_time(load, r, TT, self.Q, "exact.pp") for r, load in self.pp_loads.items()]
-        M.AddMaxEquality(T_pipe, pipe)
+        add(M.AddMaxEquality(T_pipe, pipe), row("exact.pipe"))
         dp = [0] + [self._exact_route_time(load, r, self.TW, self.Q_wan, "exact.dp") for r, load in self.dp_loads.items()]
-        M.AddMaxEquality(T_dpbw, dp)
-        M.AddMaxEquality(T_lat, [0] + [lat * bp for _dem, _share, bp, _ha, _hb, lat in self._pairs] + [lat * w for lat, w in self._lat_terms])
-        M.AddMaxEquality(T_intra, [0] + [tk * g for g, _, tk in self._intra_terms])
+        add(M.AddMaxEquality(T_dpbw, dp), row("exact.dpbw"))
+        add(M.AddMaxEquality(T_lat, [0] + [hp.latency * hp.on for hp in self._pairs] + [t.latency * t.allowed for t in self._lat_terms]), row("exact.lat"))
+        add(M.AddMaxEquality(T_intra, [0] + [t.time * t.host for t in self._intra_terms]), row("exact.intra"))
         if self._exposed is not None:
             H = d.every_steps
             raw = M.NewIntVar(-4 * self.TW, 4 * self.TW, "exact.exposed_raw")
-            M.Add(raw == T_dpbw + T_lat - H * T_pipe)
+            add(M.Add(raw == T_dpbw + T_lat - H * T_pipe), row("exact.exposed_raw"))
             pos = M.NewIntVar(0, 4 * self.TW, "exact.exposed_pos")
-            M.AddMaxEquality(pos, [0, raw])
-            M.Add(H * self._exposed <= pos + H - 1)
+            add(M.AddMaxEquality(pos, [0, raw]), row("exact.exposed_pos"))
+            add(M.Add(H * self._exposed <= pos + H - 1), row("exact.exposed"))
         for i, (e, num, sync, w) in enumerate(self._overlap_terms):
             raw = M.NewIntVar(-8 * self.TW * num - w, 8 * self.TW * num, f"exact.dp_overlap_raw[{i}]")
-            M.Add(raw == num * sync - w)
-            M.AddMaxEquality(e, [0, raw])
+            add(M.Add(raw == num * sync - w), row("exact.dp_overlap_raw", i))
+            add(M.AddMaxEquality(e, [0, raw]), row("exact.dp_overlap", i))
 
     def _overlap_den(self) -> int:
         """L: the overlap pieces count in 1/L ticks, so that a fraction f of the sync
         (L f integer) and the windows (rounded to 1/L tick) add no rounding of their own."""
         return math.lcm(*(Fraction(f).limit_denominator(64).denominator for f, _ in self.d.dp_pieces))
 
-    def _dp_exposed(self, sync: Any, tag: str, ub: int) -> Any:
+    def _dp_exposed(self, sync: Any, tag: str | None, ub: int) -> Any:
         """The per-step sync's exposed part (milp._dp_exposed) in 1/L ticks: a piece with
-        fraction f of the sync and window w is e >= L f sync - L w, e >= 0."""
+        fraction f of the sync and window w is e >= L f sync - L w, e >= 0; `tag` None is
+        the healthy step, a tag one failure scenario's."""
         M, L, terms = self.m, self._overlap_den(), []
         for i, (f, window) in enumerate(self.d.dp_pieces):
             num = round(Fraction(f).limit_denominator(64) * L)
             w = round(L * window / self.tau)
-            e = M.NewIntVar(0, 4 * L * ub, f"T_dp_exposed[{tag}][{i}]")
-            M.Add(e >= num * sync - w)
-            if tag == "main":
+            e = M.NewIntVar(0, 4 * L * ub, f"T_dp_exposed[{tag or 'healthy'}][{i}]")
+            self.add(M.Add(e >= num * sync - w), row("dp.overlap", *([] if tag is None else [tag]), i))
+            if tag is None:
                 self._overlap_terms.append((e, num, sync, w))
             terms.append(e)
         return sum(terms)
 
     def _dp_part(self, T_intra: Any, T_wan: Any, T_pipe: Any, tag: str) -> Any:
-        """The data-parallel term for the sync policy (milp._dp_part), in ticks (rounded up)."""
+        """The data-parallel term of one failure scenario (milp._dp_part), in ticks (rounded up)."""
         M, L = self.m, self._overlap_den()
-        ub = 2 * self.TW if self.d.sync_mode == "synchronous" else 2 * (TIME_TICKS + 1)
-        sync = T_intra + T_wan if self.d.sync_mode == "synchronous" else T_intra
+        sync_all = self.d.sync_mode == "synchronous"
+        ub = 2 * self.TW if sync_all else 2 * self.TT
         part = M.NewIntVar(0, 4 * ub, f"dp_part[{tag}]")
-        M.Add(L * part >= self._dp_exposed(sync, tag, ub))
-        if self.d.sync_mode == "synchronous":
+        self.add(M.Add(L * part >= self._dp_exposed(T_intra + T_wan if sync_all else T_intra, tag, ub)), row("res.dp_part", tag))
+        if sync_all:
             return part
         return part + self._wan_part(T_wan, T_pipe, tag)
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str) -> Any:
-        """The data-parallel WAN term for the sync policy, in ticks (rounded up)."""
-        d, M = self.d, self.m
-        H = d.every_steps
-        if d.sync_mode == "synchronous":
+        """The data-parallel WAN term of one failure scenario's step for the sync policy
+        (families.SyncRule), in ticks (rounded up)."""
+        M, rule = self.m, self.sync
+        H = rule.divisor
+        if H == 1 and not rule.overlapped:
             return T_wan
-        part = M.NewIntVar(0, 2 * (TIME_TICKS + 1), f"wan_part[{tag}]")
-        if d.sync_mode == "diloco":
-            M.Add(H * part >= T_wan)
+        part = M.NewIntVar(0, 2 * self.TT, f"wan_part[{tag}]")
+        if not rule.overlapped:
+            self.add(M.Add(H * part >= T_wan), row("res.wan_part", tag))
         else:
-            M.Add(H * part >= T_wan - H * T_pipe)
+            self.add(M.Add(H * part >= T_wan - H * T_pipe), row("res.wan_part", tag))
         return part
 
     def _add_resilience(self, T: Any, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any, nodes: Any) -> None:
         """The same survival constraints as placer.optimize.milp._add_resilience, on ticks."""
-        d, M, res = self.d, self.m, self.d.resilience
+        d, M, res, add = self.d, self.m, self.d.resilience, self.add
         assert res is not None
-        TT = TIME_TICKS + 1
+        TT = self.TT
         big = 2 * TT
         if res.max_step_time_s is not None:
             limit_rhs = None
@@ -403,52 +457,82 @@ class CpsatInner:
             limit_rhs = round((1 + res.max_slowdown) * 10**6)
         used = self.sites_used
         for s in d.sites:
-            M.Add(used[s] <= nodes[s])
+            add(M.Add(used[s] <= nodes[s]), row("res.used_has_nodes", s))
         zp = {p: M.NewBoolVar(f"res.p[{p}]") for p in range(1, len(d.sites) + 1)}
-        M.AddExactlyOne(zp.values())
-        M.Add(sum(p * z for p, z in zp.items()) == sum(used.values()))
+        add(M.AddExactlyOne(zp.values()), row("res.p_onehot"))
+        add(M.Add(sum(p * z for p, z in zp.items()) == sum(used.values())), row("res.p_count"))
 
         def within(expr: Any, tag: str) -> None:
             if limit_rhs is None:
-                M.Add(expr <= limit_ticks).WithName(f"res.survive[{tag}]")
+                add(M.Add(expr <= limit_ticks), row("res.survive", tag))
             else:
-                M.Add(10**6 * expr <= limit_rhs * T).WithName(f"res.survive[{tag}]")
+                add(M.Add(10**6 * expr <= limit_rhs * T), row("res.survive", tag))
 
         for (klass, r), caps in sorted(res.degraded_capacity.items()):
-            tag = f"{klass}:{r[0]}-{r[1]}"
+            tag = f"{klass}_{r[0]}_{r[1]}"
             Tp = M.NewIntVar(0, big, f"res.T_pipe[{tag}]")
-            M.Add(Tp >= T_pipe)
+            add(M.Add(Tp >= T_pipe), row("res.pipe_healthy", tag))
             if r in self.pp_loads:
-                self._hull(Tp, self.pp_loads[r], r, [[c] for c in caps], None, big, f"res.pp[{tag}]")
+                self._hull(Tp, self.pp_loads[r], r, [[c] for c in caps], None, big, f"res.pp.{tag}")
             Td = M.NewIntVar(0, 2 * self.TW, f"res.T_dpbw[{tag}]")
-            M.Add(Td >= T_dpbw)
+            add(M.Add(Td >= T_dpbw), row("res.dp_healthy", tag))
             if r in self.dp_loads:
                 healthy = [opt.capacity_Bps for opt in d.wave_options[r]]
                 eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
-                self._hull(Td, self.dp_loads[r], r, eff, zp, 2 * self.TW, f"res.dp[{tag}]", self.Q_wan)
+                self._hull(Td, self.dp_loads[r], r, eff, zp, 2 * self.TW, f"res.dp.{tag}", self.Q_wan)
             within(Tp + self._dp_part(T_intra, Td + T_lat, Tp, tag), tag)
         if res.nic_factor is not None and math.isinf(res.nic_factor):
-            M.Add(T_intra <= 0)  # a lost NIC cuts its node off the collective
+            add(M.Add(T_intra <= 0), row("res.survive", "nic"))  # a lost NIC cuts its node off the collective
         elif res.nic_factor is not None:
             scaled = M.NewIntVar(0, big * 4, "res.T_intra_nic")
             num = round(res.nic_factor * 10**6)
-            M.Add(10**6 * scaled >= num * T_intra)
+            add(M.Add(10**6 * scaled >= num * T_intra), row("res.nic_scaled"))
             within(T_pipe + self._dp_part(scaled, T_dpbw + T_lat, T_pipe, "nic"), "nic")
 
-    def _hull(self, T_var: Any, load: Any, r: Any, caps: list[list[float]], zp: Any, ub: int, family: str, Q: float | None = None) -> None:
+    # ------------------------------------------------------------------ the hull writer
+
+    def _wave_caps(self, r: Any) -> list[list[float]]:
+        return [[opt.capacity_Bps] for opt in self.d.wave_options[r]]
+
+    def _hull(
+        self,
+        T_var: Any,
+        load: Any,
+        r: Any,
+        caps: list[list[float]],
+        zp: Any,
+        ub: int,
+        family: str,
+        Q: float | None = None,
+        exact: bool = False,
+        by_route: bool = False,
+    ) -> None:
+        """The one hull writer: Q load <= sum cap[i, p] tau[i, p] with sum tau = T_var and
+        tau[i, p] <= ub y[i] (and <= ub zp[p] when the capacity depends on the number of
+        participating sites): the convex hull of 'load / capacity <= T_var' over the one-hots.
+        Capacities are integer (bytes / Q) per tick. With `exact`, also <= Q load plus the
+        rounding slack of the chosen option, so that T_var = ceil(Q load / cap)."""
+        M, add = self.m, self.add
         Q = Q or self.Q
-        taus = []
-        for i, row in enumerate(caps):
-            for p, cap in enumerate(row):
-                if zp is not None and p == 0:
-                    continue
-                tau = self.m.NewIntVar(0, ub, f"tau[{family}][{i}][{p}]")
-                self.m.Add(tau <= ub * self.y[(r, i)])
-                if zp is not None:
-                    self.m.Add(tau <= ub * zp[p])
-                taus.append((math.floor(cap * self.tau * Q), tau))
-        self.m.Add(sum(t for _, t in taus) == T_var)
-        self.m.Add(sum(c * t for c, t in taus if c > 0) >= round(Q) * load)
+        taus, slack = [], []
+        for cell in hull_cells(caps, zp is not None):
+            i, p = cell.option, cell.participants
+            tau = M.NewIntVar(0, ub, f"tau[{family}][{r}][{i}]" if by_route else f"tau[{family}][{i}][{p}]")
+            add(M.Add(tau <= ub * self.y[(r, i)]), row(f"{family}.hull", *r, i, p))
+            if zp is not None:
+                add(M.Add(tau <= ub * zp[p]), row(f"{family}.hull_p", *r, i, p))
+            cap_int = math.floor(cell.capacity_Bps * self.tau * Q)
+            if exact:
+                if cap_int <= 0:
+                    add(M.Add(tau == 0), row(f"{family}.no_capacity", *r, i))
+                else:
+                    slack.append((cap_int - 1) * self.y[(r, i)])
+            taus.append((cap_int, tau))
+        add(M.Add(sum(t for _, t in taus) == T_var), row(f"{family}.split", *r))
+        lhs = sum(c * t for c, t in taus if c > 0)
+        add(M.Add(lhs >= round(Q) * load), row(f"{family}.capacity", *r))
+        if exact:
+            add(M.Add(lhs <= round(Q) * load + sum(slack)), row(f"{family}.capacity_ub", *r))
 
     def _main(self) -> Any:
         return {"step_time": self.T, "cost": self.capex, "rate": self.rate}[self.objective]
@@ -456,26 +540,7 @@ class CpsatInner:
     def _scale(self) -> float:
         return {"step_time": self.tau, "cost": 1.0, "rate": RATE_UNIT}[self.objective]
 
-    def _route_time(self, T_var: Any, load: Any, r: Any, family: str, ub: int = TIME_TICKS + 1, Q: float | None = None) -> None:
-        """Q * load <= sum_i cap_i * tau_i with sum_i tau_i = T_var and tau_i <= UB * y_i:
-        the convex hull of 'load / capacity(waves) <= T_var' over the wave one-hot."""
-        Q = Q or self.Q
-        taus = []
-        for i, opt in enumerate(self.d.wave_options[r]):
-            tau = self.m.NewIntVar(0, ub, f"tau[{family}][{r}][{i}]")
-            self.m.Add(tau <= ub * self.y[(r, i)])
-            cap_int = math.floor(opt.capacity_Bps * self.tau * Q)
-            taus.append((cap_int, tau))
-        self.m.Add(sum(t for _, t in taus) == T_var).WithName(f"{family}.split[{r}]")
-        self.m.Add(sum(c * t for c, t in taus if c > 0) >= round(Q) * load).WithName(f"{family}.capacity[{r}]")
-
-    def add_hint(self, counts: dict[int, int], waves: dict[Any, int]) -> None:
-        for c, v in self.n.items():
-            self.m.AddHint(v, counts.get(c, 0))
-        for (r, i), yv in self.y.items():
-            self.m.AddHint(yv, 1 if self.d.wave_options[r][i].waves == waves.get(r, 0) else 0)
-
-    def solve(self, time_limit_s: float, threads: int | None, seed: int, options: dict[str, Any]) -> InnerSolution | None:
+    def solve(self, time_limit_s: float, threads: int | None, seed: int, options: dict[str, Any]) -> InnerSolution | NoPlan:
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.01, time_limit_s)
@@ -486,8 +551,16 @@ class CpsatInner:
                 setattr(p, key, value)
         t0 = time.perf_counter()
         st = solver.Solve(self.m)
+        if st == cp_model.MODEL_INVALID:
+            why = self.m.Validate() or _solution_info(solver) or "CP-SAT gave no message"
+            raise SolverError(f"CP-SAT: the model of {self.d.cfg.label()} is invalid: {why}")
+        if st == cp_model.INFEASIBLE:
+            return NoPlan(proven=True, reason="infeasible or no better than the incumbent")
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None
+            # UNKNOWN: the time limit struck before a plan; the bound CP-SAT proved stays open
+            b = solver.BestObjectiveBound()
+            bound = b * self._scale() if math.isfinite(b) else None
+            return NoPlan(proven=False, bound=bound, reason=f"CP-SAT {solver.StatusName(st)}")
         optimal = st == cp_model.OPTIMAL
         # the tie-break solve gets what is left of the time limit, not a second one
         p.max_time_in_seconds = max(0.01, time_limit_s - (time.perf_counter() - t0))
@@ -498,20 +571,18 @@ class CpsatInner:
         first_routing = self.routing(solver)
         t_first = solver.Value(self.T) * self.tau
         # tie-break: same objective value, then fewer waves, then fewer sites
-        self.m.Add(self._main() <= round(solver.ObjectiveValue()))
+        self.add(self.m.Add(self._main() <= round(solver.ObjectiveValue())), row("objective.tiebreak"))
         for v in self.n.values():
             self.m.AddHint(v, solver.Value(v))
         # canonical order among the remaining ties (CP-SAT's parallel workers may otherwise
         # return a different optimal plan on each run): lowest chain-type indices first
         # then fewer listed paths per routed pair
-        w_paths = self.d.cfg.dp * max(1, len(self.d.chains)) + 1
-        w_sites = w_paths * (len(self.w) + 1)
-        w_waves = w_sites * (len(self.d.sites) + 1)
+        tb = tiebreak_weights(self.d.cfg.dp, len(self.d.chains), len(self.w), len(self.d.sites))
         self.m.Minimize(
-            w_waves * self.total_waves
-            + w_sites * sum(self.sites_used.values())
-            + w_paths * sum(self.w.values())
-            + sum(c * v for c, v in self.n.items())
+            tb.waves * self.total_waves
+            + tb.sites * sum(self.sites_used.values())
+            + tb.paths * sum(self.w.values())
+            + sum(tb.chain_index * c * v for c, v in self.n.items())
         )
         st2 = solver.Solve(self.m)
         if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -524,3 +595,11 @@ class CpsatInner:
         counts = {c: solver.Value(v) for c, v in self.n.items() if solver.Value(v) > 0}
         waves = {r: self.d.wave_options[r][i].waves for (r, i), yv in self.y.items() if solver.Value(yv)}
         return counts, waves
+
+
+def _solution_info(solver: cp_model.CpSolver) -> str:
+    """CP-SAT's own account of a failed solve (why the parameters or model are invalid)."""
+    try:
+        return str(solver.SolutionInfo())
+    except RuntimeError:  # no response to read
+        return ""

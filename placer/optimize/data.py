@@ -11,10 +11,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from placer.evaluate import J_PER_MWH, SECONDS_PER_YEAR, site_gpus_per_node, tp_groups_per_node
 from placer.io import Problem
 from placer.network import Network, PairKey, Path, RouteKey, route_key
 from placer.perf.step import Chain, Config, PerfModel
+from placer.rules import (
+    amortization_s,
+    energy_usd_per_j,
+    node_it_w,
+    site_gpus_per_node,
+    tp_groups_per_node,
+    waves_lost,
+)
 from placer.schema import Plan
 
 
@@ -68,7 +75,7 @@ class InnerData:
     max_step_time_s: float | None
     max_cost_usd: float | None
     stage_sites: list[list[str]] = field(default_factory=list)  # sites that may host stage k
-    amortization_s: float = 5 * 365.25 * 86400
+    amortization_s: float = math.inf  # catalog costs.amortization_years (placer.rules)
     energy_usd_per_j: float = 0.0
     resilience: ResilienceData | None = None
     stage_classes: list[list[int]] = field(default_factory=list)
@@ -129,7 +136,7 @@ def build_inner(
         gpn_groups[s.name] = tp_groups_per_node(gpn, cfg.tp) if cfg.tp <= gpn else 0
         nodes[s.name] = s.gpus // gpn
         groups[s.name] = nodes[s.name] * gpn_groups[s.name]
-        node_w[s.name] = gpn * cat.gpus[s.gpu].all_in_w
+        node_w[s.name] = node_it_w(problem, s.name)
         pue[s.name] = s.pue
         power[s.name] = None if s.power_mw is None else s.power_mw * 1e6
     routes = sorted(net.routes)
@@ -210,7 +217,7 @@ def build_inner(
         pair_latency=pair_lat,
         disconnected=disconnected,
         sync_mode=cfg.sync_mode,
-        every_steps=inst.job.sync.every_steps,
+        every_steps=cfg.every_steps,
         max_step_time_s=inst.objective.max_step_time_s,
         max_cost_usd=budget,
         stage_sites=stage_sites,
@@ -219,8 +226,8 @@ def build_inner(
         chain_pairs=chain_pairs,
         chain_level_time=chain_level_time,
         dp_pieces=perf.dp_pieces(cfg),
-        amortization_s=cat.costs.amortization_years * SECONDS_PER_YEAR,
-        energy_usd_per_j=cat.costs.energy_usd_per_mwh / J_PER_MWH,
+        amortization_s=amortization_s(cat),
+        energy_usd_per_j=energy_usd_per_j(cat),
         resilience=resilience_data(problem, cfg, routes, options, optic, sites, collective),
     )
 
@@ -252,7 +259,7 @@ def resilience_data(
                 continue
             cap_list, fac_list = [], []
             for opt in options[r]:
-                lost = 0 if opt.waves == 0 else (1 if klass == "wave" else min(opt.waves, ch))
+                lost = waves_lost(klass, opt.waves, ch)
                 c1 = net.capacity_Bps(r, opt.waves - lost, o)
                 cap_list.append(c1)
                 l = opt.capacity_Bps / c1 if c1 > 0 else math.inf  # noqa: E741
@@ -277,6 +284,19 @@ class InnerSolution:
     optimal: bool
     step_time_s: float | None = None  # the backend's own step-time value
     routing: list[dict[str, Any]] = field(default_factory=list)  # plan `routing` entries
+
+
+@dataclass
+class NoPlan:
+    """A backend's answer for a configuration without a plan. `proven`: the model is
+    infeasible, so the configuration has no plan (better than the cutoff, when one was
+    set). Otherwise the time limit ended the search first and `bound` (the solver's best
+    bound in the objective's unit, None when it has none) is all that is known: the
+    configuration stays open in the global bound."""
+
+    proven: bool
+    bound: float | None = None
+    reason: str = ""
 
 
 def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan:

@@ -16,19 +16,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from placer.diagnostics import instance_warnings, plan_warnings
-from placer.errors import InfeasibleError, ModelMismatchError, PlacerError, TimeLimitError
-from placer.evaluate import J_PER_MWH, Evaluation, completed_plan, evaluate, site_gpus_per_node
+from placer.errors import (
+    InfeasibleError,
+    InputError,
+    ModelMismatchError,
+    PlacerError,
+    TimeLimitError,
+)
+from placer.evaluate import Evaluation, completed_plan, evaluate
 from placer.io import Problem
 from placer.optimize.brute import brute_inner
 from placer.optimize.cpsat import CpsatInner
-from placer.optimize.data import InnerData, InnerSolution, build_inner, solution_plan
+from placer.optimize.data import InnerData, InnerSolution, NoPlan, build_inner, solution_plan
 from placer.optimize.explain import explain_infeasible
+from placer.optimize.families import tiebreak_key
 from placer.optimize.greedy import greedy
 from placer.optimize.milp import MilpInner
 from placer.optimize.quiet import absorb_highs_banner
 from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
 from placer.perf.step import Config, PerfModel
-from placer.schema import Plan
+from placer.rules import energy_usd_per_j, site_gpus_per_node, site_power_w, tp_groups_per_node
+from placer.schema import MAX_THREADS, Plan
 
 GREEDY_CONFIGS = 4  # configurations (best bounds first) that get a greedy incumbent
 FINISH_RESERVE_S = 1.0  # of the time limit, for the final evaluation (capped at 2% of it)
@@ -62,10 +70,22 @@ def _objective_value(objective: str, ev: Evaluation) -> float:
     return {"step_time": ev.step_time_s, "cost": ev.capex_usd, "cost_per_token": ev.cost_per_token_usd}[objective]
 
 
-def _tiebreak(objective: str, ev: Evaluation, cfg: Config) -> tuple[Any, ...]:
+def _tiebreak(objective: str, ev: Evaluation, plan: Plan, cfg: Config) -> tuple[Any, ...]:
     waves = sum(link["waves"] for link in ev.links)
     sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
-    return (float(f"{_objective_value(objective, ev):.9g}"), waves, sites, cfg.label())
+    paths = sum(len(entry.paths) - 1 for entry in plan.routing)
+    return tiebreak_key(_objective_value(objective, ev), waves, sites, paths, cfg.label())
+
+
+def check_solver_options(time_limit_s: Any, threads: Any, names: tuple[str, str] = ("time_limit_s", "threads")) -> None:
+    """Range checks of the run options (the CLI passes its option names): a finite positive
+    time limit, and 1 to MAX_THREADS threads. Either may be None (the instance's setting)."""
+    if time_limit_s is not None and (
+        isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float) or not math.isfinite(time_limit_s) or time_limit_s <= 0
+    ):
+        raise InputError(f"{names[0]}: must be a finite number of seconds > 0, got {time_limit_s!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS):
+        raise InputError(f"{names[1]}: must be an integer from 1 to {MAX_THREADS}, got {threads!r}")
 
 
 def solve(
@@ -76,13 +96,14 @@ def solve(
     progress: Progress | None = None,
     _nested: bool = False,
 ) -> SolveResult:
+    check_solver_options(time_limit_s, threads)
     absorb_highs_banner()  # HiGHS' banner goes to stderr, never onto stdout (CONTRACT section 4)
     inst = problem.instance
     opts = inst.solver
     if inst.objective.within_fastest is not None and not _nested:
         from placer.optimize.lexicographic import solve_within_fastest
 
-        return solve_within_fastest(problem, backend, time_limit_s if time_limit_s is not None else opts.time_limit_s, threads, progress)
+        return solve_within_fastest(solve, problem, backend, time_limit_s if time_limit_s is not None else opts.time_limit_s, threads, progress)
     backend = backend or opts.backend
     time_limit_s = time_limit_s if time_limit_s is not None else opts.time_limit_s
     threads = threads if threads is not None else opts.threads
@@ -120,7 +141,7 @@ def solve(
                     f"{backend} step time {sol.step_time_s:.9g} s != evaluator {ev.step_time_s:.9g} s "
                     f"for {data.cfg.label()}"
                 )
-        key = _tiebreak(objective, ev, data.cfg)
+        key = _tiebreak(objective, ev, plan, data.cfg)
         if best is None or key < best[0]:
             best = (key, plan, ev, data.cfg)
             say(f"incumbent {source} {data.cfg.label()}: {_fmt(objective, key[0])}")
@@ -134,6 +155,7 @@ def solve(
             consider(cand.data, InnerSolution(g.counts, {}, math.inf, 0.0, False), "greedy-nowaves")
 
     solved = 0
+    unproven = 0  # configurations the time limit ended before the solver proved them
     open_bounds: list[float] = []
     timed_out = False
     for i, cand in enumerate(cands):
@@ -148,29 +170,38 @@ def solve(
             open_bounds.extend(c.lower_bound for c in cands[i:])
             break
         data = cand.data or build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
-        sol = _solve_inner(problem, perf, data, backend, objective, inc, remaining, threads, opts, best)
+        res = _solve_inner(problem, perf, data, backend, objective, inc, remaining, threads, opts, best)
         solved += 1
+        sol = res if isinstance(res, InnerSolution) else None
+        if isinstance(res, NoPlan) and not res.proven:
+            # the time limit ended this configuration without a plan: what it could still
+            # reach stays in the global bound (its own bound, or the solver's if tighter)
+            unproven += 1
+            open_bounds.append(cand.lower_bound if res.bound is None else max(cand.lower_bound, res.bound))
         if sol is not None:
             if not sol.optimal:
-                open_bounds.append(sol.bound)
+                unproven += 1
+                open_bounds.append(max(cand.lower_bound, sol.bound))
             consider(data, sol, backend)
         nxt = cands[i + 1].lower_bound if i + 1 < len(cands) else math.inf
         inc = best[0][0] if best else math.inf
         say(
             f"[{i + 1}/{len(cands)}] {cand.cfg.label()}: "
-            + ("no better plan" if sol is None else _fmt(objective, sol.objective))
+            + (_fmt(objective, sol.objective) if sol is not None else "no better plan" if res.proven else f"{res.reason or 'time limit'}, no plan yet")
             + (f"; incumbent {_fmt(objective, inc)}, bound {_fmt(objective, min([inc, nxt, *open_bounds]))}" if objective != "cost" and math.isfinite(inc) else "")
         )
 
     seconds = time.perf_counter() - t0
     if best is None:
-        if timed_out:
+        if timed_out or unproven:
             raise TimeLimitError(f"time limit {time_limit_s:g} s reached before any feasible plan was found")
         raise InfeasibleError(explain_infeasible(problem, perf, report, cands))
     _, plan, ev, cfg = best
     value = _objective_value(objective, ev)
     bound = min([value, *open_bounds])
     gap = 0.0 if value <= 0 else max(0.0, (value - bound) / value)
+    # optimal only when every configuration was solved to optimality, proved to have
+    # nothing better, or pruned by a valid bound no lower than the plan's value
     status = "optimal" if gap <= 1e-9 and not timed_out else ("time_limit" if timed_out else "feasible")
     bound_T = bound if objective == "step_time" else None
     final = completed_plan(
@@ -214,7 +245,7 @@ def resilience_summary(problem: Problem, plan: Plan, backend: str, time_limit_s:
 
     res = problem.instance.resilience
     assert res is not None
-    fr = failure_report(problem, plan)
+    fr = failure_report(problem, evaluate(problem, plan, check_resilience=False))
     waves_of = lambda p: {"-".join(sorted(link.sites)): link.waves for link in p.links}  # noqa: E731
     out: dict[str, Any] = {"collective": res.collective, "survive": list(res.survive), "max_slowdown": res.max_slowdown, "failures": fr.to_dict()}
     runs: dict[str, dict[str, int] | None] = {}
@@ -273,13 +304,12 @@ def prepare_candidates(
 def min_usd_per_s(problem: Problem, cfg: Config) -> float:
     """A lower bound on a configuration's running cost: the energy of its TP groups at the
     cheapest site per group (no links, no partly used nodes)."""
-    cat, inst = problem.catalog, problem.instance
     per_group = []
-    for s in inst.sites:
+    for s in problem.instance.sites:
         gpn = site_gpus_per_node(problem, s.name)
         if cfg.tp <= gpn:
-            per_group.append(s.pue * gpn * cat.gpus[s.gpu].all_in_w / (gpn // cfg.tp))
-    return cfg.pp * cfg.dp * min(per_group) * cat.costs.energy_usd_per_mwh / J_PER_MWH
+            per_group.append(site_power_w(problem, s.name, 1) / tp_groups_per_node(gpn, cfg.tp))
+    return cfg.pp * cfg.dp * min(per_group) * energy_usd_per_j(problem.catalog)
 
 
 def _backend(
@@ -293,7 +323,7 @@ def _backend(
     opts: Any,
     t_cap: float | None = None,
     rate_cap: float | None = None,
-) -> InnerSolution | None:
+) -> InnerSolution | NoPlan:
     start = time.perf_counter()
     t_max = t_cap or (cutoff if (objective == "step_time" and cutoff is not None) else _upper_bound_time(data))
     if backend == "milp":
@@ -315,9 +345,10 @@ def _solve_inner(
     threads: int | None,
     opts: Any,
     best: Any,
-) -> InnerSolution | None:
+) -> InnerSolution | NoPlan:
     if backend == "brute":
-        return brute_inner(problem, perf, data, objective)
+        sol = brute_inner(problem, perf, data, objective)
+        return sol if sol is not None else NoPlan(proven=True, reason="no feasible plan")
     if objective == "cost_per_token":
         return _cost_per_token_walk(problem, perf, data, backend, incumbent, remaining, threads, opts)
     return _backend(problem, data, backend, objective, incumbent, remaining, threads, opts)
@@ -332,7 +363,7 @@ def _cost_per_token_walk(
     remaining: float,
     threads: int | None,
     opts: Any,
-) -> InnerSolution | None:
+) -> InnerSolution | NoPlan:
     """Minimize (USD/s) x (s/step) / tokens exactly by walking the configuration's Pareto
     front of step time vs running cost: the fastest plan under a cost-rate cap, then the
     cheapest plan at that speed, then a strictly cheaper cap (relative 1e-7), until the
@@ -349,14 +380,16 @@ def _cost_per_token_walk(
             optimal = False
             break
         fast = _backend(problem, data, backend, "step_time", None, left, threads, opts, rate_cap=rate_cap)
-        if fast is None:
+        if isinstance(fast, NoPlan):
+            optimal &= fast.proven
             break
         optimal &= fast.optimal
         t_i = fast.objective
         if incumbent is not None and t_i * r_min / tokens >= incumbent * (1 - 1e-9):
             break
         left = deadline - time.perf_counter()
-        cheap = _backend(problem, data, backend, "rate", None, max(left, 0.05), threads, opts, t_cap=t_i * (1 + 1e-7) + 1e-9) or fast
+        cheap_or_none = _backend(problem, data, backend, "rate", None, max(left, 0.05), threads, opts, t_cap=t_i * (1 + 1e-7) + 1e-9)
+        cheap = cheap_or_none if isinstance(cheap_or_none, InnerSolution) else fast
         ev = evaluate(problem, solution_plan(problem, data, cheap), perf)
         if not ev.feasible or ev.step_time_s > t_i * (1 + AGREEMENT_REL) + 1e-9:
             raise ModelMismatchError(f"{backend}: cost_per_token walk produced a plan the evaluator disagrees with ({data.cfg.label()})")
@@ -368,7 +401,8 @@ def _cost_per_token_walk(
     if best is not None:
         best.optimal = optimal
         best.bound = best.objective if optimal else 0.0
-    return best
+        return best
+    return NoPlan(proven=True) if optimal else NoPlan(proven=False, reason="time limit in the cost_per_token walk")
 
 
 def _upper_bound_time(data: InnerData) -> float:

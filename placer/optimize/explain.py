@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from placer.evaluate import site_gpus_per_node
 from placer.io import Problem
 from placer.optimize.space import SpaceReport, site_group_capacity
 from placer.perf.step import PerfModel
+from placer.rules import site_gpus_per_node, site_power_w
 
 
 def explain_infeasible(problem: Problem, perf: PerfModel, report: SpaceReport, cands: list[Any]) -> str:
@@ -30,7 +30,7 @@ def explain_infeasible(problem: Problem, perf: PerfModel, report: SpaceReport, c
         short_site = []
         for s in inst.sites:
             gpn = site_gpus_per_node(problem, s.name)
-            node_w = gpn * cat.gpus[s.gpu].all_in_w * s.pue
+            node_w = site_power_w(problem, s.name, 1)
             nodes = s.gpus // gpn
             if s.power_mw is not None:
                 fed = min(nodes, math.floor(s.power_mw * 1e6 / node_w + 1e-9))
@@ -41,7 +41,7 @@ def explain_infeasible(problem: Problem, perf: PerfModel, report: SpaceReport, c
         if feedable < smallest:
             lines.append(
                 f"power: the smallest configuration needs {smallest} GPUs, the power limits feed {feedable}: "
-                f"short by {smallest - feedable} GPUs (~{(smallest - feedable) * max(cat.gpus[s.gpu].all_in_w * s.pue for s in inst.sites) / 1e6:.2f} MW). "
+                f"short by {smallest - feedable} GPUs (~{(smallest - feedable) * max(site_power_w(problem, s.name, 1) / site_gpus_per_node(problem, s.name) for s in inst.sites) / 1e6:.2f} MW). "
                 + "; ".join(short_site)
             )
         groups = sum(site_group_capacity(problem, s.name, tp) for s in inst.sites)
@@ -64,7 +64,7 @@ def explain_infeasible(problem: Problem, perf: PerfModel, report: SpaceReport, c
                 continue
             gpn = site_gpus_per_node(problem, s.name)
             nodes = s.gpus // gpn
-            node_w = gpn * cat.gpus[s.gpu].all_in_w * s.pue
+            node_w = site_power_w(problem, s.name, 1)
             left_w = s.power_mw * 1e6 - nodes * node_w
             need = [(cat.optics[o].module_w * s.pue, o) for r in inst.routes if s.name in r.sites for o in [perf.net.default_optic(r.key)] if o]
             if need and 0 <= left_w < min(need)[0]:

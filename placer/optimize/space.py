@@ -17,10 +17,10 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from placer.evaluate import site_gpus_per_node, tp_groups_per_node
 from placer.io import Problem
 from placer.perf.flops import stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, balanced_stage_layers
+from placer.rules import job_config, num_micro_batches, site_gpus_per_node, tp_groups_per_node
 
 GB = 1e9
 
@@ -96,17 +96,16 @@ def enumerate_configs(problem: Problem, report: SpaceReport | None = None) -> li
                     if job.gpus is not None and tp * pp * dp != job.gpus:
                         report.drop("tp x pp x dp differs from job.gpus")
                         continue
-                    m = job.global_batch // (b * dp)
+                    m = num_micro_batches(job, b, dp)
                     for mode in job.sync.modes:
-                        out.append(Config(tp, pp, dp, b, m, layers, mode))
+                        out.append(job_config(job, tp, pp, dp, b, m, layers, mode))
     return out
 
 
 def memory_fits(problem: Problem, cfg: Config, stage: int, gpu_key: str) -> tuple[bool, float]:
-    job = problem.instance.job
     mem = stage_memory_bytes(
         problem.model, cfg.stage_layers[stage], stage, cfg.pp, cfg.tp, cfg.dp, cfg.micro_batch,
-        cfg.num_micro_batches, job.recompute, job.zero1,
+        cfg.num_micro_batches, cfg.recompute, cfg.zero1,
     )["total"] / GB
     cap = problem.catalog.gpus[gpu_key].hbm_gb - problem.catalog.memory.reserve_gb
     return mem <= cap, mem - cap

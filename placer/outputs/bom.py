@@ -134,8 +134,8 @@ def bom_data(problem: Problem, plan: Plan | dict[str, Any]) -> dict[str, Any]:
         opt_src = _source(problem, "optics", optic, ("module_cost_usd", "module_w", "line_rate_gbps"))
         w = int(link["waves"])
         channels = cat.channels_per_pair(optic)
-        pairs = math.ceil(w / channels)
-        amps_per_pair = max(0, math.ceil(route.km / cat.network.amplifier_spacing_km) - 1)
+        pairs = net.fiber_pairs_lit(key, w, optic)
+        amps_per_pair = net.amplifiers_per_pair(key)
         amps = pairs * amps_per_pair
         one_way_s = net.latency_s(key)
         rtt_s = 2 * one_way_s

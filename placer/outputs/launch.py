@@ -59,16 +59,10 @@ from functools import reduce
 from typing import Any
 
 from placer.errors import InputError
-from placer.evaluate import (
-    config_of,
-    resolve_routing,
-    site_gpus_per_host,
-    site_gpus_per_node,
-    sync_mode_of,
-)
 from placer.io import Problem, plan_from_data
-from placer.network import PHASES, Network
+from placer.network import PHASES, Network, resolve_routing
 from placer.outputs.model_flags import megatron_env, megatron_model_args, model_notes
+from placer.rules import config_of, site_gpus_per_host, site_gpus_per_node, sync_mode_of
 from placer.schema import Plan
 
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
@@ -677,7 +671,7 @@ def nccl_suggestions(layout: Layout, site: str) -> list[str]:
         return lines + ["No communicator of this site crosses sites: keep NCCL defaults."]
     peers = sorted({p for g in mine for p in g["sites"] if p != site})
     # the slowest path the plan routes any of the pair's traffic on (placer.network)
-    routing = resolve_routing(problem, layout.plan, net, [])
+    routing, _ = resolve_routing(problem, layout.plan, net)
     rtt = {p: 2 * max(net.pair_latency_s(routing, ph, site, p) for ph in PHASES) for p in peers}
     rtt_max = max(rtt.values())
     nic_gbps = problem.catalog.gpus[problem.instance.site(site).gpu].nic_gbps

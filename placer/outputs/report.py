@@ -280,3 +280,37 @@ def _hidden_lines(ev: Any) -> list[str]:
     if not any(v > 0 for v in hidden.values()):
         return []
     return ["- hidden under compute (job.overlap): " + ", ".join(f"{k} {v:.4f} s" for k, v in hidden.items())]
+
+
+def print_failures(out: Console, fr: Any) -> None:
+    """The single-failure table of a FailureReport (placer.resilience)."""
+    t = Table(title=f"single failures (healthy {fr.healthy_s:.4f} s; plan's collective: {fr.collective})")
+    for col in ("class", "where", "what", "ring s", "OptCC s", "bound s"):
+        t.add_column(col, justify="right" if col.endswith(" s") else "left")
+    fmt = lambda v: f"{v:.5g}" if v < float("inf") else "no capacity"  # noqa: E731
+    secs = lambda v: f"{v:.5g} s" if v < float("inf") else "no capacity left (the step cannot complete)"  # noqa: E731
+    for sc in fr.scenarios:
+        t.add_row(sc.klass, sc.where, sc.description + (" [DISCONNECTED]" if sc.disconnected else ""), fmt(sc.step_s["ring"]), fmt(sc.step_s["optcc"]), fmt(sc.step_s["bound"]))
+    out.print(t)
+    w = fr.worst()
+    if w is not None:
+        out.print(f"worst single failure: {w.klass} at {w.where}: {secs(w.step_s[fr.collective])} under {fr.collective}" + (f" (limit {fr.limit_s:.4f} s: {'ok' if fr.survives else 'EXCEEDED'})" if fr.limit_s else ""))
+    for c, v in fr.expected_s.items():
+        out.print(f"expected step time over NIC failures with {c}: {v:.4f} s")
+
+
+def simulate_critical_chain(prob: Problem, ev: Evaluation) -> dict[str, float] | None:
+    """The 1F1B event simulation of the plan's critical chain beside the closed form."""
+    from placer.perf.pipeline import simulate_1f1b
+    from placer.perf.step import PerfModel
+
+    if ev.step is None or ev.step.critical_chain is None:
+        return None
+    perf = PerfModel(prob)
+    cfg, chain = ev.config, ev.step.critical_chain
+    st = [perf.stage_times(cfg, prob.instance.site(s).gpu)[k] for k, s in enumerate(chain)]
+    lat, tx = zip(*[perf.boundary(cfg, a, b) for a, b in zip(chain, chain[1:], strict=False)], strict=False) if len(chain) > 1 else ((), ())
+    sim = simulate_1f1b([t.fwd for t in st], [t.bwd for t in st], list(lat), list(tx), cfg.num_micro_batches)
+    makespan = sim.makespan_s + perf.optimizer_step_s(cfg, chain)  # the optimizer step follows the flush
+    closed = perf.chain_time(cfg, chain)
+    return {"pipeline_s": makespan, "closed_form_s": closed, "rel_diff": abs(makespan - closed) / closed}

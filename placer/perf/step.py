@@ -45,29 +45,10 @@ from placer.perf.flops import (
     stage_params,
 )
 from placer.perf.pipeline import one_f_one_b_time
+from placer.rules import Config
 from placer.schema import GpuSpec
 
 Chain = tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Config:
-    """A parallel configuration: degrees, micro-batching, layer split and sync policy."""
-
-    tp: int
-    pp: int
-    dp: int
-    micro_batch: int
-    num_micro_batches: int
-    stage_layers: tuple[int, ...]
-    sync_mode: str = "synchronous"
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
-
-    def label(self) -> str:
-        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}-{self.sync_mode}"
 
 
 def balanced_stage_layers(layers: int, pp: int) -> tuple[int, ...]:
@@ -116,7 +97,8 @@ class PerfModel:
         self.model = problem.model
         self.catalog = problem.catalog
         self.net = network or Network(problem)
-        self.job = problem.instance.job
+        # the one job setting that is not per configuration: tokens per optimizer step
+        self.global_batch = problem.instance.job.global_batch
         self._stage_times = cache(self._stage_times_uncached)
         self._chain_time = cache(self._chain_time_uncached)
 
@@ -125,9 +107,9 @@ class PerfModel:
     def site_gpu(self, site: str) -> GpuSpec:
         return self.catalog.gpus[self.problem.instance.site(site).gpu]
 
-    def peak_flops(self, gpu: GpuSpec) -> float:
+    def peak_flops(self, gpu: GpuSpec, precision: str) -> float:
         peak = gpu.peak_tflops_bf16 * 1e12
-        return peak * (2.0 if self.job.precision == "fp8" else 1.0)
+        return peak * (self.catalog.precision.fp8_peak_factor if precision == "fp8" else 1.0)
 
     def nic_Bps(self, gpu: GpuSpec) -> float:
         return gpu.nic_gbps * 1e9 / 8 * self.catalog.network.nic_efficiency
@@ -143,19 +125,30 @@ class PerfModel:
         return cfg.micro_batch * self.model.seq_len * self.model.hidden * BYTES_BF16
 
     def stage_times(self, cfg: Config, gpu_key: str) -> tuple[StageTime, ...]:
-        return self._stage_times(cfg.tp, cfg.pp, cfg.micro_batch, cfg.stage_layers, gpu_key)
+        return self._stage_times(
+            cfg.tp, cfg.pp, cfg.micro_batch, cfg.stage_layers, gpu_key, cfg.recompute, cfg.precision, cfg.sequence_parallel, cfg.overlap_tp_comm
+        )
 
     def _stage_times_uncached(
-        self, tp: int, pp: int, b: int, stage_layers: tuple[int, ...], gpu_key: str
+        self,
+        tp: int,
+        pp: int,
+        b: int,
+        stage_layers: tuple[int, ...],
+        gpu_key: str,
+        recompute: str,
+        precision: str,
+        sequence_parallel: bool,
+        tp_overlap: bool,
     ) -> tuple[StageTime, ...]:
         """Operator-level times (placer.perf.compute) of one micro-batch per stage."""
-        gpu, job = self.catalog.gpus[gpu_key], self.job
+        gpu = self.catalog.gpus[gpu_key]
         ar = comm.ring_allreduce_s(tp, b * self.model.seq_len * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu))
-        overlap = gpu.tp_comm_overlap if job.overlap.tp_comm and job.sequence_parallel else 0.0  # TE needs SP
+        overlap = gpu.tp_comm_overlap if tp_overlap and sequence_parallel else 0.0  # TE needs SP
         out = []
         for k, layers in enumerate(stage_layers):
             ops = compute.stage_ops(
-                gpu, self.model, layers, k == pp - 1, b, tp, job.recompute, job.precision, job.sequence_parallel, ar, overlap
+                gpu, self.model, layers, k == pp - 1, b, tp, recompute, precision, sequence_parallel, ar, overlap
             )
             fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
             bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
@@ -172,7 +165,7 @@ class PerfModel:
     def optimizer_step_s(self, cfg: Config, chain: Chain) -> float:
         """The step waits for the slowest GPU's optimizer step: the max over the chain's
         stages (ZeRO-1 shards it over the dp replicas)."""
-        shard = cfg.dp if self.job.zero1 else 1
+        shard = cfg.dp if cfg.zero1 else 1
         return max(self.stage_times(cfg, self.problem.instance.site(s).gpu)[k].optimizer for k, s in enumerate(chain)) / shard
 
     def dp_pieces(self, cfg: Config) -> tuple[tuple[float, float], ...]:
@@ -188,12 +181,11 @@ class PerfModel:
         stages and over the GPU types of the instance's sites, so that it is a constant of
         the configuration (the formulations read it as data); pairing the slowest sync with
         the shortest window never hides more than Megatron can."""
-        ov = self.job.overlap
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
         times = [t for g in gpus for t in self.stage_times(cfg, g)]
-        w_bwd = min(t.bwd for t in times) if ov.grad_reduce else 0.0
-        w_fwd = min(t.fwd for t in times) if ov.param_gather else 0.0
-        if not self.job.zero1:
+        w_bwd = min(t.bwd for t in times) if cfg.overlap_grad_reduce else 0.0
+        w_fwd = min(t.fwd for t in times) if cfg.overlap_param_gather else 0.0
+        if not cfg.zero1:
             return ((1.0, w_bwd),)
         return ((0.5, w_bwd), (0.5, w_fwd))
 
@@ -256,7 +248,7 @@ class PerfModel:
             fwd.append(min(t.fwd for t in options))
             bwd.append(min(t.bwd for t in options))
         zeros = [0.0] * (cfg.pp - 1)
-        shard = cfg.dp if self.job.zero1 else 1
+        shard = cfg.dp if cfg.zero1 else 1
         opt = max(min(self.stage_times(cfg, inst.site(s).gpu)[k].optimizer for s in {c[k] for c in chains}) for k in range(cfg.pp)) / shard
         return one_f_one_b_time(fwd, bwd, zeros, zeros, cfg.num_micro_batches) + opt
 
@@ -290,7 +282,7 @@ class PerfModel:
     def stage_wan_bytes(self, cfg: Config, k: int) -> float:
         """S_k: the full stage's gradient (all tp ranks) at the sync's bits per value."""
         n = stage_params(self.model, cfg.stage_layers[k], k == 0, k == cfg.pp - 1)
-        return n * self.job.sync.bits / 8
+        return n * cfg.sync_bits / 8
 
     def intra_sync_s(self, cfg: Config, k: int, site: str) -> float:
         """The NIC phases of stage k's data-parallel sync for a member at `site`,
@@ -379,18 +371,13 @@ class PerfModel:
         t_wan = (max(route_dp_s.values()) + wan_lat) if route_dp_s else 0.0
         if unreachable:
             t_wan = math.inf
-        h_steps = self.job.sync.every_steps
         # the per-step sync hides partly under the backward / forward (dp_pieces); the
         # diloco outer exchange is a separate phase, streaming's overlaps the whole step
+        t_dp_raw = t_intra + wan_part_s(cfg.sync_mode, cfg.every_steps, t_wan, t_pipe)
         if cfg.sync_mode == "synchronous":
-            t_dp_raw = t_intra + t_wan
             t_dp = self.dp_exposed_s(cfg, t_intra + t_wan)
-        elif cfg.sync_mode == "diloco":
-            t_dp_raw = t_intra + t_wan / h_steps
-            t_dp = self.dp_exposed_s(cfg, t_intra) + t_wan / h_steps
         else:
-            t_dp_raw = t_intra + max(0.0, t_wan / h_steps - t_pipe)
-            t_dp = self.dp_exposed_s(cfg, t_intra) + max(0.0, t_wan / h_steps - t_pipe)
+            t_dp = self.dp_exposed_s(cfg, t_intra) + wan_part_s(cfg.sync_mode, cfg.every_steps, t_wan, t_pipe)
         total = t_pipe + t_dp
 
         # additive breakdown of the critical chain (CONTRACT: compute, bubble, tp, pp, dp);
@@ -433,13 +420,23 @@ class PerfModel:
     # ------------------------------------------------------------------ throughput
 
     def tokens_per_step(self) -> int:
-        return self.job.global_batch * self.model.seq_len
+        return self.global_batch * self.model.seq_len
 
-    def mfu(self, step_time_s: float, gpus_by_site: dict[str, int]) -> float:
-        peak = sum(n * self.peak_flops(self.site_gpu(s)) for s, n in gpus_by_site.items())
+    def mfu(self, cfg: Config, step_time_s: float, gpus_by_site: dict[str, int]) -> float:
+        peak = sum(n * self.peak_flops(self.site_gpu(s), cfg.precision) for s, n in gpus_by_site.items())
         if step_time_s <= 0 or peak <= 0 or math.isinf(step_time_s):
             return 0.0
-        return model_flops_per_step(self.model, self.job.global_batch) / (step_time_s * peak)
+        return model_flops_per_step(self.model, self.global_batch) / (step_time_s * peak)
+
+
+def wan_part_s(sync_mode: str, every_steps: int, t_wan: float, t_pipe: float) -> float:
+    """What the WAN phase adds to the step under a sync policy (the sync-mode rule of the
+    module docstring; the formulations write the same rule, placer.optimize.families)."""
+    if sync_mode == "synchronous":
+        return t_wan
+    if sync_mode == "diloco":
+        return t_wan / every_steps
+    return max(0.0, t_wan / every_steps - t_pipe)
 
 
 def _div(load: float, capacity: float) -> float:

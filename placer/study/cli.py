@@ -26,14 +26,15 @@ def sweep(
 
     Exit 0 when every point was solved or proved infeasible, 1 when some points failed
     (status error; re-run to retry them), 2 for a bad study file or option."""
-    from placer.cli import err, out
+    from placer.cli_support import err, out
     from placer.errors import InputError
     from placer.study.sweep import load_study, run_sweep
 
     if backend is not None and backend not in {"cpsat", "milp", "brute"}:
         raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")
-    if time_limit is not None and time_limit <= 0:
-        raise InputError(f"--time-limit: must be > 0, got {time_limit}")
+    from placer.optimize.driver import check_solver_options
+
+    check_solver_options(time_limit, None, ("--time-limit", "--threads"))
     if executor is None:
         executor = "dask" if scheduler else "local"
     if executor not in {"local", "dask"}:
@@ -77,7 +78,7 @@ def plot(
 ) -> None:
     """Plot a sweep's results table: step time or efficiency vs a swept column, the Pareto
     front of link capex vs step time, or spare waves under ring vs OptCC."""
-    from placer.cli import out
+    from placer.cli_support import out
     from placer.study.plot import plot_file
 
     path = plot_file(results, output, kind=kind, x=x, by=by, y=y, title=title)
@@ -86,10 +87,10 @@ def plot(
 
 def register(app: typer.Typer) -> None:
     """Add `sweep` and `plot` to the placer command line."""
-    from placer.cli import _guard  # here, not at module level: placer.cli may import this module
+    from placer.cli_support import guard
 
-    app.command("sweep")(_guard(sweep))
-    app.command("plot")(_guard(plot))
+    app.command("sweep")(guard(sweep))
+    app.command("plot")(guard(plot))
 
 
 __all__ = ["plot", "register", "sweep"]

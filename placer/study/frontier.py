@@ -1,7 +1,8 @@
 """`placer frontier`: the exact capex vs step-time Pareto front of an instance as a table
 (frontier.csv) and a plot (frontier.png) with the knee marked.
 
-The points come from placer.optimize.lexicographic.frontier (two exact solves per point).
+Each point is two exact solves (placer.optimize.driver.solve on variants of the instance
+whose objective block is replaced, placer.optimize.lexicographic).
 """
 
 from __future__ import annotations
@@ -9,10 +10,51 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import Any
 
-from placer.io import write_atomic
-from placer.optimize.lexicographic import FrontierPoint
+from placer.errors import InfeasibleError
+from placer.io import Problem, write_atomic
+from placer.optimize.driver import solve
+from placer.optimize.lexicographic import (
+    BUDGET_STEP_REL,
+    BUDGET_STEP_USD,
+    LIMIT_SLACK,
+    FrontierPoint,
+    mark_knee,
+    objective_variant,
+)
 from placer.study.plot import FIGSIZE_IN, save_figure
+
+
+def frontier(problem: Problem, backend: str | None = None, time_limit_s: float | None = None, threads: int | None = None, max_points: int = 50, progress: Any = None) -> list[FrontierPoint]:
+    """The exact capex vs step-time Pareto front, most expensive (fastest) point first.
+
+    Each point: T_i = the fastest step with capex <= budget_i, then C_i = the least capex
+    reaching T_i; the next budget is just below C_i. Every Pareto-optimal (capex, step) pair
+    is found, since any plan cheaper than C_i is slower than T_i by construction."""
+    obj = problem.instance.objective
+    limit = time_limit_s if time_limit_s is not None else problem.instance.solver.time_limit_s
+    say = progress or (lambda _m: None)
+    budget = obj.max_cost_usd
+    points: list[FrontierPoint] = []
+    while len(points) < max_points:
+        try:
+            fast = solve(objective_variant(problem, minimize="step_time", max_cost_usd=budget), backend, limit, threads, None, _nested=True)
+        except InfeasibleError:
+            break
+        t = fast.evaluation.step_time_s
+        cheap = solve(objective_variant(problem, minimize="cost", max_cost_usd=budget, max_step_time_s=t * (1 + LIMIT_SLACK)), backend, limit, threads, None, _nested=True)
+        capex = cheap.evaluation.capex_usd
+        status = "optimal" if fast.status == cheap.status == "optimal" else "feasible"
+        if points and capex >= points[-1].capex_usd:
+            break  # no strictly cheaper plan was found (solver tolerance): the front ends here
+        points.append(FrontierPoint(capex, cheap.evaluation.step_time_s, status, cheap.plan))
+        say(f"point {len(points)}: capex ${capex:,.0f}, step {cheap.evaluation.step_time_s:.6g} s ({status})")
+        if capex <= 0:
+            break
+        budget = capex - max(BUDGET_STEP_USD, BUDGET_STEP_REL * capex)
+    return mark_knee(points)
+
 
 COLUMNS = ["capex_usd", "step_time_s", "waves", "tp", "pp", "dp", "status", "knee"]
 
@@ -61,4 +103,4 @@ def write_frontier(points: list[FrontierPoint], outdir: str | Path, title: str) 
     return [out / "frontier.csv", save_figure(frontier_figure(points, title), out / "frontier.png")]
 
 
-__all__ = ["frontier_csv", "frontier_figure", "write_frontier"]
+__all__ = ["frontier", "frontier_csv", "frontier_figure", "write_frontier"]

@@ -1,0 +1,47 @@
+"""What every placer command shares: the consoles, the error-to-exit-code guard and the
+JSON encoder of tuples (placer.cli and placer.study.cli both use them)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from placer.errors import PlacerError
+
+PIPE_WIDTH = 1000  # columns when stdout is not a terminal: tables are never cut for files and pipes
+err = Console(stderr=True)
+out = Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
+
+
+def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Map placer errors to exit codes; never show a traceback for bad input."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PlacerError as exc:
+            err.print(Text("error: ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except typer.Exit:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if os.environ.get("PLACER_DEBUG"):
+                raise
+            err.print(Text("internal error: ", style="red") + Text(f"{type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)"), soft_wrap=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def json_default(o: Any) -> Any:
+    if isinstance(o, tuple | set):
+        return list(o)
+    return str(o)

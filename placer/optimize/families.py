@@ -1,0 +1,176 @@
+"""The constraint families of the inner problem, and the backend-neutral math both
+formulations write them with.
+
+placer.optimize.milp and placer.optimize.cpsat each build one configuration's model as the
+same flat, ordered list of `define_<family>` methods (`FAMILIES`, in the style of PyPSA's
+`create_model`). Every row they add is named `<namespace>:<index>` by `row`, with the same
+namespace in both backends, so a row of one backend can be looked up in the other. What
+differs between the backends is only the arithmetic (floats in model time units vs integer
+ticks), not which rows exist.
+
+Families, in build order:
+
+* replicas:   replicas per chain type (n), chain type in use (u); sum n = dp
+* pipeline:   T_pipe >= 1F1B time of every chain type in use (shortest paths); pipeline
+              traffic of pairs with several candidate paths (flows, path prefixes, the 1F1B
+              time of each prefix). Built right after the replicas: CP-SAT searches in
+              variable order, and with T_pipe after the waves three-sites-80-300-500km took
+              twice as long (0.5 -> 1.0 s)
+* placement:  TP groups per (site, stage), nodes per site
+* waves:      one-hot wave option per route; link capex and total waves
+* power:      site power (node all-in W x nodes + coherent modules) x PUE <= limit; USD/s
+* budget:     link capex <= max_cost_usd
+* routing:    T_pipe >= pipeline bytes / route capacity (the hull over the wave one-hot)
+* dp_hosting: sites hosting each stage class, number of hosts (one-hot), per-pair WAN
+              demand, intra-site NIC phases (T_intra), pair latencies (T_lat), the routed
+              data-parallel flows, and T_dpbw >= data-parallel bytes / route capacity
+* step:       T = T_pipe + T_intra + the sync policy's WAN part (`SYNC`)
+* limits:     max_step_time_s, the frontier walk's caps, the incumbent cutoff
+* resilience: sites in use (also the tie-break's site count), then every single failure
+              keeps the step within its limit (and T is exact)
+* objective:  step time, link capex or USD per second
+
+Tie-break (README "Ties"): among plans of the same objective value (9 significant digits),
+fewer waves, then fewer sites, then fewer listed paths, then replicas on lower chain-type
+indices (`TieBreak`, `tiebreak_key`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+FAMILIES = (
+    "replicas",
+    "pipeline",
+    "placement",
+    "waves",
+    "power",
+    "budget",
+    "routing",
+    "dp_hosting",
+    "step",
+    "limits",
+    "resilience",
+    "objective",
+)
+
+
+def row(namespace: str, *index: Any) -> str:
+    """The name of one row: its family's namespace and its index, e.g. `site.power:a`."""
+    return ":".join([namespace, *(str(i) for i in index)])
+
+
+# ----------------------------------------------------------------------------- named terms
+
+
+class HostPair(NamedTuple):
+    """Two sites hosting the same stage class: their WAN all-reduce share."""
+
+    demand: Any  # bytes (or GB) the pair exchanges per direction
+    share: Any  # 2 S_k / K_k for the class's number of hosts K_k
+    on: Any  # both sites host the class
+    wan_bytes: float  # S_k, in the backend's load unit
+    host_a: Any
+    host_b: Any
+    latency: float  # two one-way latencies of the pair's shortest path (model time unit)
+
+
+class IntraTerm(NamedTuple):
+    """A site hosting a stage class pays its NIC phases."""
+
+    host: Any
+    groups: Any
+    time: float  # model time unit
+
+
+class PathLevelTerm(NamedTuple):
+    """The 1F1B time of a chain type when its routed pairs may use the chosen path prefixes."""
+
+    time: float
+    use: Any  # the chain type is in use
+    allowed: list[Any]  # the prefix binaries the time assumes
+
+
+class LatencyTerm(NamedTuple):
+    """A routed pair's data-parallel traffic may use a path of this two-way latency."""
+
+    latency: float
+    allowed: Any
+
+
+class Load(NamedTuple):
+    """A route's traffic of one phase and the most it can be (for scaling its rows)."""
+
+    expr: Any
+    max_load: float
+
+
+class HullCell(NamedTuple):
+    """One cell of a route-time hull: wave option i, participants p, its capacity."""
+
+    option: int
+    participants: int
+    capacity_Bps: float
+
+
+# ----------------------------------------------------------------------------- shared rules
+
+
+class SyncRule(NamedTuple):
+    """How the data-parallel WAN phase enters the step (placer.perf.step.wan_part_s):
+    synchronous: + T_wan; diloco: + T_wan / H; streaming-diloco: + max(0, T_wan / H - T_pipe)."""
+
+    divisor: int  # H for the diloco modes, 1 for synchronous
+    overlapped: bool  # streaming: the exchange hides behind the pipeline
+    window: float  # how much longer than the step the WAN exchange may last (variable ranges)
+
+
+def sync_rule(sync_mode: str, every_steps: int) -> SyncRule:
+    if sync_mode == "synchronous":
+        return SyncRule(1, False, 1.0)
+    if sync_mode == "diloco":
+        return SyncRule(every_steps, False, float(every_steps))
+    # streaming hides up to T_pipe <= T more of the exchange
+    return SyncRule(every_steps, True, 2.0 * every_steps)
+
+
+def hull_cells(caps: list[list[float]], per_participants: bool) -> list[HullCell]:
+    """The cells of a route-time hull `load <= sum cap[i, p] tau[i, p]`, sum tau = T,
+    tau[i, p] <= ub y[i] (and <= ub z[p] when the capacity depends on the number of
+    participating sites p, whose index 0 is unused)."""
+    return [
+        HullCell(i, p, cap)
+        for i, cells in enumerate(caps)
+        for p, cap in enumerate(cells)
+        if not (per_participants and p == 0)
+    ]
+
+
+class TieBreak(NamedTuple):
+    """Weights of the lexicographic tie-break objective, from the most significant."""
+
+    waves: int
+    sites: int
+    paths: int
+    chain_index: int
+
+
+def objective_grid(value: float) -> float:
+    """The objective on the grid ties are judged on: 9 significant digits."""
+    return float(f"{value:.9g}")
+
+
+def tiebreak_key(value: float, waves: int, sites: int, paths: int, *rest: Any) -> tuple[Any, ...]:
+    """The one tie-break order of the driver (between configurations, `rest` = the
+    configuration label) and of the brute-force backend (inside one, `rest` = the chain-type
+    index sum); the exact backends write the same order as weights (`tiebreak_weights`)."""
+    return (objective_grid(value), waves, sites, paths, *rest)
+
+
+def tiebreak_weights(dp: int, n_chains: int, n_path_binaries: int, n_sites: int) -> TieBreak:
+    """Integer weights that make `waves, sites, paths, sum c n[c]` lexicographic: each
+    weight exceeds the largest value of everything less significant."""
+    w_paths = dp * max(1, n_chains) + 1
+    w_sites = w_paths * (n_path_binaries + 1)
+    w_waves = w_sites * (n_sites + 1)
+    return TieBreak(w_waves, w_sites, w_paths, 1)
