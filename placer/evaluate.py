@@ -220,7 +220,7 @@ def evaluate(
         viol.append(Violation("step_time", "objective.max_step_time_s", f"step time {step.step_time_s:.4g} s exceeds {obj.max_step_time_s:g} s", step.step_time_s - obj.max_step_time_s))
 
     t = step.step_time_s
-    usd_per_s = usd_per_second(problem, capex, power_mw)
+    usd_per_s = usd_per_second(problem, capex, power_mw, nodes_by_site)
     ev = Evaluation(
         feasible=not viol,
         violations=viol,

@@ -147,13 +147,20 @@ def energy_usd_per_j(catalog: Catalog) -> float:
     return catalog.costs.energy_usd_per_mwh / J_PER_MWH
 
 
-def usd_per_second(problem: Problem, capex_usd: float, power_mw: dict[str, float]) -> float:
-    """Running cost of the plan: link capex amortized over `costs.amortization_years` plus
-    the energy of every site (power incl. PUE x `costs.energy_usd_per_mwh`). GPUs and sites
-    are sunk costs the plan does not choose, so they are not in it."""
+def usd_per_second(problem: Problem, capex_usd: float, power_mw: dict[str, float], nodes_by_site: dict[str, int] | None = None) -> float:
+    """Running cost of the plan: link capex amortized over `costs.amortization_years`, the
+    energy of every site (power incl. PUE x `costs.energy_usd_per_mwh`), and the GPUs of
+    the nodes in use at sites that give a `gpu_usd_per_hour` (elsewhere they are sunk)."""
     costs = problem.catalog.costs
     energy = sum(power_mw.values()) * 1e6 * costs.energy_usd_per_mwh / J_PER_MWH
-    return capex_usd / amortization_s(problem.catalog) + energy
+    gpus = sum(node_usd_per_s(problem, s) * n for s, n in (nodes_by_site or {}).items())
+    return capex_usd / amortization_s(problem.catalog) + energy + gpus
+
+
+def node_usd_per_s(problem: Problem, site: str) -> float:
+    """What one node of the site costs per second of the job: its GPUs x the GPU-hour price."""
+    price = problem.instance.site(site).gpu_usd_per_hour
+    return 0.0 if price is None else site_gpus_per_node(problem, site) * price / 3600.0
 
 
 # ----------------------------------------------------------------------------- failures

@@ -178,6 +178,12 @@ class Site(Strict):
     hostfile: str | None = Field(default=None, description="file with one host name per line ('#' comments), relative to the instance file; alternative to hosts")
     power_mw: float | None = Field(default=None, ge=0, description="null = unlimited")
     pue: float = Field(default=1.2, ge=1.0)
+    gpu_usd_per_hour: float | None = Field(
+        default=None,
+        ge=0,
+        description="price of one GPU-hour at this site (rent, or capex amortized plus upkeep); charged per node in use "
+        "by cost_per_token; null = the GPUs are sunk cost",
+    )
     lat: float | None = Field(default=None, ge=-90, le=90, description="optional latitude (degrees), for plan pictures")
     lon: float | None = Field(default=None, ge=-180, le=180, description="optional longitude (degrees), for plan pictures")
 

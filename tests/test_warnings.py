@@ -151,3 +151,11 @@ def test_solve_writes_warnings_to_plan_report_and_stderr(tmp_path: Path) -> None
     r = CliRunner().invoke(app, ["solve", str(TWO), "-o", str(tmp_path), "-q"])
     assert "## Warnings" in (tmp_path / "report.md").read_text()
     assert plan["warnings"][0]["message"] in (tmp_path / "report.md").read_text()
+
+
+def test_unknown_backend_is_bad_input_in_the_api() -> None:
+    import placer
+    from placer.errors import InputError
+
+    with pytest.raises(InputError, match="backend: expected one of cpsat, milp, brute, got 'gurobi'"):
+        placer.solve(load_instance(TWO), backend="gurobi")

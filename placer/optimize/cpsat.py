@@ -103,7 +103,7 @@ class CpsatInner:
         for s in d.sites:
             limit = d.site_power_w[s]
             j_rate = d.energy_usd_per_j / RATE_UNIT * d.site_pue[s]
-            rate_terms.append(round(j_rate * d.site_node_w[s]) * nodes[s])
+            rate_terms.append(round(j_rate * d.site_node_w[s] + d.site_node_usd_per_s[s] / RATE_UNIT) * nodes[s])
             rate_terms += [round(j_rate * opt.module_w) * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r])]
             if limit is None:
                 continue

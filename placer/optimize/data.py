@@ -18,6 +18,7 @@ from placer.rules import (
     amortization_s,
     energy_usd_per_j,
     node_it_w,
+    node_usd_per_s,
     site_gpus_per_node,
     tp_groups_per_node,
     waves_lost,
@@ -59,6 +60,7 @@ class InnerData:
     site_groups_per_node: dict[str, int]
     site_nodes: dict[str, int]
     site_node_w: dict[str, float]  # all-in W of one node
+    site_node_usd_per_s: dict[str, float]  # GPU-hour price of one node, per second (0: sunk)
     site_pue: dict[str, float]
     site_power_w: dict[str, float | None]
     routes: list[RouteKey]
@@ -205,6 +207,7 @@ def build_inner(
         site_groups_per_node=gpn_groups,
         site_nodes=nodes,
         site_node_w=node_w,
+        site_node_usd_per_s={s: node_usd_per_s(problem, s) for s in sites},
         site_pue=pue,
         site_power_w=power,
         routes=routes,

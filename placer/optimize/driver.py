@@ -77,6 +77,9 @@ def _tiebreak(objective: str, ev: Evaluation, plan: Plan, cfg: Config) -> tuple[
     return tiebreak_key(_objective_value(objective, ev), waves, sites, paths, cfg.label())
 
 
+BACKENDS = ("cpsat", "milp", "brute")
+
+
 def check_solver_options(time_limit_s: Any, threads: Any, names: tuple[str, str] = ("time_limit_s", "threads")) -> None:
     """Range checks of the run options (the CLI passes its option names): a finite positive
     time limit, and 1 to MAX_THREADS threads. Either may be None (the instance's setting)."""
@@ -97,6 +100,8 @@ def solve(
     _nested: bool = False,
 ) -> SolveResult:
     check_solver_options(time_limit_s, threads)
+    if backend is not None and backend not in BACKENDS:
+        raise InputError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     absorb_highs_banner()  # HiGHS' banner goes to stderr, never onto stdout (CONTRACT section 4)
     inst = problem.instance
     opts = inst.solver

@@ -127,7 +127,8 @@ class MilpInner:
 
     def define_power(self) -> None:
         """Site power: node all-in power plus coherent modules, times PUE; and the running
-        cost in USD per second (link capex amortized plus energy, cost_per_token)."""
+        cost in USD per second (link capex amortized, energy, and the GPU-hours of priced
+        sites: cost_per_token)."""
         d, add, y = self.d, self.add, self.y
         power = {}
         for s in d.sites:
@@ -136,7 +137,11 @@ class MilpInner:
             if d.site_power_w[s] is not None:
                 add(power[s] <= d.site_power_w[s], row("site.power", s))
         self.power_w = power
-        self.rate = (1.0 / d.amortization_s) * self.capex + d.energy_usd_per_j * pulp.lpSum(power.values())
+        self.rate = (
+            (1.0 / d.amortization_s) * self.capex
+            + d.energy_usd_per_j * pulp.lpSum(power.values())
+            + pulp.lpSum(d.site_node_usd_per_s[s] * self.nodes[s] for s in d.sites)
+        )
 
     def define_budget(self) -> None:
         if self.d.max_cost_usd is not None:
