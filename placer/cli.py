@@ -24,6 +24,13 @@ err = Console(stderr=True)
 out = Console()
 
 
+def _clip_lines(text: str) -> str:
+    """No line of a message longer than MESSAGE_LINE_CHARS (a hostile value is not echoed whole)."""
+    from placer.limits import MESSAGE_LINE_CHARS
+
+    return "\n".join(ln if len(ln) <= MESSAGE_LINE_CHARS else f"{ln[:MESSAGE_LINE_CHARS]}... ({len(ln):,} characters)" for ln in text.splitlines())
+
+
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Map placer errors to exit codes; never show a traceback for bad input."""
 
@@ -32,14 +39,14 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except PlacerError as exc:
-            err.print(Text("error: ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
+            err.print(Text("error: ", style="red") + Text(_clip_lines(str(exc))), highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except typer.Exit:
             raise
         except Exception as exc:  # noqa: BLE001
             if os.environ.get("PLACER_DEBUG"):
                 raise
-            err.print(Text("internal error: ", style="red") + Text(f"{type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)"), soft_wrap=True)
+            err.print(Text("internal error: ", style="red") + Text(_clip_lines(f"{type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)")), soft_wrap=True)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -58,7 +65,7 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
             out.print(f"[green]ok[/green] {p} ({prob.name}: {len(prob.instance.sites)} sites, model {prob.model.name})", highlight=False)
         except InputError as exc:
             bad += 1
-            err.print(Text("invalid ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
+            err.print(Text("invalid ", style="red") + Text(_clip_lines(str(exc))), highlight=False, soft_wrap=True)
     if bad:
         raise typer.Exit(2)
 
