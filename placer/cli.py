@@ -43,6 +43,9 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(exc.exit_code) from None
         except typer.Exit:
             raise
+        except KeyboardInterrupt:  # Ctrl-C before the handlers are in place (start-up)
+            err.print(Text("interrupted", style="red"), highlight=False)
+            raise typer.Exit(130) from None
         except Exception as exc:  # noqa: BLE001
             if os.environ.get("PLACER_DEBUG"):
                 raise
@@ -74,7 +77,7 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
 @_guard
 def solve(
     instance: Path,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
     backend: Annotated[str | None, typer.Option(help="cpsat | milp | brute")] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds")] = None,
     threads: Annotated[int | None, typer.Option(help="solver threads")] = None,
@@ -83,28 +86,45 @@ def solve(
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
 ) -> None:
     """Find the best plan; write plan.json, bom.csv and report.md."""
-    from placer.io import load_instance, write_atomic, write_json
+    from placer import interrupt
+    from placer.io import load_instance
     from placer.optimize.driver import solve as run
-    from placer.outputs.bom import bom_csv
-    from placer.outputs.report import markdown_report, print_summary
+    from placer.outputs.fileset import output_folder
 
     if backend is not None and backend not in {"cpsat", "milp", "brute"}:
         raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")
     if time_limit is not None and time_limit <= 0:
         raise InputError(f"--time-limit: must be > 0, got {time_limit}")
+    folder_arg = output_folder(output, Path("."))  # refuse -o "" before any work
     prob = load_instance(instance)
     if explain:
         err.print_json(json.dumps({"catalog": prob.catalog.model_dump(), "instance": prob.instance.model_dump(mode="json")}))
     progress = None if quiet else (lambda msg: err.print(Text(msg, style="dim"), highlight=False))
-    res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
+    with interrupt.handle_signals():
+        res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
+        _write_solve(prob, res, output, folder_arg, as_json)
+    stop = interrupt.requested()
+    if stop:
+        err.print(Text(f"interrupted by {stop}: kept the best plan found ({res.status}, gap {res.gap:.1e})", style="yellow"), highlight=False)
+        raise typer.Exit(interrupt.EXIT_CODE)
+
+
+def _write_solve(prob: Any, res: Any, output: str | None, folder_arg: Path, as_json: bool) -> None:
+    from placer.outputs.bom import bom_csv
+    from placer.outputs.fileset import write_set
+    from placer.outputs.report import markdown_report, print_summary
+
     plan_data = res.plan.model_dump(mode="json", exclude_none=True)
     if as_json:
         sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
         return
-    folder = output or Path("out") / prob.name
-    write_json(folder / "plan.json", plan_data)
-    write_atomic(folder / "bom.csv", bom_csv(prob, res.plan))
-    write_atomic(folder / "report.md", markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
+    folder = folder_arg if output is not None else Path("out") / prob.name
+    files = {
+        "plan.json": json.dumps(plan_data, indent=2) + "\n",
+        "bom.csv": bom_csv(prob, res.plan),
+        "report.md": markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")),
+    }
+    write_set(folder, files, run={"command": "solve", "instance": prob.name, "status": res.status})
     print_summary(out, prob, res.plan, res.evaluation, f"{res.status} ({res.backend}, {res.seconds:.2f} s, gap {res.gap:.1e})")
     out.print(f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}", highlight=False)
 
@@ -215,15 +235,17 @@ def export(
     plan: Annotated[Path, typer.Argument(help="plan.json written by solve")],
     instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="bom | rankmap | megatron | torchtitan | torchrun | slurm | all")],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
 ) -> None:
     """Write the link bill of materials or launch configurations of a feasible plan."""
     from placer.io import load_instance, load_plan
     from placer.outputs.export import export as run
+    from placer.outputs.fileset import output_folder
 
+    folder_arg = output_folder(output, Path("."))
     prob = load_instance(instance)
     p = load_plan(plan)
-    for path in run(prob, p, fmt, output or Path("out") / prob.name):
+    for path in run(prob, p, fmt, folder_arg if output is not None else Path("out") / prob.name):
         out.print(f"wrote {path}", highlight=False)
 
 

@@ -33,3 +33,9 @@ class ModelMismatchError(PlacerError):
     """A backend's objective disagrees with the evaluator: always a bug (exit 1)."""
 
     exit_code = 1
+
+
+class SearchInterrupted(PlacerError):
+    """SIGINT or SIGTERM arrived before any feasible plan was found (exit 130)."""
+
+    exit_code = 130

@@ -658,6 +658,15 @@ def plan_from_data(data: Any, *, where: Path | str = "<plan>", lines: dict[Loc, 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write via a temporary file in the same folder and rename: never a partial file."""
     p = Path(path)
+    try:
+        _write_atomic(p, text)
+    except OSError as exc:  # a full disk, a read-only folder, a file where a folder belongs
+        raise InputError(f"{exc.filename or p}: cannot write ({exc.strerror or exc})") from None
+
+
+def _write_atomic(p: Path, text: str) -> None:
+    if p.is_dir():
+        raise IsADirectoryError(21, "is a folder", str(p))
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     try:

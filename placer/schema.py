@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -38,7 +39,14 @@ def _not_bool(v: Any) -> Any:
 # numbers: never booleans; never inf or nan (Strict sets allow_inf_nan=False)
 Int = Annotated[int, BeforeValidator(_not_bool)]
 Num = Annotated[float, BeforeValidator(_not_bool)]
-Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS)]
+def _not_dots(v: str) -> str:
+    """'.' and '..' match the pattern but would name the current or parent folder (out/<name>)."""
+    if set(v) == {"."}:
+        raise ValueError(f"must not consist of dots only, got '{v}'")
+    return v
+
+
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS), AfterValidator(_not_dots)]
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)]
 Key = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]  # a reference to a name
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from placer import interrupt
 from placer.optimize.data import InnerData, InnerSolution, extract_routing
 
 INT_LIMIT = 4e18  # stay well inside int64 for coefficient x domain products
@@ -439,8 +440,10 @@ class CpsatInner:
         for key, value in options.items():
             if hasattr(p, key):
                 setattr(p, key, value)
+        p.catch_sigint_signal = False  # placer.interrupt stops the search and keeps the plan
         t0 = time.perf_counter()
-        st = solver.Solve(self.m)
+        with interrupt.stoppable(solver.StopSearch):
+            st = solver.Solve(self.m)
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
         optimal = st == cp_model.OPTIMAL
@@ -468,7 +471,11 @@ class CpsatInner:
             + w_paths * sum(self.w.values())
             + sum(c * v for c, v in self.n.items())
         )
-        st2 = solver.Solve(self.m)
+        if interrupt.requested():
+            st2 = cp_model.UNKNOWN  # stopping: keep the first solution, no tie-break solve
+        else:
+            with interrupt.stoppable(solver.StopSearch):
+                st2 = solver.Solve(self.m)
         if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             counts, waves = first
             return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else t_first, routing=first_routing)

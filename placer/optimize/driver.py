@@ -15,7 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from placer.errors import InfeasibleError, ModelMismatchError, PlacerError, TimeLimitError
+from placer import interrupt
+from placer.errors import (
+    InfeasibleError,
+    ModelMismatchError,
+    PlacerError,
+    SearchInterrupted,
+    TimeLimitError,
+)
 from placer.evaluate import J_PER_MWH, Evaluation, completed_plan, evaluate, site_gpus_per_node
 from placer.io import Problem
 from placer.optimize.brute import brute_inner
@@ -129,6 +136,7 @@ def solve(
     solved = 0
     open_bounds: list[float] = []
     timed_out = False
+    stopped = interrupt.requested()  # SIGINT/SIGTERM: keep the incumbent, report it feasible
     for i, cand in enumerate(cands):
         inc = best[0][0] if best else None
         if objective != "cost" and inc is not None and cand.lower_bound >= inc * (1 - 1e-9):
@@ -136,13 +144,16 @@ def solve(
         if objective == "cost" and inc is not None and inc <= 0:
             break
         remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            timed_out = True
+        if remaining <= 0 or stopped:
+            timed_out = not stopped
             open_bounds.extend(c.lower_bound for c in cands[i:])
             break
         data = cand.data or build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
         sol = _solve_inner(problem, perf, data, backend, objective, inc, remaining, threads, opts, best)
         solved += 1
+        stopped = interrupt.requested()
+        if stopped and sol is None:
+            open_bounds.append(cand.lower_bound)  # stopped before a solution: nothing proved
         if sol is not None:
             if not sol.optimal:
                 open_bounds.append(sol.bound)
@@ -156,6 +167,8 @@ def solve(
         )
 
     seconds = time.perf_counter() - t0
+    if best is None and stopped:
+        raise SearchInterrupted(f"interrupted by {stopped} before any feasible plan was found")
     if best is None:
         if timed_out:
             raise TimeLimitError(f"time limit {time_limit_s:g} s reached before any feasible plan was found")
@@ -164,7 +177,7 @@ def solve(
     value = _objective_value(objective, ev)
     bound = min([value, *open_bounds])
     gap = 0.0 if value <= 0 else max(0.0, (value - bound) / value)
-    status = "optimal" if gap <= 1e-9 and not timed_out else ("time_limit" if timed_out else "feasible")
+    status = "optimal" if gap <= 1e-9 and not timed_out and not stopped else ("time_limit" if timed_out else "feasible")
     bound_T = bound if objective == "step_time" else None
     final = completed_plan(
         problem,
@@ -184,7 +197,7 @@ def solve(
         },
     )
     res = inst.resilience
-    if res is not None and res.survive and not _nested:
+    if res is not None and res.survive and not _nested and not stopped:
         left = max(1.0, deadline - time.perf_counter())
         summary = resilience_summary(problem, final, backend, left, threads)
         final = final.model_copy(update={"resilience": summary})
@@ -335,7 +348,7 @@ def _cost_per_token_walk(
     optimal = True
     while True:
         left = deadline - time.perf_counter()
-        if left <= 0:
+        if left <= 0 or interrupt.requested():
             optimal = False
             break
         fast = _backend(problem, data, backend, "step_time", None, left, threads, opts, rate_cap=rate_cap)

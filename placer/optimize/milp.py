@@ -16,6 +16,7 @@ from typing import Any
 
 import pulp
 
+from placer import interrupt
 from placer.optimize.data import InnerData, InnerSolution, extract_routing
 
 GBYTE = 1e9
@@ -443,7 +444,7 @@ class MilpInner:
             n_w * (self.total_waves * (len(self.d.sites) + 1) + pulp.lpSum(self.sites_used.values())) + pulp.lpSum(self.w.values())
         )
         left = time_limit_s - (time.perf_counter() - t0)
-        if left > 0.05 and self._solve_once(left, threads, options) is not None:
+        if left > 0.05 and not interrupt.requested() and self._solve_once(left, threads, options) is not None:
             counts, waves = self._extract()
             routing = self.routing()
         value, bound = value * self._unit(), bound * self._unit()
@@ -469,6 +470,7 @@ class MilpInner:
             kwargs.setdefault("mip_rel_gap", MIP_REL_GAP)
             # HiGHS' symmetry detection can run for the whole time limit on these models
             kwargs.setdefault("mip_detect_symmetry", False)
+            kwargs.update(_interrupt_callback())
             solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
         status = self.prob.solve(solver)
         del t0
@@ -490,3 +492,16 @@ class MilpInner:
             return float(b) if math.isfinite(b) else value
         except Exception:  # noqa: BLE001 - not every PuLP solver exposes a bound
             return value
+
+
+def _interrupt_callback() -> dict[str, Any]:
+    """HiGHS stops at its next interrupt check once placer.interrupt has a stop request
+    (SIGINT/SIGTERM); it then reports the incumbent as feasible, not optimal."""
+    import highspy
+
+    def cb(_type: Any, _msg: Any, _out: Any, data_in: Any, _user: Any) -> None:
+        if data_in is not None and interrupt.requested():
+            data_in.user_interrupt = 1
+
+    kinds = highspy.cb.HighsCallbackType
+    return {"callbackTuple": (cb, None), "callbacksToActivate": [kinds.kCallbackMipInterrupt, kinds.kCallbackSimplexInterrupt]}
