@@ -47,7 +47,8 @@ def output_folder(raw: str | os.PathLike[str] | None, default: Path, option: str
 
 
 def _os_error(path: Path, exc: OSError) -> InputError:
-    return InputError(f"{exc.filename or path}: cannot write output ({exc.strerror or exc})")
+    at = f"; at {exc.filename}" if exc.filename and str(exc.filename) != str(path) else ""
+    return InputError(f"{path}: cannot write output ({exc.strerror or exc}{at})")
 
 
 def _check_target(folder: Path) -> bool:
