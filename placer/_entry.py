@@ -22,9 +22,25 @@ def main() -> None:
             signal.signal(s, _early_stop)
     from placer.cli import app
 
-    # the handler stays for commands that install none of their own (solve's search and
-    # sweep's pool install theirs and put this one back when they end)
     app()
+
+
+def command_started() -> None:
+    """Called as a command begins (placer.cli._guard): from here on SIGINT and SIGTERM
+    raise KeyboardInterrupt, which the command turns into cleanup and exit 130 (solve's
+    search installs its own handlers on top). Only when the early handler is in place,
+    so tests and embedding programs keep theirs."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) is _early_stop:
+            signal.signal(s, _raise_interrupt)
+
+
+def _raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":

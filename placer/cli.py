@@ -36,6 +36,9 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from placer._entry import command_started
+
+        command_started()
         try:
             return fn(*args, **kwargs)
         except PlacerError as exc:

@@ -113,3 +113,19 @@ def handle_signals() -> Iterator[None]:
         watcher.join(timeout=1.0)
         os.close(r)
         os.close(w)
+
+
+def die_with_parent() -> None:
+    """In a worker process: get SIGKILL when the parent process dies, however it dies
+    (Linux prctl PR_SET_PDEATHSIG); elsewhere, exit if the parent is already gone."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)

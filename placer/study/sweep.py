@@ -634,7 +634,7 @@ def run_sweep(
     todo: list[Point] = []
     reused: list[str] = []
     for p in study.points:
-        rec = _read_record(points_dir / f"{p.id}.json")
+        rec = _read_record(points_dir / f"{p.id}.json", p.id)
         if rec is not None and rec.get("fingerprint") == p.fingerprint and rec.get("status") != "error":
             records[p.id] = rec
             reused.append(p.id)
@@ -709,10 +709,14 @@ def _run_local(tasks: list[Task], workers: int, scheduler: str | None, started: 
 
 
 def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them and keeps what is finished."""
+    """Workers leave Ctrl-C to the parent, which stops them and keeps what is finished;
+    they die with the parent, however it ends (even SIGKILL)."""
     import signal
 
+    from placer.interrupt import die_with_parent
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
 
 
 def _run_dask(tasks: list[Task], workers: int, scheduler: str | None, started: Callable[[], None]) -> Iterator[dict[str, Any]]:
@@ -756,16 +760,23 @@ def _run_dask(tasks: list[Task], workers: int, scheduler: str | None, started: C
 # ----------------------------------------------------------------------------- records and table
 
 
-def _read_record(path: Path) -> dict[str, Any] | None:
+def _read_record(path: Path, point_id: str) -> dict[str, Any] | None:
+    """A finished record to reuse, or None (missing, edited, wrong shape: recomputed)."""
+    from placer.study.records import check
+
     try:
+        if path.stat().st_size > 50_000_000:
+            return None
         rec = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    return rec if isinstance(rec, dict) and rec.get("version") == RECORD_VERSION else None
+    return check(rec, point_id=point_id, version=RECORD_VERSION)
 
 
 def _write_record(path: Path, rec: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(rec, indent=1, sort_keys=False, allow_nan=False, default=_nan_to_none) + "\n")
+    from placer.study.records import seal
+
+    write_atomic(path, json.dumps(seal(rec), indent=1, sort_keys=False, allow_nan=False, default=_nan_to_none) + "\n")
 
 
 def _nan_to_none(o: Any) -> Any:
