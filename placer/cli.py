@@ -113,17 +113,18 @@ def solve(
 
 
 def _write_solve(prob: Any, res: Any, output: str | None, folder_arg: Path, as_json: bool) -> None:
+    from placer.io import dumps_json
     from placer.outputs.bom import bom_csv
     from placer.outputs.fileset import write_set
     from placer.outputs.report import markdown_report, print_summary
 
     plan_data = res.plan.model_dump(mode="json", exclude_none=True)
     if as_json:
-        sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
+        sys.stdout.write(dumps_json(plan_data))
         return
     folder = folder_arg if output is not None else Path("out") / prob.name
     files = {
-        "plan.json": json.dumps(plan_data, indent=2) + "\n",
+        "plan.json": dumps_json(plan_data),
         "bom.csv": bom_csv(prob, res.plan),
         "report.md": markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")),
     }
@@ -163,7 +164,9 @@ def evaluate(
             data["simulation"] = sim
         if fr is not None:
             data["failures"] = fr.to_dict()
-        sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+        from placer.io import dumps_json
+
+        sys.stdout.write(dumps_json(data, default=_json_default))
     else:
         print_summary(out, prob, p, ev, "feasible" if ev.feasible else "INFEASIBLE")
         if fr is not None:

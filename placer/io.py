@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import os
 import re
 import tempfile
@@ -617,9 +618,15 @@ def problem_from_data(
         model = model.model_copy(update={"seq_len": inst.job.seq_len})
     par = inst.job.parallelism
     if par.tp:
-        for s in inst.sites:
+        for i, s in enumerate(inst.sites):
             gpn = s.gpus_per_node or catalog.gpus[s.gpu].gpus_per_node
             if all(t > gpn for t in par.tp):
+                if s.gpus_per_node is not None:  # the site's own node size is what is out of line
+                    raise err(
+                        ("sites", i, "gpus_per_node"),
+                        f"{gpn} GPUs per node fit none of the tensor-parallel candidates job.parallelism.tp = {list(par.tp)} "
+                        f"(a tp group sits in one node)",
+                    )
                 raise err(("job", "parallelism", "tp"), f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)")
     return Problem(instance=inst, catalog=catalog, model=model, path=Path(where) if isinstance(where, Path) else None)
 
@@ -685,5 +692,25 @@ def _umask() -> int:
     return mask
 
 
+def json_safe(data: Any) -> Any:
+    """The data with every infinite or NaN number replaced by null, so the text is JSON
+    (Python's json would write Infinity). null in a numeric field of placer's JSON output
+    means "unbounded / not attainable" (e.g. the step time of a plan that breaks a limit)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [json_safe(v) for v in data]
+    return data
+
+
+def dumps_json(data: Any, default: Any = None) -> str:
+    """JSON text of placer's outputs: valid JSON always (see json_safe)."""
+    if default is not None:
+        data = json.loads(json.dumps(data, default=default, allow_nan=True))
+    return json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
+
+
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2) + "\n")
+    write_atomic(path, dumps_json(data))

@@ -261,7 +261,7 @@ def prepare_candidates(
         if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
             lb_intra = max(min(perf.intra_sync_s(cfg, k, s) for s in {c[k] for c in chains}) for k in range(cfg.pp))
         if inst.objective.max_step_time_s is not None and lb_pipe + lb_intra > inst.objective.max_step_time_s:
-            report.drop("lower bound above max_step_time_s")
+            report.drop_slow(lb_pipe + lb_intra)
             continue
         lb = lb_pipe + lb_intra
         if objective == "cost":

@@ -45,9 +45,15 @@ class SpaceReport:
     dropped: dict[str, int] = field(default_factory=dict)
     best_memory_gap_gb: float = math.inf  # smallest memory overflow seen
     memory_example: str = ""
+    best_time_lb_s: float = math.inf  # fastest lower bound among configurations over max_step_time_s
 
     def drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def drop_slow(self, lower_bound_s: float) -> None:
+        """A configuration whose step-time lower bound exceeds max_step_time_s."""
+        self.drop("lower bound above max_step_time_s")
+        self.best_time_lb_s = min(self.best_time_lb_s, lower_bound_s)
 
 
 def site_group_capacity(problem: Problem, site: str, tp: int) -> int:
