@@ -18,6 +18,8 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 
+from placer.limits import STOP_GRACE_S
+
 EXIT_CODE = 130  # 128 + SIGINT, the shell convention for an interrupted command
 
 _requested: str | None = None
@@ -96,6 +98,12 @@ def handle_signals() -> Iterator[None]:
                 return
             name = "SIGTERM" if signal.SIGTERM in data else "SIGINT"
             request(name)  # stops CP-SAT while the main thread is inside Solve()
+            if done.wait(STOP_GRACE_S):
+                return
+            # the main thread is stuck in code that does not poll (a bug): end anyway; outputs
+            # are written as sets (placer.outputs.fileset), so nothing half-written remains
+            os.write(2, f"placer: stop not honoured within {STOP_GRACE_S:g} s; exiting\n".encode())
+            os._exit(EXIT_CODE)
 
     old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     for s in names:

@@ -34,7 +34,7 @@ LIMITS: dict[str, Limit] = {
     "usd_per_unit": Limit(1e12, "a catalog price per item (port, mux, amplifier, module)"),
     "usd_per_mwh": Limit(1e6, "energy price: spot peaks are ~1e4 USD/MWh"),
     "years": Limit(1000, "amortization period"),
-    "global_batch": Limit(100_000_000, "sequences per step: 10,000x the largest published batches"),
+    "global_batch": Limit(1_000_000, "sequences per step: ~100x the largest published batches (16k sequences)"),
     "seq_len": Limit(100_000_000, "tokens per sequence: 100x the longest context windows"),
     "model_dim": Limit(10_000_000, "layers, hidden, heads, ffn, vocab: 100x the largest models"),
     "parallel_degree": Limit(10_000_000, "a tp/pp/dp/micro-batch candidate (bounded by the GPU count)"),
@@ -60,6 +60,13 @@ LIMITS: dict[str, Limit] = {
 def hi(key: str) -> float:
     return LIMITS[key].hi
 
+
+# ----------------------------------------------------------------------------- search space
+
+MAX_SITES = 256  # routing and data-parallel sync are per site pair: 256 sites = 32,640 pairs
+MAX_ROUTES = 8192  # routes of the fiber graph (a dense 128-site mesh)
+MAX_CHAIN_CANDIDATES = 200_000  # site orders x stage cuts one configuration may enumerate
+STOP_GRACE_S = 10.0  # after SIGINT/SIGTERM, the search has this long to wind down before exit
 
 # ----------------------------------------------------------------------------- loader
 

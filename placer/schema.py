@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from placer.limits import MAX_NAME_CHARS, MAX_TEXT_CHARS, hi
+from placer.limits import MAX_NAME_CHARS, MAX_ROUTES, MAX_SITES, MAX_TEXT_CHARS, hi
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 SyncMode = Literal["synchronous", "diloco", "streaming-diloco"]
@@ -293,8 +293,8 @@ class SolverOptions(Strict):
 class Instance(Strict):
     name: Name
     description: Text | None = None
-    sites: list[Site] = Field(min_length=1)
-    routes: list[Route] = []
+    sites: list[Site] = Field(min_length=1, max_length=MAX_SITES)
+    routes: list[Route] = Field(default=[], max_length=MAX_ROUTES)
     job: Job
     objective: Objective = Objective()
     resilience: Resilience | None = None

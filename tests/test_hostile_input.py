@@ -86,3 +86,53 @@ def test_limits_are_documented_data() -> None:
     assert all(lim.why and lim.hi > 0 for lim in LIMITS.values())
     for f in (ROOT / "instances").glob("*.yaml"):
         assert runner.invoke(app, ["validate", str(f)]).exit_code == 0
+
+
+def _ring(n: int, **solver: object) -> str:
+    import yaml
+
+    return yaml.safe_dump(
+        {
+            "name": f"ring{n}",
+            "sites": [{"name": f"s{i}", "gpu": "h100-sxm", "gpus": 64, "power_mw": 1.0} for i in range(n)],
+            "routes": [{"sites": [f"s{i}", f"s{(i + 1) % n}"], "km": 50} for i in range(n)],
+            "job": {"model": "gpt3-175b", "global_batch": 1536, "parallelism": {"tp": [8], "micro_batch": [1]}},
+            "solver": {"time_limit_s": 20, **solver},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "text,field",
+    [(_ring(1000), "sites: takes at most"), (_ring(16, max_sites_per_replica=16), "solver.max_sites_per_replica: 16 with 16 usable sites")],
+    ids=["1000-site ring", "16 sites per replica"],
+)
+def test_search_spaces_too_large_to_enumerate_are_refused_fast(tmp_path: Path, text: str, field: str) -> None:
+    f = tmp_path / "ring.yaml"
+    f.write_text(text)
+    t0 = time.perf_counter()
+    r = runner.invoke(app, ["solve", str(f), "-q", "-o", str(tmp_path / "out"), "--time-limit", "20"])
+    assert time.perf_counter() - t0 < 15
+    assert r.exit_code == 2 and field in r.output, r.output
+
+
+def test_divisors_are_exact_and_fast() -> None:
+    import random
+
+    from placer.optimize.space import divisors
+
+    rng = random.Random(3)
+    for n in [1, 2, 36, 97, 1536, *(rng.randrange(1, 5000) for _ in range(200))]:
+        assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+    t0 = time.perf_counter()
+    assert len(divisors(100_000_000)) == 81  # 2^8 5^8: 9 x 9 divisors
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_huge_global_batch_within_range_stays_within_the_limit(tmp_path: Path) -> None:
+    f = tmp_path / "i.yaml"
+    f.write_text(BASE.replace("global_batch: 1536", "global_batch: 1000000"))
+    t0 = time.perf_counter()
+    r = runner.invoke(app, ["solve", str(f), "-q", "-o", str(tmp_path / "out"), "--time-limit", "10"])
+    assert time.perf_counter() - t0 < 20, r.output
+    assert r.exit_code in (0, 3, 4), r.output

@@ -96,15 +96,18 @@ def solve(
     report = SpaceReport()
     configs = enumerate_configs(problem, report)
 
-    cands = prepare_candidates(problem, perf, configs, report, objective)
+    cands = prepare_candidates(problem, perf, configs, report, objective, deadline=deadline)
     say(f"{len(configs)} configurations, {len(cands)} after memory and bound pruning")
 
     best: tuple[tuple[Any, ...], Plan, Evaluation, Config] | None = None
+    finish_s = 0.0  # time kept back for evaluating, completing and writing the final plan
 
     def consider(data: InnerData, sol: InnerSolution, source: str) -> None:
-        nonlocal best
+        nonlocal best, finish_s
+        t_eval = time.perf_counter()
         plan = solution_plan(problem, data, sol)
         ev = evaluate(problem, plan, perf)
+        finish_s = max(finish_s, 3 * (time.perf_counter() - t_eval))  # the final plan is evaluated again
         if not ev.feasible:
             if source in {"greedy", "greedy-nowaves"}:
                 return
@@ -126,8 +129,13 @@ def solve(
             say(f"incumbent {source} {data.cfg.label()}: {_fmt(objective, key[0])}")
 
     # greedy incumbent over the most promising configurations
+    last_build_s = 0.0  # the slowest model build so far, to avoid starting one that cannot finish
     for cand in cands[:GREEDY_CONFIGS]:
+        if time.perf_counter() + 1.5 * last_build_s + finish_s > deadline or interrupt.requested():
+            break
+        t_build = time.perf_counter()
         cand.data = build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+        last_build_s = max(last_build_s, time.perf_counter() - t_build)
         g = greedy(cand.data)
         if g is not None:
             consider(cand.data, g, "greedy")
@@ -143,12 +151,19 @@ def solve(
             break  # sorted by bound: every remaining configuration is pruned
         if objective == "cost" and inc is not None and inc <= 0:
             break
-        remaining = deadline - time.perf_counter()
+        remaining = deadline - finish_s - time.perf_counter()
         if remaining <= 0 or stopped:
             timed_out = not stopped
             open_bounds.extend(c.lower_bound for c in cands[i:])
             break
+        if cand.data is None and remaining < 1.5 * last_build_s:
+            timed_out = True  # building this model alone would overrun the limit
+            open_bounds.extend(c.lower_bound for c in cands[i:])
+            break
+        t_build = time.perf_counter()
         data = cand.data or build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+        last_build_s = max(last_build_s, time.perf_counter() - t_build)
+        remaining = deadline - finish_s - time.perf_counter()
         sol = _solve_inner(problem, perf, data, backend, objective, inc, remaining, threads, opts, best)
         solved += 1
         stopped = interrupt.requested()
@@ -246,12 +261,16 @@ def resilience_summary(problem: Problem, plan: Plan, backend: str, time_limit_s:
 
 
 def prepare_candidates(
-    problem: Problem, perf: PerfModel, configs: list[Config], report: SpaceReport, objective: str
+    problem: Problem, perf: PerfModel, configs: list[Config], report: SpaceReport, objective: str, deadline: float | None = None
 ) -> list[Candidate]:
     """Chain types and a lower bound on step time per configuration, sorted by bound."""
     inst = problem.instance
     cands: list[Candidate] = []
-    for cfg in configs:
+    for n, cfg in enumerate(configs):
+        if deadline is not None and (time.perf_counter() > deadline or interrupt.requested()):
+            raise (SearchInterrupted if interrupt.requested() else TimeLimitError)(
+                f"stopped while preparing the search: {n} of {len(configs)} configurations bounded, no plan yet"
+            )
         chains = chain_types(problem, perf, cfg, report)
         if not chains:
             report.drop("no stage placement fits in GPU memory")

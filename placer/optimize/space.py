@@ -26,7 +26,9 @@ GB = 1e9
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors in increasing order, in O(sqrt n) (global_batch may be 10^8)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def powers_of_two_upto(n: int) -> list[int]:
@@ -132,6 +134,7 @@ def chain_types(problem: Problem, perf: PerfModel, cfg: Config, report: SpaceRep
             if report is not None and not ok and gap < report.best_memory_gap_gb:
                 report.best_memory_gap_gb = gap
                 report.memory_example = f"{cfg.label()}: stage {k} on {gpu} needs {gap:.1f} GB more than it has"
+    _check_chain_space(len(sites), k_max, cfg.pp)
     out: list[Chain] = []
     for n_blocks in range(1, min(k_max, len(sites), cfg.pp) + 1):
         for order in itertools.permutations(sites, n_blocks):
@@ -143,3 +146,20 @@ def chain_types(problem: Problem, perf: PerfModel, cfg: Config, report: SpaceRep
                 if all(fits[(k, s)] for k, s in enumerate(chain)):
                     out.append(chain)
     return out
+
+
+def _check_chain_space(n_sites: int, k_max: int, pp: int) -> None:
+    """Refuse, with the fields to change, a configuration whose chain enumeration (site
+    orders x stage cuts) exceeds MAX_CHAIN_CANDIDATES: it could not finish in any limit."""
+    from placer.errors import InputError
+    from placer.limits import MAX_CHAIN_CANDIDATES
+
+    total = 0
+    for n in range(1, min(k_max, n_sites, pp) + 1):
+        total += math.perm(n_sites, n) * math.comb(pp - 1, n - 1)
+        if total > MAX_CHAIN_CANDIDATES:
+            raise InputError(
+                f"solver.max_sites_per_replica: {k_max} with {n_sites} usable sites and pp={pp} gives more than "
+                f"{MAX_CHAIN_CANDIDATES:,} candidate chains per configuration; lower solver.max_sites_per_replica "
+                "or restrict job.parallelism.pp"
+            )
