@@ -96,6 +96,8 @@ def handle_signals() -> Iterator[None]:
                 continue
             if not data:
                 return
+            if not any(b in (signal.SIGINT, signal.SIGTERM) for b in data):
+                continue  # another signal with a Python handler (not ours)
             name = "SIGTERM" if signal.SIGTERM in data else "SIGINT"
             request(name)  # stops CP-SAT while the main thread is inside Solve()
             if done.wait(STOP_GRACE_S):
