@@ -474,6 +474,8 @@ class MilpInner:
             solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
         status = self.prob.solve(solver)
         del t0
+        if interrupt.requested() and not _has_primal_solution(self.prob, solver):
+            return None  # stopped (SIGINT/SIGTERM) before HiGHS found an integer solution
         if status != pulp.LpStatusOptimal or self.prob.objective.value() is None:
             sol_status = getattr(self.prob, "sol_status", None)
             if sol_status == pulp.LpSolutionIntegerFeasible:
@@ -505,3 +507,13 @@ def _interrupt_callback() -> dict[str, Any]:
 
     kinds = highspy.cb.HighsCallbackType
     return {"callbackTuple": (cb, None), "callbacksToActivate": [kinds.kCallbackMipInterrupt, kinds.kCallbackSimplexInterrupt]}
+
+
+def _has_primal_solution(prob: Any, solver: Any) -> bool:
+    """Whether HiGHS holds a feasible primal solution (after an interrupt PuLP may report
+    column values of an unfinished search)."""
+    model = getattr(prob, "solverModel", None) or getattr(solver, "solverModel", None)
+    try:
+        return int(model.getInfo().primal_solution_status) == 2  # kSolutionStatusFeasible
+    except Exception:  # noqa: BLE001 - another PuLP solver: trust its status
+        return True
