@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from placer.cli_support import err, guard, json_default, out
+from placer.cli_support import clip_lines, err, guard, json_default, out
 from placer.errors import InfeasibleError, InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="placer: plan multi-site AI training jobs.")
@@ -34,7 +34,7 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
             _print_warnings(instance_warnings(prob))
         except InputError as exc:
             bad += 1
-            err.print(Text("invalid ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
+            err.print(Text("invalid ", style="red") + Text(clip_lines(str(exc))), highlight=False, soft_wrap=True)
     if bad:
         raise typer.Exit(2)
 
@@ -43,7 +43,7 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
 @guard
 def solve(
     instance: Path,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
     backend: Annotated[str | None, typer.Option(help="cpsat | milp | brute")] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds")] = None,
     threads: Annotated[int | None, typer.Option(help="solver threads")] = None,
@@ -52,34 +52,52 @@ def solve(
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
 ) -> None:
     """Find the best plan; write plan.json, bom.csv, report.md and report.html."""
-    from placer.io import load_instance, write_atomic, write_json
+    from placer import interrupt
+    from placer.io import load_instance
     from placer.optimize.driver import check_solver_options
     from placer.optimize.driver import solve as run
-    from placer.outputs.bom import bom_csv
-    from placer.outputs.html import html_report
-    from placer.outputs.report import markdown_report, print_summary
+    from placer.outputs.fileset import output_folder
 
     if backend is not None and backend not in {"cpsat", "milp", "brute"}:
         raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")
     check_solver_options(time_limit, threads, ("--time-limit", "--threads"))
+    folder_arg = output_folder(output, Path("."))  # refuse -o "" before any work
     prob = load_instance(instance)
     if explain:
         err.print_json(json.dumps({"catalog": prob.catalog.model_dump(), "instance": prob.instance.model_dump(mode="json")}))
     progress = None if quiet else (lambda msg: err.print(Text(msg, style="dim"), highlight=False))
-    res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
+    with interrupt.handle_signals():
+        res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
+        _write_solve(prob, res, output, folder_arg, as_json)
+    stop = interrupt.requested()
+    if stop:
+        err.print(Text(f"interrupted by {stop}: kept the best plan found ({res.status}, gap {res.gap:.1e})", style="yellow"), highlight=False)
+        raise typer.Exit(interrupt.EXIT_CODE)
+
+
+def _write_solve(prob: Any, res: Any, output: str | None, folder_arg: Path, as_json: bool) -> None:
+    from placer.io import dumps_json
+    from placer.outputs.bom import bom_csv
+    from placer.outputs.fileset import write_set
+    from placer.outputs.html import html_report
+    from placer.outputs.report import markdown_report, print_summary
+
     plan_data = res.plan.model_dump(mode="json", exclude_none=True)
     if as_json and output is None:
         _print_warnings(res.plan.warnings)
-        sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
+        sys.stdout.write(dumps_json(plan_data))
         return
-    folder = output or Path("out") / prob.name
-    write_json(folder / "plan.json", plan_data)
-    write_atomic(folder / "bom.csv", bom_csv(prob, res.plan))
-    write_atomic(folder / "report.md", markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
-    write_atomic(folder / "report.html", html_report(prob, res.plan, res.evaluation, plan_data.get("solver")))
+    folder = folder_arg if output is not None else Path("out") / prob.name
+    files = {
+        "plan.json": dumps_json(plan_data),
+        "bom.csv": bom_csv(prob, res.plan),
+        "report.md": markdown_report(prob, res.plan, res.evaluation, plan_data.get("solver")),
+        "report.html": html_report(prob, res.plan, res.evaluation, plan_data.get("solver")),
+    }
+    write_set(folder, files, run={"command": "solve", "instance": prob.name, "status": res.status})
     if as_json:  # --json -o DIR: the files above, and stdout still carries only the plan
         _print_warnings(res.plan.warnings)
-        sys.stdout.write(json.dumps(plan_data, indent=2) + "\n")
+        sys.stdout.write(dumps_json(plan_data))
         return
     print_summary(out, prob, res.plan, res.evaluation, f"{res.status} ({res.backend}, {res.seconds:.2f} s, gap {res.gap:.1e})")
     _print_warnings(res.plan.warnings)
@@ -120,7 +138,9 @@ def evaluate(
             data["simulation"] = sim
         if fr is not None:
             data["failures"] = fr.to_dict()
-        sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
+        from placer.io import dumps_json
+
+        sys.stdout.write(dumps_json(data, default=json_default))
     else:
         print_summary(out, prob, p, ev, "feasible" if ev.feasible else "INFEASIBLE")
         _print_warnings(warnings)
@@ -188,16 +208,18 @@ def export(
     plan: Annotated[Path, typer.Argument(help="plan.json written by solve")],
     instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="bom | rankmap | megatron | torchtitan | torchrun | slurm | all")],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
+    output: Annotated[str | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
     torchtitan_version: Annotated[str, typer.Option("--torchtitan-version", help="0.3 (config registry + overrides, torchtitan_args.sh) | 0.2 (TOML)")] = "0.3",
 ) -> None:
     """Write the link bill of materials or launch configurations of a feasible plan."""
     from placer.io import load_instance, load_plan
     from placer.outputs.export import export as run
+    from placer.outputs.fileset import output_folder
 
+    folder_arg = output_folder(output, Path("."))
     prob = load_instance(instance)
     p = load_plan(plan)
-    for path in run(prob, p, fmt, output or Path("out") / prob.name, torchtitan_version):
+    for path in run(prob, p, fmt, folder_arg if output is not None else Path("out") / prob.name, torchtitan_version):
         out.print(f"wrote {path}", highlight=False)
 
 

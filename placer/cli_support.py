@@ -20,22 +20,35 @@ err = Console(stderr=True)
 out = Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
 
 
+def clip_lines(text: str) -> str:
+    """No line of a message longer than MESSAGE_LINE_CHARS (a hostile value is not echoed whole)."""
+    from placer.limits import MESSAGE_LINE_CHARS
+
+    return "\n".join(ln if len(ln) <= MESSAGE_LINE_CHARS else f"{ln[:MESSAGE_LINE_CHARS]}... ({len(ln):,} characters)" for ln in text.splitlines())
+
+
 def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Map placer errors to exit codes; never show a traceback for bad input."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from placer.interrupt import command_started
+
+        command_started()
         try:
             return fn(*args, **kwargs)
         except PlacerError as exc:
-            err.print(Text("error: ", style="red") + Text(str(exc)), highlight=False, soft_wrap=True)
+            err.print(Text("error: ", style="red") + Text(clip_lines(str(exc))), highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except typer.Exit:
             raise
+        except KeyboardInterrupt:  # Ctrl-C before the handlers are in place (start-up)
+            err.print(Text("interrupted", style="red"), highlight=False)
+            raise typer.Exit(130) from None
         except Exception as exc:  # noqa: BLE001
             if os.environ.get("PLACER_DEBUG"):
                 raise
-            err.print(Text("internal error: ", style="red") + Text(f"{type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)"), soft_wrap=True)
+            err.print(Text("internal error: ", style="red") + Text(clip_lines(f"{type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)")), soft_wrap=True)
             raise typer.Exit(1) from None
 
     return wrapper

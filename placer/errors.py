@@ -40,3 +40,9 @@ class SolverError(PlacerError):
     solver's message, never a result (exit 1)."""
 
     exit_code = 1
+
+
+class SearchInterrupted(PlacerError):
+    """SIGINT or SIGTERM arrived before any feasible plan was found (exit 130)."""
+
+    exit_code = 130

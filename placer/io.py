@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import math
 import os
 import re
 import tempfile
@@ -22,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from placer.errors import InputError
+from placer.limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_INT_DIGITS, MAX_NODES, MESSAGE_VALUE_CHARS
 from placer.schema import HOST_PATTERN, Catalog, Instance, ModelSpec, Plan
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -91,13 +93,116 @@ def _yaml_error(path: Path, exc: yaml.YAMLError, text: str = "") -> InputError:
     return InputError(f"{path}{where}:{field} malformed YAML/JSON: {problem}")
 
 
+_INT_LIKE = re.compile(r"^[-+]?(0[xob])?[0-9_a-fA-F]+$")
+
+
+def _node_sizes(root: yaml.Node) -> dict[int, int]:
+    """Nodes each node stands for once aliases are expanded (memoized by identity, so an
+    alias bomb is measured without being expanded)."""
+    size: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in size:
+            continue
+        kids = _children(node)
+        if done or not kids:
+            size[id(node)] = 1 + sum(size.get(id(k), 0) for k in kids)
+            continue
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in size)
+    return size
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for kv in node.value for n in kv]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_tree(path: Path, root: yaml.Node) -> None:
+    """Refuse documents that would take unbounded time or memory to build or validate:
+    alias bombs, nesting deeper than MAX_DEPTH, integers longer than MAX_INT_DIGITS."""
+    size = _node_sizes(root)
+
+    def fail(loc: Loc, node: yaml.Node, msg: str) -> InputError:
+        return InputError(f"{path}:{node.start_mark.line + 1}: {clip(format_loc(loc), 120)}: {msg}")
+
+    if size[id(root)] > MAX_NODES:
+        loc, node = (), root  # descend to the field whose expansion is too large
+        while True:
+            nxt = None
+            if isinstance(node, yaml.MappingNode):
+                nxt = max(((k.value, v) for k, v in node.value), key=lambda kv: size[id(kv[1])], default=None)
+            elif isinstance(node, yaml.SequenceNode):
+                nxt = max(enumerate(node.value), key=lambda kv: size[id(kv[1])], default=None)
+            if nxt is None or 2 * size[id(nxt[1])] <= size[id(node)] or len(loc) >= MAX_DEPTH:
+                break  # no single child holds most of it: this field is the bomb
+            loc, node = loc + (nxt[0],), nxt[1]
+        raise fail(loc, node, f"expands to {size[id(root)]:,} values with aliases (limit {MAX_NODES:,}); YAML alias bomb?")
+    stack: list[tuple[yaml.Node, Loc]] = [(root, ())]
+    while stack:
+        node, loc = stack.pop()
+        if len(loc) > MAX_DEPTH:
+            raise fail(loc[:MAX_DEPTH], node, f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(node, yaml.ScalarNode):
+            v = node.value
+            if node.style is None and len(v) > MAX_INT_DIGITS and _INT_LIKE.match(v):
+                raise fail(loc, node, f"integer with {len(v)} digits (at most {MAX_INT_DIGITS}): {clip(v)}")
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend((v, loc + (k.value if isinstance(k, yaml.ScalarNode) else "?",)) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, loc + (i,)) for i, v in enumerate(node.value))
+
+
+def _too_deep(path: Path, text: str) -> InputError:
+    """Where nesting first exceeds MAX_DEPTH, found from the event stream (no recursion)."""
+    stack: list[list[Any]] = []
+    try:
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(ev, yaml.NodeEvent) and stack:
+                top = stack[-1]
+                if top[0] == "seq":
+                    top[1] += 1
+                elif top[2]:
+                    top[1], top[2] = (ev.value if isinstance(ev, yaml.ScalarEvent) else "?"), False
+                else:
+                    top[2] = True
+            if isinstance(ev, yaml.CollectionStartEvent):
+                if len(stack) >= MAX_DEPTH:
+                    loc = tuple(f[1] for f in stack if f[1] is not None)
+                    return InputError(f"{path}:{ev.start_mark.line + 1}: {clip(format_loc(loc), 120)}: nested deeper than {MAX_DEPTH} levels")
+                stack.append(["seq", -1, False] if isinstance(ev, yaml.SequenceStartEvent) else ["map", None, True])
+            elif isinstance(ev, yaml.CollectionEndEvent) and stack:
+                stack.pop()
+    except yaml.YAMLError:
+        pass
+    return InputError(f"{path}: nested deeper than {MAX_DEPTH} levels")
+
+
+def _compose(path: Path, loader: yaml.SafeLoader) -> yaml.Node | None:
+    try:
+        node = loader.get_single_node()
+    except RecursionError:
+        raise _too_deep(path, loader.buffer.rstrip("\0")) from None
+    if node is not None:
+        _check_tree(path, node)
+    return node
+
+
 def read_document(path: Path) -> tuple[Any, dict[Loc, int]]:
     """Parse a YAML or JSON file into Python data and a map from field path to line.
 
     A `.json` file is read by the JSON parser (tab indentation, 1e5 numbers), falling back
     to YAML (a superset in practice) when it is not strict JSON. Duplicate keys are errors.
+    Files over MAX_FILE_BYTES, alias bombs, deep nesting and huge integers are refused
+    before anything is built from them (`placer.limits`).
     """
     try:
+        if path.is_file() and path.stat().st_size > MAX_FILE_BYTES:
+            raise InputError(f"{path}: file is {path.stat().st_size:,} bytes, larger than the {MAX_FILE_BYTES:,} bytes an input file may have")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
@@ -105,6 +210,8 @@ def read_document(path: Path) -> tuple[Any, dict[Loc, int]]:
         raise InputError(f"{path}: is a folder, expected a YAML or JSON file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read file ({exc})") from None
+    if len(text) > MAX_FILE_BYTES:  # a pipe or special file
+        raise InputError(f"{path}: larger than the {MAX_FILE_BYTES:,} bytes an input file may have")
     json_error: json.JSONDecodeError | None = None
     data: Any = None
     parsed = False
@@ -113,17 +220,28 @@ def read_document(path: Path) -> tuple[Any, dict[Loc, int]]:
             data, parsed = json.loads(text), True
         except json.JSONDecodeError as exc:
             json_error = exc
-    node = None
+        except RecursionError:
+            raise _too_deep(path, text) from None
+        except ValueError as exc:  # e.g. an integer over Python's 4300-digit limit
+            raise InputError(f"{path}: {clip(str(exc))}") from None
+    node, loader = None, None
     try:
         # JSON forbids raw tabs inside strings: replacing them keeps every line number
-        node = yaml.compose(text.replace("\t", " ") if parsed else text, Loader=yaml.SafeLoader)
+        loader = yaml.SafeLoader(text.replace("\t", " ") if parsed else text)
+        node = _compose(path, loader)
         if not parsed:
-            data = yaml.safe_load(text)
+            try:
+                data = loader.construct_document(node) if node is not None else None
+            except (RecursionError, ValueError, OverflowError) as exc:
+                raise InputError(f"{path}: cannot read a value ({clip(str(exc))})") from None
     except yaml.YAMLError as exc:
         if json_error is not None:
             raise InputError(f"{path}:{json_error.lineno}: malformed JSON: {json_error.msg} (column {json_error.colno})") from None
         if not parsed:
             raise _yaml_error(path, exc, text) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     lines: dict[Loc, int] = {}
     dups: list[tuple[Loc, int, int]] = []
     if node is not None:
@@ -133,6 +251,11 @@ def read_document(path: Path) -> tuple[Any, dict[Loc, int]]:
             "\n".join(f"{path}:{line}: {format_loc(loc)}: duplicate key (first given on line {first})" for loc, line, first in dups)
         )
     return data, lines
+
+
+def clip(text: str, n: int = MESSAGE_VALUE_CHARS) -> str:
+    """A value shortened for an error message (a 5,000-character name is not echoed whole)."""
+    return text if len(text) <= n else f"{text[: n - 20]}... ({len(text):,} characters)"
 
 
 def format_loc(loc: Loc) -> str:
@@ -213,7 +336,7 @@ def _show(v: Any) -> str:
         return "a mapping"
     if isinstance(v, list | tuple):
         return "a list"
-    return repr(v) if isinstance(v, str) else str(v)
+    return repr(clip(v)) if isinstance(v, str) else clip(str(v))
 
 
 def _allowed_keys(root: Any, loc: Loc) -> list[str] | None:
@@ -515,9 +638,15 @@ def problem_from_data(
         model = model.model_copy(update={"seq_len": inst.job.seq_len})
     par = inst.job.parallelism
     if par.tp:
-        for s in inst.sites:
+        for i, s in enumerate(inst.sites):
             gpn = s.gpus_per_node or catalog.gpus[s.gpu].gpus_per_node
             if all(t > gpn for t in par.tp):
+                if s.gpus_per_node is not None:  # the site's own node size is what is out of line
+                    raise err(
+                        ("sites", i, "gpus_per_node"),
+                        f"{gpn} GPUs per node fit none of the tensor-parallel candidates job.parallelism.tp = {list(par.tp)} "
+                        f"(a tp group sits in one node)",
+                    )
                 raise err(("job", "parallelism", "tp"), f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)")
     return Problem(instance=inst, catalog=catalog, model=model, path=Path(where) if isinstance(where, Path) else None, lines=lines)
 
@@ -610,6 +739,15 @@ def plan_from_data(data: Any, *, where: Path | str = "<plan>", lines: dict[Loc, 
 def write_atomic(path: str | os.PathLike[str], text: str | bytes) -> None:
     """Write via a temporary file in the same folder and rename: never a partial file."""
     p = Path(path)
+    try:
+        _write_atomic(p, text)
+    except OSError as exc:  # a full disk, a read-only folder, a file where a folder belongs
+        raise InputError(f"{exc.filename or p}: cannot write ({exc.strerror or exc})") from None
+
+
+def _write_atomic(p: Path, text: str) -> None:
+    if p.is_dir():
+        raise IsADirectoryError(21, "is a folder", str(p))
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     data = text.encode("utf-8") if isinstance(text, str) else text
@@ -629,5 +767,25 @@ def _umask() -> int:
     return mask
 
 
+def json_safe(data: Any) -> Any:
+    """The data with every infinite or NaN number replaced by null, so the text is JSON
+    (Python's json would write Infinity). null in a numeric field of placer's JSON output
+    means "unbounded / not attainable" (e.g. the step time of a plan that breaks a limit)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [json_safe(v) for v in data]
+    return data
+
+
+def dumps_json(data: Any, default: Any = None) -> str:
+    """JSON text of placer's outputs: valid JSON always (see json_safe)."""
+    if default is not None:
+        data = json.loads(json.dumps(data, default=default, allow_nan=True))
+    return json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
+
+
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2) + "\n")
+    write_atomic(path, dumps_json(data))

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from placer.limits import MAX_NAME_CHARS, MAX_ROUTES, MAX_SITES, MAX_TEXT_CHARS, hi
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 HOST_PATTERN = r"^[A-Za-z0-9_.:-]+$"  # a host name or address, as SLURM and torchrun take it
@@ -19,94 +30,116 @@ Recompute = Literal["none", "selective", "full"]
 Backend = Literal["cpsat", "milp", "brute"]
 
 
+def _not_bool(v: Any) -> Any:
+    """YAML `true` is not 1: a boolean where a number belongs is an error."""
+    if isinstance(v, bool):
+        raise ValueError(f"must be a number, got {'true' if v else 'false'}")
+    return v
+
+
+# numbers: never booleans; never inf or nan (Strict sets allow_inf_nan=False)
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Num = Annotated[float, BeforeValidator(_not_bool)]
+def _not_dots(v: str) -> str:
+    """'.' and '..' match the pattern but would name the current or parent folder (out/<name>)."""
+    if set(v) == {"."}:
+        raise ValueError(f"must not consist of dots only, got '{v}'")
+    return v
+
+
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS), AfterValidator(_not_dots)]
+Text = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)]
+Key = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]  # a reference to a name
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # ----------------------------------------------------------------------------- catalog
 
 
 class GpuSpec(Strict):
-    peak_tflops_bf16: float = Field(gt=0, description="dense BF16 peak, TFLOP/s")
-    hbm_gb: float = Field(gt=0)
-    tdp_w: float = Field(gt=0)
-    all_in_w: float = Field(gt=0, description="IT power per GPU incl. host, NICs, switches, W")
-    nvlink_gbps_bidir: float = Field(gt=0, description="scale-up bandwidth, GB/s bidirectional")
-    nic_gbps: float = Field(gt=0, description="scale-out NIC line rate per GPU, Gbit/s")
-    gpus_per_node: int = Field(ge=1, description="scale-up (NVLink) domain size")
-    gpus_per_host: int | None = Field(
-        default=None, ge=1, description="GPUs per host (OS instance) that launch files address; null = the domain size (one host per domain)"
+    peak_tflops_bf16: Num = Field(gt=0, le=hi("tflops"), description="dense BF16 peak, TFLOP/s")
+    hbm_gb: Num = Field(gt=0, le=hi("hbm_gb"))
+    tdp_w: Num = Field(gt=0, le=hi("watts"))
+    all_in_w: Num = Field(gt=0, le=hi("watts"), description="IT power per GPU incl. host, NICs, switches, W")
+    nvlink_gbps_bidir: Num = Field(gt=0, le=hi("gbps"), description="scale-up bandwidth, GB/s bidirectional")
+    nic_gbps: Num = Field(gt=0, le=hi("gbps"), description="scale-out NIC line rate per GPU, Gbit/s")
+    gpus_per_node: Int = Field(ge=1, le=hi("gpus_per_node"), description="scale-up (NVLink) domain size")
+    gpus_per_host: Int | None = Field(
+        default=None, ge=1, le=hi("gpus_per_node"), description="GPUs per host (OS instance) that launch files address; null = the domain size (one host per domain)"
     )
-    nics_per_node: int | None = Field(default=None, ge=1, description="scale-out NICs per node; null = one per GPU")
-    cuda_arch: float | None = Field(default=None, gt=0, description="CUDA compute capability (e.g. 9.0); launch files use it for framework requirements")
-    matmul_efficiency: float = Field(
+    nics_per_node: Int | None = Field(default=None, ge=1, le=hi("nics_per_node"), description="scale-out NICs per node; null = one per GPU")
+    cuda_arch: Num | None = Field(default=None, gt=0, le=100, description="CUDA compute capability (e.g. 9.0); launch files use it for framework requirements")
+    matmul_efficiency: Num = Field(
         gt=0, le=1, description="e_max: achievable fraction of peak for large GEMMs (placer.perf.compute; fitted, see the catalog)"
     )
-    matmul_half_dim: float = Field(
-        default=0.0, ge=0, description="GEMM size d_half: e = e_max d / (d + d_half), d the smallest matrix dimension a TP rank sees"
+    matmul_half_dim: Num = Field(
+        default=0.0, ge=0, le=hi("model_dim"), description="GEMM size d_half: e = e_max d / (d + d_half), d the smallest matrix dimension a TP rank sees"
     )
-    attention_efficiency: float = Field(gt=0, le=1, description="fraction of peak for the attention core (flash / fused softmax), on 4 s h FLOPs per token")
-    hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s (memory-bound operators and the optimizer step)")
-    hbm_efficiency: float = Field(default=0.85, gt=0, le=1, description="achievable fraction of HBM bandwidth for element-wise kernels (default 0.85: assumption)")
-    fp8_gemm_speedup: float = Field(default=1.0, ge=1, description="GEMM speed-up of FP8 over BF16 (1 = no FP8 tensor cores)")
-    tp_comm_overlap: float = Field(
+    attention_efficiency: Num = Field(gt=0, le=1, description="fraction of peak for the attention core (flash / fused softmax), on 4 s h FLOPs per token")
+    hbm_tbps: Num = Field(gt=0, le=hi("gbps"), description="HBM bandwidth, TB/s (memory-bound operators and the optimizer step)")
+    hbm_efficiency: Num = Field(default=0.85, gt=0, le=1, description="achievable fraction of HBM bandwidth for element-wise kernels (default 0.85: assumption)")
+    fp8_gemm_speedup: Num = Field(default=1.0, ge=1, le=100, description="GEMM speed-up of FP8 over BF16 (1 = no FP8 tensor cores)")
+    tp_comm_overlap: Num = Field(
         default=0.0, ge=0, le=1, description="fraction of tensor-parallel communication hidden under compute when job.overlap.tp_comm (built-in catalog: fitted on the H100 table, reused elsewhere as an assumption)"
     )
     source: str
 
 
 class OpticSpec(Strict):
-    line_rate_gbps: float = Field(gt=0)
-    reach_km: float = Field(gt=0)
-    module_w: float = Field(ge=0)
-    grid_ghz: float = Field(gt=0)
-    module_cost_usd: float = Field(ge=0)
+    line_rate_gbps: Num = Field(gt=0, le=hi("gbps"))
+    reach_km: Num = Field(gt=0, le=hi("reach_km"))
+    module_w: Num = Field(ge=0, le=hi("watts"))
+    grid_ghz: Num = Field(gt=0, le=hi("ghz"))
+    module_cost_usd: Num = Field(ge=0, le=hi("usd_per_unit"))
     source: str
 
 
 class NetworkSpec(Strict):
-    fiber_us_per_km: float = Field(gt=0)
-    c_band_ghz: float = Field(gt=0)
-    wave_payload_efficiency: float = Field(gt=0, le=1)
-    amplifier_spacing_km: float = Field(gt=0)
-    intra_site_latency_s: float = Field(ge=0)
-    nic_efficiency: float = Field(gt=0, le=1)
-    nvlink_efficiency: float = Field(gt=0, le=1)
+    fiber_us_per_km: Num = Field(gt=0, le=hi("per_km"))
+    c_band_ghz: Num = Field(gt=0, le=hi("ghz"))
+    wave_payload_efficiency: Num = Field(gt=0, le=1)
+    amplifier_spacing_km: Num = Field(gt=0, le=hi("per_km"))
+    intra_site_latency_s: Num = Field(ge=0, le=hi("seconds"))
+    nic_efficiency: Num = Field(gt=0, le=1)
+    nvlink_efficiency: Num = Field(gt=0, le=1)
     source: str
 
 
 class CostSpec(Strict):
-    router_port_usd: float = Field(ge=0)
-    mux_usd: float = Field(ge=0)
-    amplifier_usd: float = Field(ge=0)
-    amplifier_w: float = Field(ge=0)
-    energy_usd_per_mwh: float = Field(ge=0)
-    amortization_years: float = Field(gt=0)
+    router_port_usd: Num = Field(ge=0, le=hi("usd_per_unit"))
+    mux_usd: Num = Field(ge=0, le=hi("usd_per_unit"))
+    amplifier_usd: Num = Field(ge=0, le=hi("usd_per_unit"))
+    amplifier_w: Num = Field(ge=0, le=hi("watts"))
+    energy_usd_per_mwh: Num = Field(ge=0, le=hi("usd_per_mwh"))
+    amortization_years: Num = Field(gt=0, le=hi("years"))
     source: str
 
 
 class ResilienceSpec(Strict):
-    optcc_eps: float = Field(ge=0, description="OptCC time over the lower bound, minus one")
+    optcc_eps: Num = Field(ge=0, le=hi("slowdown"), description="OptCC time over the lower bound, minus one")
     source: str
 
 
 class MemorySpec(Strict):
-    reserve_gb: float = Field(ge=0)
+    reserve_gb: Num = Field(ge=0, le=hi("memory_gb"))
     source: str
 
 
 class PlausibilitySpec(Strict):
     """Ceilings for warnings: values past them validate but are most likely typos."""
 
-    max_route_km: float = Field(gt=0)
-    max_site_mw: float = Field(gt=0)
-    max_pue: float = Field(ge=1)
-    vacuum_us_per_km: float = Field(gt=0, description="speed of light in vacuum: a latency floor")
+    max_route_km: Num = Field(gt=0, le=hi("route_km"))
+    max_site_mw: Num = Field(gt=0, le=hi("power_mw"))
+    max_pue: Num = Field(ge=1, le=hi("pue"))
+    vacuum_us_per_km: Num = Field(gt=0, le=hi("per_km"), description="speed of light in vacuum: a latency floor")
     source: str
 
 
 class PrecisionSpec(Strict):
-    fp8_peak_factor: float = Field(gt=0, description="dense FP8 peak over the dense BF16 peak (job.precision fp8)")
+    fp8_peak_factor: Num = Field(gt=0, le=100, description="dense FP8 peak over the dense BF16 peak (job.precision fp8)")
     source: str
 
 
@@ -129,21 +162,21 @@ class Catalog(Strict):
 
 
 class ModelSpec(Strict):
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
-    layers: int = Field(ge=1)
-    hidden: int = Field(ge=1)
-    heads: int = Field(ge=1)
-    kv_heads: int | None = Field(default=None, ge=1, description="GQA; null = heads")
-    ffn_hidden: int | None = Field(default=None, ge=1, description="null = 4 * hidden")
+    name: Name
+    layers: Int = Field(ge=1, le=hi("model_dim"))
+    hidden: Int = Field(ge=1, le=hi("model_dim"))
+    heads: Int = Field(ge=1, le=hi("model_dim"))
+    kv_heads: Int | None = Field(default=None, ge=1, le=hi("model_dim"), description="GQA; null = heads")
+    ffn_hidden: Int | None = Field(default=None, ge=1, le=hi("model_dim"), description="null = 4 * hidden")
     gated_ffn: bool = False
-    vocab: int = Field(ge=1)
-    seq_len: int = Field(ge=1)
+    vocab: Int = Field(ge=1, le=hi("model_dim"))
+    seq_len: Int = Field(ge=1, le=hi("seq_len"))
     tied_embeddings: bool = False
     rotary: bool = Field(default=False, description="rotary position embeddings (Llama); false = learned absolute positions (GPT)")
-    description: str | None = None
-    source: str | None = None
-    published_params_b: float | None = Field(
-        default=None, gt=0, description="published parameter count, billions (for tests)"
+    description: Text | None = None
+    source: Text | None = None
+    published_params_b: Num | None = Field(
+        default=None, gt=0, le=hi("model_dim"), description="published parameter count, billions (for tests)"
     )
 
     @model_validator(mode="after")
@@ -167,36 +200,37 @@ class ModelSpec(Strict):
 
 
 class Site(Strict):
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
-    gpu: str = Field(description="key of the GPU catalog")
-    gpus: int = Field(ge=0, description="accelerators available to this job")
-    gpus_per_node: int | None = Field(default=None, ge=1, description="scale-up (NVLink) domain size; default: GPU catalog")
-    gpus_per_host: int | None = Field(default=None, ge=1, description="GPUs per host (OS instance); default: GPU catalog")
-    hosts: list[Annotated[str, Field(pattern=HOST_PATTERN)]] | None = Field(
+    name: Name
+    gpu: Key = Field(description="key of the GPU catalog")
+    gpus: Int = Field(ge=0, le=hi("gpus"), description="accelerators available to this job")
+    gpus_per_node: Int | None = Field(default=None, ge=1, le=hi("gpus_per_node"), description="scale-up (NVLink) domain size; default: GPU catalog")
+    gpus_per_host: Int | None = Field(default=None, ge=1, le=hi("gpus_per_node"), description="GPUs per host (OS instance); default: GPU catalog")
+    hosts: list[Annotated[str, Field(pattern=HOST_PATTERN, max_length=MAX_NAME_CHARS)]] | None = Field(
         default=None, description="real host names of the site in order (host i = GPUs i*gpus_per_host ...); launch files use them instead of placeholders"
     )
-    hostfile: str | None = Field(default=None, description="file with one host name per line ('#' comments), relative to the instance file; alternative to hosts")
-    power_mw: float | None = Field(default=None, ge=0, description="null = unlimited")
-    pue: float = Field(default=1.2, ge=1.0)
-    gpu_usd_per_hour: float | None = Field(
+    hostfile: Text | None = Field(default=None, description="file with one host name per line ('#' comments), relative to the instance file; alternative to hosts")
+    power_mw: Num | None = Field(default=None, ge=0, le=hi("power_mw"), description="null = unlimited")
+    pue: Num = Field(default=1.2, ge=1.0, le=hi("pue"))
+    gpu_usd_per_hour: Num | None = Field(
         default=None,
         ge=0,
+        le=hi("usd_per_unit"),
         description="price of one GPU-hour at this site (rent, or capex amortized plus upkeep); charged per node in use "
         "by cost_per_token; null = the GPUs are sunk cost",
     )
-    lat: float | None = Field(default=None, ge=-90, le=90, description="optional latitude (degrees), for plan pictures")
-    lon: float | None = Field(default=None, ge=-180, le=180, description="optional longitude (degrees), for plan pictures")
+    lat: Num | None = Field(default=None, ge=-90, le=90, description="optional latitude (degrees), for plan pictures")
+    lon: Num | None = Field(default=None, ge=-180, le=180, description="optional longitude (degrees), for plan pictures")
 
 
 class Route(Strict):
-    sites: tuple[str, str]
-    km: float = Field(gt=0, description="fiber route length")
-    latency_ms: float | None = Field(default=None, ge=0, description="one-way; default km * 4.9 us")
-    fiber_pairs: int = Field(default=1, ge=0)
-    capacity_gbps: float = Field(default=0, ge=0, description="existing capacity per direction")
-    max_waves: int | None = Field(default=None, ge=0)
-    fiber_usd_per_pair_km_year: float | None = Field(
-        default=None, ge=0, description="optional fiber lease price (opex) per lit pair-km-year"
+    sites: tuple[Key, Key]
+    km: Num = Field(gt=0, le=hi("route_km"), description="fiber route length")
+    latency_ms: Num | None = Field(default=None, ge=0, le=hi("latency_ms"), description="one-way; default km * 4.9 us")
+    fiber_pairs: Int = Field(default=1, ge=0, le=hi("fiber_pairs"))
+    capacity_gbps: Num = Field(default=0, ge=0, le=hi("capacity_gbps"), description="existing capacity per direction")
+    max_waves: Int | None = Field(default=None, ge=0, le=hi("waves"))
+    fiber_usd_per_pair_km_year: Num | None = Field(
+        default=None, ge=0, le=hi("usd_per_unit"), description="optional fiber lease price (opex) per lit pair-km-year"
     )
 
     @field_validator("sites")
@@ -214,8 +248,8 @@ class Route(Strict):
 
 class Sync(Strict):
     mode: SyncMode | list[SyncMode] = "synchronous"
-    every_steps: int = Field(default=1, ge=1, description="outer sync interval H (diloco modes)")
-    bits: int = Field(default=16, ge=1, le=32, description="bits per value across sites")
+    every_steps: Int = Field(default=1, ge=1, le=hi("every_steps"), description="outer sync interval H (diloco modes)")
+    bits: Int = Field(default=16, ge=1, le=32, description="bits per value across sites")
 
     @property
     def modes(self) -> list[SyncMode]:
@@ -229,11 +263,14 @@ class Sync(Strict):
         return v
 
 
+Candidates = Annotated[list[Annotated[Int, Field(le=hi("parallel_degree"))]], Field(max_length=int(hi("candidates")))]
+
+
 class Parallelism(Strict):
-    tp: list[int] | None = None
-    pp: list[int] | None = None
-    dp: list[int] | None = None
-    micro_batch: list[int] | None = None
+    tp: Candidates | None = None
+    pp: Candidates | None = None
+    dp: Candidates | None = None
+    micro_batch: Candidates | None = None
 
     @field_validator("tp", "pp", "dp", "micro_batch")
     @classmethod
@@ -258,11 +295,11 @@ class Overlap(Strict):
 
 
 class Job(Strict):
-    model: str | ModelSpec
-    global_batch: int = Field(ge=1, description="sequences per optimizer step")
-    seq_len: int | None = Field(default=None, ge=1)
+    model: Annotated[str, StringConstraints(max_length=4096)] | ModelSpec
+    global_batch: Int = Field(ge=1, le=hi("global_batch"), description="sequences per optimizer step")
+    seq_len: Int | None = Field(default=None, ge=1, le=hi("seq_len"))
     precision: Precision = "bf16"
-    gpus: int | None = Field(default=None, ge=1, description="exact GPU count; null = any")
+    gpus: Int | None = Field(default=None, ge=1, le=hi("gpus"), description="exact GPU count; null = any")
     recompute: Recompute = "selective"
     zero1: bool = Field(default=True, description="shard optimizer state over dp (ZeRO-1)")
     sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism with TP (--sequence-parallel)")
@@ -273,11 +310,12 @@ class Job(Strict):
 
 class Objective(Strict):
     minimize: Literal["step_time", "cost", "cost_per_token"] = "step_time"
-    max_step_time_s: float | None = Field(default=None, gt=0)
-    max_cost_usd: float | None = Field(default=None, ge=0)
-    within_fastest: float | None = Field(
+    max_step_time_s: Num | None = Field(default=None, gt=0, le=hi("step_time_s"))
+    max_cost_usd: Num | None = Field(default=None, ge=0, le=hi("usd"))
+    within_fastest: Num | None = Field(
         default=None,
         ge=0,
+        le=hi("slowdown"),
         description="with minimize: cost, the cheapest plan whose step is at most (1 + this) x the fastest "
         "step (lexicographic: the fastest step is solved first, then the cheapest plan within it)",
     )
@@ -297,8 +335,8 @@ class Objective(Strict):
 class Resilience(Strict):
     survive: list[Literal["wave", "fiber_pair", "nic"]] = []
     collective: Literal["ring", "optcc"] = "optcc"
-    max_slowdown: float = Field(default=0.05, ge=0)
-    nic_failure_rate: float | None = Field(default=None, ge=0, le=1)
+    max_slowdown: Num = Field(default=0.05, ge=0, le=hi("slowdown"))
+    nic_failure_rate: Num | None = Field(default=None, ge=0, le=1)
 
 
 MAX_THREADS = 1024  # solver threads accepted (CP-SAT rejects absurd worker counts as an invalid model)
@@ -308,13 +346,14 @@ class SolverOptions(Strict):
     backend: Backend = "cpsat"
     time_limit_s: float = Field(default=60, gt=0, allow_inf_nan=False)
     threads: int | None = Field(default=None, ge=1, le=MAX_THREADS, description=f"solver threads, 1 to {MAX_THREADS}; null = all cores")
-    seed: int = 0
-    max_sites_per_replica: int = Field(
-        default=2, ge=1, description="pipeline chains visit at most this many sites"
+    seed: Int = Field(default=0, ge=0, le=hi("seed"))
+    max_sites_per_replica: Int = Field(
+        default=2, ge=1, le=hi("sites_per_replica"), description="pipeline chains visit at most this many sites"
     )
-    paths_per_pair: int = Field(
+    paths_per_pair: Int = Field(
         default=2,
         ge=1,
+        le=hi("paths_per_pair"),
         description="candidate paths per site pair for routing inter-site traffic (the k "
         "lowest-latency simple paths of the route graph); 1 = shortest path only",
     )
@@ -322,10 +361,10 @@ class SolverOptions(Strict):
 
 
 class Instance(Strict):
-    name: Annotated[str, Field(pattern=NAME_PATTERN)]
-    description: str | None = None
-    sites: list[Site] = Field(min_length=1)
-    routes: list[Route] = []
+    name: Name
+    description: Text | None = None
+    sites: list[Site] = Field(min_length=1, max_length=MAX_SITES)
+    routes: list[Route] = Field(default=[], max_length=MAX_ROUTES)
     job: Job
     objective: Objective = Objective()
     resilience: Resilience | None = None
@@ -361,21 +400,21 @@ class Instance(Strict):
 
 
 class PlanParallelism(Strict):
-    tp: int = Field(ge=1)
-    pp: int = Field(ge=1)
-    dp: int = Field(ge=1)
-    micro_batch: int = Field(ge=1)
-    num_micro_batches: int | None = Field(default=None, ge=1)
+    tp: Int = Field(ge=1, le=hi("parallel_degree"))
+    pp: Int = Field(ge=1, le=hi("parallel_degree"))
+    dp: Int = Field(ge=1, le=hi("parallel_degree"))
+    micro_batch: Int = Field(ge=1, le=hi("parallel_degree"))
+    num_micro_batches: Int | None = Field(default=None, ge=1, le=hi("global_batch"))
 
 
 class ReplicaGroup(Strict):
-    count: int = Field(ge=1)
-    stage_sites: list[str] = Field(min_length=1)
+    count: Int = Field(ge=1, le=hi("parallel_degree"))
+    stage_sites: list[Key] = Field(min_length=1, max_length=int(hi("model_dim")))
 
 
 class Link(Strict):
-    sites: tuple[str, str]
-    waves: int = Field(ge=0)
+    sites: tuple[Key, Key]
+    waves: Int = Field(ge=0, le=hi("waves"))
     optic: str | None = None
 
     @property
@@ -388,8 +427,8 @@ Phase = Literal["pipeline", "data_parallel"]
 
 
 class PathShare(Strict):
-    via: list[str] = Field(min_length=2, description="sites along the path, first to last")
-    share: float = Field(ge=0, le=1, description="fraction of the pair's bytes on this path")
+    via: list[Key] = Field(min_length=2, description="sites along the path, first to last")
+    share: Num = Field(ge=0, le=1, description="fraction of the pair's bytes on this path")
 
 
 class PairRouting(Strict):
@@ -398,7 +437,7 @@ class PairRouting(Strict):
     part arrives). Pairs not listed use their lowest-latency path."""
 
     phase: Phase
-    sites: tuple[str, str]
+    sites: tuple[Key, Key]
     paths: list[PathShare] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -447,7 +486,7 @@ class Plan(Strict):
     instance: str | None = None
     status: Literal["optimal", "feasible", "infeasible", "time_limit"] | None = None
     parallelism: PlanParallelism
-    stage_layers: list[int] = Field(min_length=1)
+    stage_layers: list[Annotated[Int, Field(le=hi("model_dim"))]] = Field(min_length=1, max_length=int(hi("model_dim")))
     replica_groups: list[ReplicaGroup] = Field(min_length=1)
     links: list[Link] = []
     routing: list[PairRouting] = Field(

@@ -54,9 +54,12 @@ def test_backends_agree_with_brute_force(inst: dict) -> None:
     out = {}
     for backend in ("brute", "cpsat", "milp"):
         try:
-            out[backend] = solve(problem_from_data(inst), backend=backend, time_limit_s=60).objective
+            res = solve(problem_from_data(inst), backend=backend, time_limit_s=60)
         except InfeasibleError:
             out[backend] = None
+            continue
+        assert res.status == "optimal", (backend, res.status, res.gap)  # the walk ends proven, not at the limit
+        out[backend] = res.objective
     if out["brute"] is None:
         assert out["cpsat"] is None and out["milp"] is None
         return

@@ -17,6 +17,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from placer import interrupt
 from placer.errors import SolverError
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
 from placer.optimize.families import (
@@ -549,8 +550,10 @@ class CpsatInner:
         for key, value in options.items():
             if hasattr(p, key):
                 setattr(p, key, value)
+        p.catch_sigint_signal = False  # placer.interrupt stops the search and keeps the plan
         t0 = time.perf_counter()
-        st = solver.Solve(self.m)
+        with interrupt.stoppable(solver.StopSearch):
+            st = solver.Solve(self.m)
         if st == cp_model.MODEL_INVALID:
             why = self.m.Validate() or _solution_info(solver) or "CP-SAT gave no message"
             raise SolverError(f"CP-SAT: the model of {self.d.cfg.label()} is invalid: {why}")
@@ -584,7 +587,11 @@ class CpsatInner:
             + tb.paths * sum(self.w.values())
             + sum(tb.chain_index * c * v for c, v in self.n.items())
         )
-        st2 = solver.Solve(self.m)
+        if interrupt.requested():
+            st2 = cp_model.UNKNOWN  # stopping: keep the first solution, no tie-break solve
+        else:
+            with interrupt.stoppable(solver.StopSearch):
+                st2 = solver.Solve(self.m)
         if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             counts, waves = first
             return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else t_first, routing=first_routing)

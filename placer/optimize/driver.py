@@ -15,12 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from placer import interrupt
 from placer.diagnostics import instance_warnings, plan_warnings
 from placer.errors import (
     InfeasibleError,
     InputError,
     ModelMismatchError,
     PlacerError,
+    SearchInterrupted,
     TimeLimitError,
 )
 from placer.evaluate import Evaluation, completed_plan, evaluate
@@ -78,6 +80,7 @@ def _tiebreak(objective: str, ev: Evaluation, plan: Plan, cfg: Config) -> tuple[
 
 
 BACKENDS = ("cpsat", "milp", "brute")
+RATE_STEP = 1e-6  # the cost-per-token walk's next cost-rate cap is this much (relative) lower
 
 
 def check_solver_options(time_limit_s: Any, threads: Any, names: tuple[str, str] = ("time_limit_s", "threads")) -> None:
@@ -122,15 +125,18 @@ def solve(
     report = SpaceReport()
     configs = enumerate_configs(problem, report)
 
-    cands = prepare_candidates(problem, perf, configs, report, objective)
+    cands = prepare_candidates(problem, perf, configs, report, objective, deadline=deadline)
     say(f"{len(configs)} configurations, {len(cands)} after memory and bound pruning")
 
     best: tuple[tuple[Any, ...], Plan, Evaluation, Config] | None = None
+    finish_s = 0.0  # time kept back for evaluating, completing and writing the final plan
 
     def consider(data: InnerData, sol: InnerSolution, source: str) -> None:
-        nonlocal best
+        nonlocal best, finish_s
+        t_eval = time.perf_counter()
         plan = solution_plan(problem, data, sol)
         ev = evaluate(problem, plan, perf)
+        finish_s = max(finish_s, 3 * (time.perf_counter() - t_eval))  # the final plan is evaluated again
         if not ev.feasible:
             if source in {"greedy", "greedy-nowaves"}:
                 return
@@ -152,8 +158,13 @@ def solve(
             say(f"incumbent {source} {data.cfg.label()}: {_fmt(objective, key[0])}")
 
     # greedy incumbent over the most promising configurations
+    last_build_s = 0.0  # the slowest model build so far, to avoid starting one that cannot finish
     for cand in cands[:GREEDY_CONFIGS]:
+        if time.perf_counter() + 1.5 * last_build_s + finish_s > deadline or interrupt.requested():
+            break
+        t_build = time.perf_counter()
         cand.data = build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+        last_build_s = max(last_build_s, time.perf_counter() - t_build)
         g = greedy(cand.data)
         if g is not None:
             consider(cand.data, g, "greedy")
@@ -163,24 +174,34 @@ def solve(
     unproven = 0  # configurations the time limit ended before the solver proved them
     open_bounds: list[float] = []
     timed_out = False
+    stopped = interrupt.requested()  # SIGINT/SIGTERM: keep the incumbent, report it feasible
     for i, cand in enumerate(cands):
         inc = best[0][0] if best else None
         if objective != "cost" and inc is not None and cand.lower_bound >= inc * (1 - 1e-9):
             break  # sorted by bound: every remaining configuration is pruned
         if objective == "cost" and inc is not None and inc <= 0:
             break
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            timed_out = True
+        remaining = deadline - finish_s - time.perf_counter()
+        if remaining <= 0 or stopped:
+            timed_out = not stopped
             open_bounds.extend(c.lower_bound for c in cands[i:])
             break
+        if cand.data is None and remaining < 1.5 * last_build_s:
+            timed_out = True  # building this model alone would overrun the limit
+            open_bounds.extend(c.lower_bound for c in cands[i:])
+            break
+        t_build = time.perf_counter()
         data = cand.data or build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+        last_build_s = max(last_build_s, time.perf_counter() - t_build)
+        remaining = deadline - finish_s - time.perf_counter()
         res = _solve_inner(problem, perf, data, backend, objective, inc, remaining, threads, opts, best)
         solved += 1
         sol = res if isinstance(res, InnerSolution) else None
+        stopped = interrupt.requested()
         if isinstance(res, NoPlan) and not res.proven:
-            # the time limit ended this configuration without a plan: what it could still
-            # reach stays in the global bound (its own bound, or the solver's if tighter)
+            # the time limit (or a stop request) ended this configuration without a plan:
+            # what it could still reach stays in the global bound (its own bound, or the
+            # solver's if tighter)
             unproven += 1
             open_bounds.append(cand.lower_bound if res.bound is None else max(cand.lower_bound, res.bound))
         if sol is not None:
@@ -197,6 +218,8 @@ def solve(
         )
 
     seconds = time.perf_counter() - t0
+    if best is None and stopped:
+        raise SearchInterrupted(f"interrupted by {stopped} before any feasible plan was found")
     if best is None:
         if timed_out or unproven:
             raise TimeLimitError(f"time limit {time_limit_s:g} s reached before any feasible plan was found")
@@ -207,7 +230,7 @@ def solve(
     gap = 0.0 if value <= 0 else max(0.0, (value - bound) / value)
     # optimal only when every configuration was solved to optimality, proved to have
     # nothing better, or pruned by a valid bound no lower than the plan's value
-    status = "optimal" if gap <= 1e-9 and not timed_out else ("time_limit" if timed_out else "feasible")
+    status = "optimal" if gap <= 1e-9 and not timed_out and not stopped else ("time_limit" if timed_out else "feasible")
     bound_T = bound if objective == "step_time" else None
     final = completed_plan(
         problem,
@@ -227,7 +250,7 @@ def solve(
         },
     )
     res = inst.resilience
-    if res is not None and res.survive and not _nested:
+    if res is not None and res.survive and not _nested and not stopped:
         left = max(1.0, deadline - time.perf_counter())
         summary = resilience_summary(problem, final, backend, left, threads)
         final = final.model_copy(update={"resilience": summary})
@@ -278,12 +301,16 @@ def resilience_summary(problem: Problem, plan: Plan, backend: str, time_limit_s:
 
 
 def prepare_candidates(
-    problem: Problem, perf: PerfModel, configs: list[Config], report: SpaceReport, objective: str
+    problem: Problem, perf: PerfModel, configs: list[Config], report: SpaceReport, objective: str, deadline: float | None = None
 ) -> list[Candidate]:
     """Chain types and a lower bound on step time per configuration, sorted by bound."""
     inst = problem.instance
     cands: list[Candidate] = []
-    for cfg in configs:
+    for n, cfg in enumerate(configs):
+        if deadline is not None and (time.perf_counter() > deadline or interrupt.requested()):
+            raise (SearchInterrupted if interrupt.requested() else TimeLimitError)(
+                f"stopped while preparing the search: {n} of {len(configs)} configurations bounded, no plan yet"
+            )
         chains = chain_types(problem, perf, cfg, report)
         if not chains:
             report.drop("no stage placement fits in GPU memory")
@@ -294,7 +321,7 @@ def prepare_candidates(
             lb_intra = max(min(perf.intra_sync_s(cfg, k, s) for s in {c[k] for c in chains}) for k in range(cfg.pp))
             lb_intra = perf.dp_exposed_s(cfg, lb_intra)  # what the overlap windows cannot hide
         if inst.objective.max_step_time_s is not None and lb_pipe + lb_intra > inst.objective.max_step_time_s:
-            report.drop("lower bound above max_step_time_s")
+            report.drop_slow(lb_pipe + lb_intra)
             continue
         lb = lb_pipe + lb_intra
         if objective == "cost":
@@ -371,7 +398,7 @@ def _cost_per_token_walk(
 ) -> InnerSolution | NoPlan:
     """Minimize (USD/s) x (s/step) / tokens exactly by walking the configuration's Pareto
     front of step time vs running cost: the fastest plan under a cost-rate cap, then the
-    cheapest plan at that speed, then a strictly cheaper cap (relative 1e-7), until the
+    cheapest plan at that speed, then a strictly cheaper cap (relative RATE_STEP), until the
     step time times the smallest possible cost rate can no longer beat the incumbent."""
     deadline = time.perf_counter() + remaining
     tokens = perf.tokens_per_step()
@@ -381,7 +408,7 @@ def _cost_per_token_walk(
     optimal = True
     while True:
         left = deadline - time.perf_counter()
-        if left <= 0:
+        if left <= 0 or interrupt.requested():
             optimal = False
             break
         fast = _backend(problem, data, backend, "step_time", None, left, threads, opts, rate_cap=rate_cap)
@@ -402,7 +429,10 @@ def _cost_per_token_walk(
         if incumbent is None or value < incumbent:
             incumbent = value
             best = InnerSolution(cheap.counts, cheap.waves, value, value, True, step_time_s=None, routing=cheap.routing)
-        rate_cap = ev.usd_per_s * (1 - 1e-7)
+        if rate_cap is not None and ev.usd_per_s > rate_cap * (1 + RATE_STEP):
+            optimal = False  # the backend returned a plan over the cap (its tolerance): stop unproven
+            break
+        rate_cap = ev.usd_per_s * (1 - RATE_STEP)
     if best is not None:
         best.optimal = optimal
         best.bound = best.objective if optimal else 0.0

@@ -18,6 +18,7 @@ def explain_infeasible(problem: Problem, perf: PerfModel, report: SpaceReport, c
     if inst.job.gpus is not None and inst.job.gpus > total_gpus:
         lines.append(f"GPUs: job.gpus = {inst.job.gpus}, the sites offer {total_gpus}: short by {inst.job.gpus - total_gpus} GPUs.")
     if not cands:
+        lines += _empty_space_headline(problem, report)
         if math.isfinite(report.best_memory_gap_gb) and report.dropped.get("no stage placement fits in GPU memory"):
             lines.append(f"memory: no configuration fits; the closest ({report.memory_example}).")
         for reason, n in sorted(report.dropped.items(), key=lambda kv: -kv[1]):
@@ -86,3 +87,28 @@ def explain_infeasible(problem: Problem, perf: PerfModel, report: SpaceReport, c
         for reason, n in sorted(report.dropped.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {n} configuration(s) dropped: {reason}")
     return "\n".join(lines)
+
+
+def _empty_space_headline(problem: Problem, report: SpaceReport) -> list[str]:
+    """The binding resource when no configuration survives enumeration and bounding."""
+    inst, model = problem.instance, problem.model
+    out: list[str] = []
+    t_max = inst.objective.max_step_time_s
+    if t_max is not None and math.isfinite(report.best_time_lb_s):
+        short = report.best_time_lb_s - t_max
+        out.append(
+            f"step time: objective.max_step_time_s = {t_max:g} s, but the fastest configuration cannot beat "
+            f"{report.best_time_lb_s:.4g} s (its lower bound): the limit is {short:.4g} s too tight ({short / t_max:.0%})."
+        )
+    tps = sorted(inst.job.parallelism.tp or [1])
+    tps_ok = [t for t in tps if not (model.heads % t or (model.kv % t and t % model.kv))] or tps
+    need = min(tps_ok)  # one stage of one replica
+    usable = sum(site_group_capacity(problem, s.name, t) * t for s in inst.sites for t in [need])
+    if usable == 0:
+        where = ", ".join(f"sites[{i}].gpus = {s.gpus} ({site_gpus_per_node(problem, s.name)} per node)" for i, s in enumerate(inst.sites))
+        best = max(min(s.gpus, site_gpus_per_node(problem, s.name)) for s in inst.sites)
+        out.append(
+            f"GPUs: the smallest plan needs {need} GPUs in one node (one tp={need} group); the fullest node "
+            f"any site offers has {best}: short by {need - best} GPUs ({where})."
+        )
+    return [line for line in out if line]

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import pulp
 
+from placer import interrupt
 from placer.errors import SolverError
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
 from placer.optimize.families import (
@@ -247,7 +248,9 @@ class MilpInner:
         if self.t_cap is not None:
             add(T <= self.t_cap / ts, row("limits.t_cap"))
         if self.rate_cap is not None:
-            add(self.rate <= self.rate_cap, row("limits.rate_cap"))
+            # relative to the cap: HiGHS' absolute feasibility tolerance would otherwise let a
+            # plan a few ppm over a small USD/s cap through, and the cost walk would repeat it
+            add((1.0 / self.rate_cap) * self.rate <= 1.0, row("limits.rate_cap"))
         if self.cutoff is not None:
             # needed for step time too: the hulls' t_max bounds only the route-time splits,
             # not T_pipe + T_dp. Without this row HiGHS solves a configuration that cannot
@@ -545,7 +548,7 @@ class MilpInner:
         left = time_limit_s - (time.perf_counter() - t0)
         # the tie-break only chooses among plans of the first solve's value: if it fails or
         # runs out of time without a plan, the first plan stands
-        if left > 0.05 and self._solve_once(left, threads, options).kind in ("optimal", "feasible"):
+        if left > 0.05 and not interrupt.requested() and self._solve_once(left, threads, options).kind in ("optimal", "feasible"):
             counts, waves = self._extract()
             routing = self.routing()
         value = value * self._unit()
@@ -571,6 +574,7 @@ class MilpInner:
             kwargs.setdefault("mip_rel_gap", MIP_REL_GAP)
             # HiGHS' symmetry detection can run for the whole time limit on these models
             kwargs.setdefault("mip_detect_symmetry", False)
+            kwargs.update(_interrupt_callback())
             solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
             _highs_threads(threads)
         status = None
@@ -625,3 +629,16 @@ class MilpInner:
             msg = highs.modelStatusToString(st)
             return Outcome("feasible", float(v), bound, msg) if v is not None else Outcome("limit", None, bound, msg)
         return Outcome("error", None, None, f"model status '{highs.modelStatusToString(st)}'")
+
+
+def _interrupt_callback() -> dict[str, Any]:
+    """HiGHS stops at its next interrupt check once placer.interrupt has a stop request
+    (SIGINT/SIGTERM); it then reports the incumbent as feasible, not optimal."""
+    import highspy
+
+    def cb(_type: Any, _msg: Any, _out: Any, data_in: Any, _user: Any) -> None:
+        if data_in is not None and interrupt.requested():
+            data_in.user_interrupt = 1
+
+    kinds = highspy.cb.HighsCallbackType
+    return {"callbackTuple": (cb, None), "callbacksToActivate": [kinds.kCallbackMipInterrupt, kinds.kCallbackSimplexInterrupt]}

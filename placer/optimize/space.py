@@ -26,7 +26,9 @@ GB = 1e9
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors in increasing order, in O(sqrt n) (global_batch may be 10^8)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def powers_of_two_upto(n: int) -> list[int]:
@@ -45,9 +47,15 @@ class SpaceReport:
     dropped: dict[str, int] = field(default_factory=dict)
     best_memory_gap_gb: float = math.inf  # smallest memory overflow seen
     memory_example: str = ""
+    best_time_lb_s: float = math.inf  # fastest lower bound among configurations over max_step_time_s
 
     def drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def drop_slow(self, lower_bound_s: float) -> None:
+        """A configuration whose step-time lower bound exceeds max_step_time_s."""
+        self.drop("lower bound above max_step_time_s")
+        self.best_time_lb_s = min(self.best_time_lb_s, lower_bound_s)
 
 
 def site_group_capacity(problem: Problem, site: str, tp: int) -> int:
@@ -125,6 +133,7 @@ def chain_types(problem: Problem, perf: PerfModel, cfg: Config, report: SpaceRep
             if report is not None and not ok and gap < report.best_memory_gap_gb:
                 report.best_memory_gap_gb = gap
                 report.memory_example = f"{cfg.label()}: stage {k} on {gpu} needs {gap:.1f} GB more than it has"
+    _check_chain_space(len(sites), k_max, cfg.pp)
     out: list[Chain] = []
     for n_blocks in range(1, min(k_max, len(sites), cfg.pp) + 1):
         for order in itertools.permutations(sites, n_blocks):
@@ -136,3 +145,20 @@ def chain_types(problem: Problem, perf: PerfModel, cfg: Config, report: SpaceRep
                 if all(fits[(k, s)] for k, s in enumerate(chain)):
                     out.append(chain)
     return out
+
+
+def _check_chain_space(n_sites: int, k_max: int, pp: int) -> None:
+    """Refuse, with the fields to change, a configuration whose chain enumeration (site
+    orders x stage cuts) exceeds MAX_CHAIN_CANDIDATES: it could not finish in any limit."""
+    from placer.errors import InputError
+    from placer.limits import MAX_CHAIN_CANDIDATES
+
+    total = 0
+    for n in range(1, min(k_max, n_sites, pp) + 1):
+        total += math.perm(n_sites, n) * math.comb(pp - 1, n - 1)
+        if total > MAX_CHAIN_CANDIDATES:
+            raise InputError(
+                f"solver.max_sites_per_replica: {k_max} with {n_sites} usable sites and pp={pp} gives more than "
+                f"{MAX_CHAIN_CANDIDATES:,} candidate chains per configuration; lower solver.max_sites_per_replica "
+                "or restrict job.parallelism.pp"
+            )

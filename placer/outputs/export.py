@@ -14,7 +14,8 @@ Formats and the files they write (all inside `outdir`):
 
 The plan is evaluated first: an infeasible plan is bad input (InputError naming every
 violation). Every text is generated before anything is written, and each file is written
-atomically (temporary file + rename), so a failure never leaves a partial file.
+with the folder's other files as one set (placer.outputs.fileset), so a failure never
+leaves a partial file or a mix of two runs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from placer.errors import InputError
 from placer.evaluate import evaluate
-from placer.io import Problem, plan_from_data, write_atomic
+from placer.io import Problem, plan_from_data
 from placer.outputs import launch
 from placer.outputs.bom import bom_data, csv_of, json_of, markdown_of
 from placer.schema import Plan
@@ -74,14 +75,11 @@ def render(problem: Problem, plan: Plan | dict[str, Any], fmt: str, torchtitan_v
 
 def export(problem: Problem, plan: Plan | dict[str, Any], fmt: str, outdir: str | Path, torchtitan_version: str = "0.3") -> list[Path]:
     """Write the files of `fmt` into `outdir`; return their paths."""
+    from placer.outputs.fileset import write_set
+
     files = render(problem, plan, fmt, torchtitan_version)
-    out = Path(outdir)
-    paths = []
-    for name, text in files.items():
-        path = out / name
-        write_atomic(path, text)
-        paths.append(path)
-    return paths
+    # added to the folder's set (solve's plan.json stays), the whole set swapped in at once
+    return write_set(Path(outdir), files, keep_others=True, run={"command": "export", "format": fmt})
 
 
 __all__ = ["FORMAT_NAMES", "LAYOUT_FORMATS", "export", "render"]

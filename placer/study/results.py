@@ -24,16 +24,23 @@ if TYPE_CHECKING:
 # ----------------------------------------------------------------------------- records and table
 
 
-def _read_record(path: Path) -> dict[str, Any] | None:
+def _read_record(path: Path, point_id: str) -> dict[str, Any] | None:
+    """A finished record to reuse, or None (missing, edited, wrong shape: recomputed)."""
+    from placer.study.records import check
+
     try:
+        if path.stat().st_size > 50_000_000:
+            return None
         rec = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    return rec if isinstance(rec, dict) and rec.get("version") == RECORD_VERSION else None
+    return check(rec, point_id=point_id, version=RECORD_VERSION)
 
 
 def _write_record(path: Path, rec: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(rec, indent=1, sort_keys=False, allow_nan=False, default=_nan_to_none) + "\n")
+    from placer.study.records import seal
+
+    write_atomic(path, json.dumps(seal(rec), indent=1, sort_keys=False, allow_nan=False, default=_nan_to_none) + "\n")
 
 
 def _nan_to_none(o: Any) -> Any:

@@ -218,7 +218,7 @@ def run_sweep(
     todo: list[Point] = []
     reused: list[str] = []
     for p in study.points:
-        rec = _read_record(points_dir / f"{p.id}.json")
+        rec = _read_record(points_dir / f"{p.id}.json", p.id)
         if rec is not None and rec.get("fingerprint") == p.fingerprint and rec.get("status") != "error":
             records[p.id] = rec
             reused.append(p.id)
@@ -293,10 +293,14 @@ def _run_local(tasks: list[Task], workers: int, scheduler: str | None, started: 
 
 
 def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them and keeps what is finished."""
+    """Workers leave Ctrl-C to the parent, which stops them and keeps what is finished;
+    they die with the parent, however it ends (even SIGKILL)."""
     import signal
 
+    from placer.interrupt import die_with_parent
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
 
 
 def _run_dask(tasks: list[Task], workers: int, scheduler: str | None, started: Callable[[], None]) -> Iterator[dict[str, Any]]:
