@@ -118,7 +118,8 @@ def _alive(pid: int) -> bool:
 def test_workers_die_with_the_parent(tmp_path: Path, executor: str, sig: int) -> None:
     # slow points (milp on a bigger job, time limit 30 s each) so the pool is busy when killed
     base = BASE.replace("gpus: 64", "gpus: 1024").replace("global_batch: 16", "global_batch: 512").replace("model: tiny-4l", "model: tiny-8l")
-    points = [{"routes[0].km": km, "solver.backend": "milp"} for km in range(10, 2000, 50)]
+    # enough points that the pool is still busy when the signal comes (each solves in well under a second)
+    points = [{"routes[0].km": km, "solver.backend": "milp"} for km in range(10, 2000, 4)]
     study = _study(tmp_path, points, base)
     p = subprocess.Popen([*PLACER, "sweep", str(study), "-o", str(tmp_path / "out"), "--workers", "2", "-q", "--executor", executor], stderr=subprocess.PIPE, text=True, cwd=ROOT)
     t0 = time.monotonic()
