@@ -28,15 +28,17 @@ def fitted_params(gpu: str) -> dict[str, float]:
 def print_table(table: str, catalog: dict | None = None, title: str = "") -> tuple[float, float]:
     rows = errors(table, catalog=catalog)
     print(f"\n{title or table} ({GPU[table]})\n")
-    print("| params (B) | TP | PP | DP | published TFLOP/s | model TFLOP/s | error | compute | memory-bound | TP exposed | bubble | DP exposed | optimizer |")
+    print(
+        "| params (B) | TP | PP | DP | published TFLOP/s | model TFLOP/s | error | compute | memory-bound | TP exposed | bubble | DP exposed | optimizer |"  # noqa: E501
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row, got, err in rows:
         _, b = predict(row, catalog=catalog)
         total = sum(b.values())
         share = {k: max(0.0, b[k] / total) for k in b}  # a PP=1 bubble is 0 up to rounding
         print(
-            f"| {row.params_b:g} | {row.tp} | {row.pp} | {row.dp} | {row.published_tflops:g} | {got:.1f} | {err:+.1%} | "
-            f"{share['compute_s']:.0%} | {share['memory_bound_s']:.0%} | {share['tp_comm_s']:.0%} | {share['bubble_s']:.0%} | "
+            f"| {row.params_b:g} | {row.tp} | {row.pp} | {row.dp} | {row.published_tflops:g} | {got:.1f} | {err:+.1%} | "  # noqa: E501
+            f"{share['compute_s']:.0%} | {share['memory_bound_s']:.0%} | {share['tp_comm_s']:.0%} | {share['bubble_s']:.0%} | "  # noqa: E501
             f"{share['dp_sync_s']:.0%} | {share['optimizer_s']:.1%} |"
         )
     abs_err = [abs(e) for _, _, e in rows]
@@ -53,7 +55,12 @@ def overrides(gpu: str, params: dict[str, float]) -> dict:
 # of TP communication Transformer Engine hides (the SC21 runs had no TP overlap)
 FIT = {SC21: FITTED, MCORE: (*FITTED, "tp_comm_overlap")}
 SCALE = {"matmul_half_dim": 1000.0}  # so that every coordinate moves on the same scale
-START = {"matmul_efficiency": 0.7, "matmul_half_dim": 100.0, "attention_efficiency": 0.2, "tp_comm_overlap": 0.8}
+START = {
+    "matmul_efficiency": 0.7,
+    "matmul_half_dim": 100.0,
+    "attention_efficiency": 0.2,
+    "tp_comm_overlap": 0.8,
+}
 
 
 def fit(table: str) -> dict[str, float]:
@@ -74,14 +81,20 @@ def fit(table: str) -> dict[str, float]:
         return float(np.sum(np.abs(err) ** 8) ** (1 / 8))
 
     x0 = np.array([START[n] / SCALE.get(n, 1.0) for n in names])
-    res = minimize(objective, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 600})
-    return {n: round(v, 3) if n != "matmul_half_dim" else round(v) for n, v in params(res.x).items()}
+    res = minimize(
+        objective, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 600}
+    )
+    return {
+        n: round(v, 3) if n != "matmul_half_dim" else round(v) for n, v in params(res.x).items()
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="refit the per-generation parameters")
-    ap.add_argument("--cross", action="store_true", help="predict each table with the other generation's fit")
+    ap.add_argument(
+        "--cross", action="store_true", help="predict each table with the other generation's fit"
+    )
     args = ap.parse_args()
     if args.fit:
         for table in TABLES:
@@ -97,7 +110,11 @@ def main() -> None:
         other = {SC21: MCORE, MCORE: SC21}
         for table in TABLES:
             src = GPU[other[table]]
-            summary[f"{table} with {src}'s fit"] = print_table(table, overrides(GPU[table], fitted_params(src)), f"{table} predicted with the {src} fit")
+            summary[f"{table} with {src}'s fit"] = print_table(
+                table,
+                overrides(GPU[table], fitted_params(src)),
+                f"{table} predicted with the {src} fit",
+            )
     print("\n| table | mean |error| | max |error| |\n|---|---:|---:|")
     for name, (mean, worst) in summary.items():
         print(f"| {name} | {mean:.1%} | {worst:.1%} |")

@@ -48,14 +48,14 @@ def _row(name: str, layout: str, res) -> str:
     dp_sim = res.step_time_s - res.pipe_s
     dp_cf = res.closed_form_s - res.closed_pipe_s
     return (
-        f"| {name} | {layout} | {res.closed_form_s:.4f} | {res.step_time_s:.4f} | {res.rel_diff:+.1%} "
+        f"| {name} | {layout} | {res.closed_form_s:.4f} | {res.step_time_s:.4f} | {res.rel_diff:+.1%} "  # noqa: E501
         f"| {res.closed_pipe_s:.4f} / {res.pipe_s:.4f} | {dp_cf:.4f} / {dp_sim:.4f} "
-        f"| {res.max_cross_site_transfer_s() * 1e3:.2f} | {util:.0%} / {mean:.0%} | {res.flows} | {res.cpu_s:.2f} |"
+        f"| {res.max_cross_site_transfer_s() * 1e3:.2f} | {util:.0%} / {mean:.0%} | {res.flows} | {res.cpu_s:.2f} |"  # noqa: E501
     )
 
 
 HEADER = (
-    "| instance | optimal plan | closed form s | simulated s | diff | T_pipe closed / sim | DP closed / sim "
+    "| instance | optimal plan | closed form s | simulated s | diff | T_pipe closed / sim | DP closed / sim "  # noqa: E501
     "| longest WAN msg ms | route peak / mean util | flows | sim CPU s |\n"
     "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
@@ -81,7 +81,16 @@ def wave_sweep(prob, plan, waves=(1, 2, 3, 4, 8)) -> None:
         p = copy.deepcopy(plan.model_dump(mode="json", exclude_none=True))
         for link in p["links"]:
             link["waves"] = w
-        for key in ("step_time_s", "breakdown", "tokens_per_s", "mfu", "cost", "power_mw", "solver", "status"):
+        for key in (
+            "step_time_s",
+            "breakdown",
+            "tokens_per_s",
+            "mfu",
+            "cost",
+            "power_mw",
+            "solver",
+            "status",
+        ):
             p.pop(key, None)
         sim = simulate(prob, p)
         print(_row(prob.name, _layout(plan_from_data(p)), sim), flush=True)
@@ -106,7 +115,11 @@ def random_set(n: int, seed: int) -> None:
         for _ in range(n_groups):
             visit = rng.sample(sites, rng.randint(1, min(pp, k, 3)))
             bounds = [0, *sorted(rng.sample(range(1, pp), len(visit) - 1)), pp]
-            chain = [s for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False) for _ in range(hi - lo)]
+            chain = [
+                s
+                for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False)
+                for _ in range(hi - lo)
+            ]
             groups.append((rng.randint(1, 64 // n_groups), chain))  # at most 64 replicas
         links = {tuple(sorted(r[:2])): rng.randint(1, 8) for r in routes}
         replicas = sum(c for c, _ in groups)
@@ -125,7 +138,10 @@ def random_set(n: int, seed: int) -> None:
         cfg = config_of(prob, plan_from_data(make_plan(tp, [8 // pp] * pp, groups, m, links)))
         tick = max(t.fwd + t.bwd for t in perf.stage_times(cfg, "h100-sxm"))
         shared = max(
-            (c * perf.message_bytes(cfg) / net.capacity_Bps(key, links.get(key, 0)) for key, c in per_route.items()),
+            (
+                c * perf.message_bytes(cfg) / net.capacity_Bps(key, links.get(key, 0))
+                for key, c in per_route.items()
+            ),
             default=0.0,
         )
         pipe = (res.closed_pipe_s - res.pipe_s) / res.pipe_s
@@ -133,7 +149,9 @@ def random_set(n: int, seed: int) -> None:
         rows.append((crowd, pipe, res.rel_diff, dp_sim, dp_cf, shared / tick))
     wall = time.perf_counter() - t0
     print(f"\n## Random multi-site plans: {n} (seed {seed}), {wall:.1f} s of simulation\n")
-    print("| crossings on the busiest route | plans | T_pipe diff: median / worst | step diff: median / min / max | within 2% (step) |")
+    print(
+        "| crossings on the busiest route | plans | T_pipe diff: median / worst | step diff: median / min / max | within 2% (step) |"  # noqa: E501
+    )
     print("|---|---:|---:|---:|---:|")
     for lo, hi in ((0, 0), (1, 1), (2, 8), (9, 32), (33, 64)):
         sel = [r for r in rows if lo <= r[0] <= hi]
@@ -144,9 +162,11 @@ def random_set(n: int, seed: int) -> None:
         ok = sum(abs(s) <= 0.02 for s in steps)
         print(
             f"| {lo}-{hi} | {len(sel)} | {statistics.median(pipes):+.1%} / {min(pipes):+.1%} "
-            f"| {statistics.median(steps):+.1%} / {min(steps):+.1%} / {max(steps):+.1%} | {ok}/{len(sel)} |"
+            f"| {statistics.median(steps):+.1%} / {min(steps):+.1%} / {max(steps):+.1%} | {ok}/{len(sel)} |"  # noqa: E501
         )
-    print("\n| shared per-tick transfer / stage tick (f + b) | plans | T_pipe diff: median / worst | T_pipe within 2% |")
+    print(
+        "\n| shared per-tick transfer / stage tick (f + b) | plans | T_pipe diff: median / worst | T_pipe within 2% |"  # noqa: E501
+    )
     print("|---|---:|---:|---:|")
     for lo, hi in ((0.0, 0.0), (1e-9, 0.05), (0.05, 0.2), (0.2, 1.0), (1.0, math.inf)):
         sel = [r for r in rows if (r[5] == 0.0 if hi == 0.0 else lo < r[5] <= hi)]
@@ -154,11 +174,13 @@ def random_set(n: int, seed: int) -> None:
             continue
         pipes = [r[1] for r in sel]
         label = "0 (no crossing)" if hi == 0.0 else f"{lo:g}-{hi:g}"
-        print(f"| {label} | {len(sel)} | {statistics.median(pipes):+.1%} / {min(pipes):+.1%} | {sum(abs(x) <= 0.02 for x in pipes)}/{len(sel)} |")
+        print(
+            f"| {label} | {len(sel)} | {statistics.median(pipes):+.1%} / {min(pipes):+.1%} | {sum(abs(x) <= 0.02 for x in pipes)}/{len(sel)} |"  # noqa: E501
+        )
     over = [r for r in rows if r[4] > r[3] * 1.02]
     under = [r for r in rows if r[4] < r[3] * 0.98]
     print(
-        f"\nDP tail: closed form above the simulation by > 2% in {len(over)}/{n} plans, below by > 2% in "
+        f"\nDP tail: closed form above the simulation by > 2% in {len(over)}/{n} plans, below by > 2% in "  # noqa: E501
         f"{len(under)}/{n}; T_pipe: the closed form is never above the simulation "
         f"(max {max(r[1] for r in rows):+.2e})."
     )

@@ -37,7 +37,14 @@ def run(problem, backend: str, time_limit: float) -> tuple[str, float, float, fl
         res = solve(problem, backend=backend, time_limit_s=time_limit, threads=2)
     except PlacerError as exc:
         return (type(exc).__name__, time.perf_counter() - t0, float("nan"), float("nan"), 0, 0)
-    return (res.status, time.perf_counter() - t0, res.objective, res.gap, res.configs_total, res.configs_solved)
+    return (
+        res.status,
+        time.perf_counter() - t0,
+        res.objective,
+        res.gap,
+        res.configs_total,
+        res.configs_solved,
+    )
 
 
 def main() -> None:
@@ -45,10 +52,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="shipped instances only")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--backends", default="cpsat,milp")
-    ap.add_argument("--sites", default="", help="generated rows only, for these site counts (e.g. 32)")
+    ap.add_argument(
+        "--sites", default="", help="generated rows only, for these site counts (e.g. 32)"
+    )
     args = ap.parse_args()
     backends = args.backends.split(",")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}"  # noqa: E501
+    )
     print()
     print("| instance | backend | status | seconds | objective | gap | configs (solved) |")
     print("|---|---|---|---:|---:|---:|---|")
@@ -57,21 +68,31 @@ def main() -> None:
         prob = load_instance(path)
         for b in backends:
             st, sec, obj, gap, total, solved = run(prob, b, args.time_limit)
-            print(f"| {prob.name} | {b} | {st} | {sec:.2f} | {obj:.6g} | {gap:.1e} | {total} ({solved}) |", flush=True)
+            print(
+                f"| {prob.name} | {b} | {st} | {sec:.2f} | {obj:.6g} | {gap:.1e} | {total} ({solved}) |",  # noqa: E501
+                flush=True,
+            )
     if args.quick:
         return
     print()
-    print("| sites | GPUs | routes | backend | status | seconds | step time s | gap | configs (solved) |")
+    print(
+        "| sites | GPUs | routes | backend | status | seconds | step time s | gap | configs (solved) |"  # noqa: E501
+    )
     print("|---:|---:|---:|---|---|---:|---:|---:|---|")
     for sites, gpus, k in GENERATED:
         if only and sites not in only:
             continue
-        data = random_instance(sites, gpus, seed=1, max_sites_per_replica=k, time_limit_s=args.time_limit)
+        data = random_instance(
+            sites, gpus, seed=1, max_sites_per_replica=k, time_limit_s=args.time_limit
+        )
         prob = problem_from_data(data)
         n_gpus = sum(s.gpus for s in prob.instance.sites)
         for b in backends:
             st, sec, obj, gap, total, solved = run(prob, b, args.time_limit)
-            print(f"| {sites} | {n_gpus:,} | {len(prob.instance.routes)} | {b} | {st} | {sec:.2f} | {obj:.4f} | {gap:.1e} | {total} ({solved}) |", flush=True)
+            print(
+                f"| {sites} | {n_gpus:,} | {len(prob.instance.routes)} | {b} | {st} | {sec:.2f} | {obj:.4f} | {gap:.1e} | {total} ({solved}) |",  # noqa: E501
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

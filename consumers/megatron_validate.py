@@ -22,24 +22,62 @@ warnings.filterwarnings("ignore")
 
 
 def exported_args(export: Path) -> list[str]:
-    body = (export / "megatron_args.sh").read_text().split("MEGATRON_ARGS=(", 1)[1].split("\n)", 1)[0]
+    body = (
+        (export / "megatron_args.sh").read_text().split("MEGATRON_ARGS=(", 1)[1].split("\n)", 1)[0]
+    )
     return shlex.split(body, comments=True)
 
 
 def main() -> None:
     src, export, arch = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-    sys.path.append(str(src))  # `megatron` is a namespace package: core from the wheel, training from src
+    sys.path.append(
+        str(src)
+    )  # `megatron` is a namespace package: core from the wheel, training from src
     import megatron.training.arguments as A
 
     A.get_device_arch_version = lambda: arch
     world = int(os.environ.get("WORLD_SIZE", "1"))
     # the data/tokenizer/optimizer arguments the export leaves to the user (mock data)
-    extra = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "2048", "--train-iters", "1", "--lr", "1e-4", "--no-gradient-accumulation-fusion", "--transformer-impl", "local"]
+    extra = [
+        "--mock-data",
+        "--tokenizer-type",
+        "NullTokenizer",
+        "--vocab-size",
+        "2048",
+        "--train-iters",
+        "1",
+        "--lr",
+        "1e-4",
+        "--no-gradient-accumulation-fusion",
+        "--transformer-impl",
+        "local",
+    ]
     sys.argv = ["pretrain_gpt.py", *exported_args(export), *extra]
     args = A.parse_args()
     args.world_size = world
     A.validate_args(args)
-    print(json.dumps({k: getattr(args, k) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "data_parallel_size", "sequence_parallel", "normalization", "position_embedding_type", "add_bias_linear", "swiglu", "num_query_groups", "untie_embeddings_and_output_weights", "num_layers", "global_batch_size", "micro_batch_size")}))
+    print(
+        json.dumps(
+            {
+                k: getattr(args, k)
+                for k in (
+                    "tensor_model_parallel_size",
+                    "pipeline_model_parallel_size",
+                    "data_parallel_size",
+                    "sequence_parallel",
+                    "normalization",
+                    "position_embedding_type",
+                    "add_bias_linear",
+                    "swiglu",
+                    "num_query_groups",
+                    "untie_embeddings_and_output_weights",
+                    "num_layers",
+                    "global_batch_size",
+                    "micro_batch_size",
+                )
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

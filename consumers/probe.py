@@ -23,7 +23,7 @@ def torchtitan_args(path: str) -> list[str]:
     env = {}
     for ln in text.splitlines():
         if ln.startswith(': "${TORCHTITAN_'):
-            k, v = ln[len(': "${'):].rstrip('}"').split(":=", 1)
+            k, v = ln[len(': "${') :].rstrip('}"').split(":=", 1)
             env[k] = v
     body = text.split("TORCHTITAN_ARGS=(", 1)[1].split("\n)", 1)[0]
     for k, v in env.items():
@@ -69,8 +69,14 @@ def main() -> None:
     coords = {}
     for name in ("pp", "dp_replicate", "dp_shard", "tp"):
         mesh = dims.get_optional_mesh(name)
-        coords[name] = (mesh.get_local_rank(), mesh.mesh.flatten().tolist()) if mesh is not None else (0, [rank])
-    rec["torchtitan"] = {k: v[0] for k, v in coords.items()} | {f"{k}_group": v[1] for k, v in coords.items()}
+        coords[name] = (
+            (mesh.get_local_rank(), mesh.mesh.flatten().tolist())
+            if mesh is not None
+            else (0, [rank])
+        )
+    rec["torchtitan"] = {k: v[0] for k, v in coords.items()} | {
+        f"{k}_group": v[1] for k, v in coords.items()
+    }
     rec["torchtitan"]["module_fqns_per_model_part"] = cfg.parallelism.module_fqns_per_model_part
     dist.barrier()
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:

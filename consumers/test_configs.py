@@ -30,7 +30,9 @@ def test_torchtitan_03_config_manager_loads_the_export(export_dir: Path, rankmap
     assert dims.world_size == len(rankmap)
     if par["pp"] > 1:
         assert cfg.training.disable_cuda_graphs is True
-        layers = [sum(m.startswith("layers.") for m in part) for part in p.module_fqns_per_model_part]
+        layers = [
+            sum(m.startswith("layers.") for m in part) for part in p.module_fqns_per_model_part
+        ]
         assert layers == [2, 2] and p.module_fqns_per_model_part[-1][-2:] == ["norm", "lm_head"]
 
 
@@ -42,35 +44,66 @@ def test_torchtitan_03_rejects_an_unknown_option(export_dir: Path) -> None:
     from torchtitan.config.manager import ConfigManager
 
     said = io.StringIO()
-    with pytest.raises(SystemExit), contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
-        ConfigManager().parse_args([*torchtitan_args(export_dir / "torchtitan_args.sh"), "--parallelism.pipeline_parallel_module_fqns_per_model_part", "x"])
+    with (
+        pytest.raises(SystemExit),
+        contextlib.redirect_stdout(said),
+        contextlib.redirect_stderr(said),
+    ):
+        ConfigManager().parse_args(
+            [
+                *torchtitan_args(export_dir / "torchtitan_args.sh"),
+                "--parallelism.pipeline_parallel_module_fqns_per_model_part",
+                "x",
+            ]
+        )
     assert "Unrecognized options" in said.getvalue()
 
 
 def test_torchtitan_02_loads_the_toml(tmp_path: Path) -> None:
-    path02 = os.environ.get("TORCHTITAN_02_PATH", str(ROOT / ".venv-consumers" / "torchtitan-0.2.2"))
+    path02 = os.environ.get(
+        "TORCHTITAN_02_PATH", str(ROOT / ".venv-consumers" / "torchtitan-0.2.2")
+    )
     export02 = Path(os.environ.get("PLACER_EXPORT_02", ROOT / "build" / "consumers" / "export-0.2"))
     require((Path(path02) / "torchtitan").is_dir(), f"torchtitan 0.2.2 in {path02}")
     require((export02 / "torchtitan.toml").exists(), f"placer's 0.2 export in {export02}")
     code = (
         "import json, sys; import torchtitan; from torchtitan.config import ConfigManager;"
         "c = ConfigManager().parse_args(['--job.config_file', sys.argv[1]]); p = c.parallelism;"
-        "print(json.dumps([torchtitan.__file__, p.data_parallel_replicate_degree, p.data_parallel_shard_degree,"
-        " p.tensor_parallel_degree, p.pipeline_parallel_degree, p.module_fqns_per_model_part, c.training.local_batch_size]))"
+        "print(json.dumps([torchtitan.__file__, p.data_parallel_replicate_degree, p.data_parallel_shard_degree,"  # noqa: E501
+        " p.tensor_parallel_degree, p.pipeline_parallel_degree, p.module_fqns_per_model_part, c.training.local_batch_size]))"  # noqa: E501
     )
-    r = subprocess.run([sys.executable, "-c", code, str(export02 / "torchtitan.toml")], env=os.environ | {"PYTHONPATH": path02}, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(export02 / "torchtitan.toml")],
+        env=os.environ | {"PYTHONPATH": path02},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     where, rep, shard, tp, pp, parts, local = json.loads(r.stdout.strip().splitlines()[-1])
     assert where.startswith(path02)
     toml = tomllib.loads((export02 / "torchtitan.toml").read_text())
-    assert (rep, shard, tp, pp) == tuple(toml["parallelism"][k] for k in ("data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree", "pipeline_parallel_degree"))
+    assert (rep, shard, tp, pp) == tuple(
+        toml["parallelism"][k]
+        for k in (
+            "data_parallel_replicate_degree",
+            "data_parallel_shard_degree",
+            "tensor_parallel_degree",
+            "pipeline_parallel_degree",
+        )
+    )
     assert parts[-1][-1] == "output" and local == toml["training"]["local_batch_size"]
 
 
 def _megatron_args(export_dir: Path) -> dict[str, list[str]]:
     import shlex
 
-    body = (export_dir / "megatron_args.sh").read_text().split("MEGATRON_ARGS=(", 1)[1].split("\n)", 1)[0]
+    body = (
+        (export_dir / "megatron_args.sh")
+        .read_text()
+        .split("MEGATRON_ARGS=(", 1)[1]
+        .split("\n)", 1)[0]
+    )
     out: dict[str, list[str]] = {}
     key = None
     for t in shlex.split(body, comments=True):
@@ -107,7 +140,12 @@ def test_megatron_core_transformer_config_accepts_the_export(export_dir: Path) -
         params_dtype=dtype,
         pipeline_dtype=dtype,  # as core_transformer_config_from_args sets them
     )
-    assert cfg.sequence_parallel and cfg.normalization == "RMSNorm" and cfg.gated_linear_unit and not cfg.add_bias_linear
+    assert (
+        cfg.sequence_parallel
+        and cfg.normalization == "RMSNorm"
+        and cfg.gated_linear_unit
+        and not cfg.add_bias_linear
+    )
     assert a["--position-embedding-type"] == ["rope"]
 
 
@@ -117,15 +155,36 @@ def test_megatron_lm_parse_and_validate_args(export_dir: Path) -> None:
     with MEGATRON_LM_SRC = a Megatron-LM checkout of the release matching megatron-core."""
     src = os.environ.get("MEGATRON_LM_SRC")
     if not src:
-        pytest.skip("MEGATRON_LM_SRC not set: Megatron-LM's megatron/training is not on any package registry")
+        pytest.skip(
+            "MEGATRON_LM_SRC not set: Megatron-LM's megatron/training is not on any package registry"  # noqa: E501
+        )
     world = sum(1 for _ in open(export_dir / "rankmap.csv")) - 1
     script = ROOT / "consumers" / "megatron_validate.py"
-    cmd = f"source {export_dir / 'megatron_args.sh'} && exec {sys.executable} {script} {src} {export_dir} 9"
-    ok = subprocess.run(["bash", "-c", cmd], env=os.environ | {"WORLD_SIZE": str(world)}, capture_output=True, text=True, timeout=600)
+    cmd = f"source {export_dir / 'megatron_args.sh'} && exec {sys.executable} {script} {src} {export_dir} 9"  # noqa: E501
+    ok = subprocess.run(
+        ["bash", "-c", cmd],
+        env=os.environ | {"WORLD_SIZE": str(world)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert ok.returncode == 0, ok.stderr[-3000:]
     got = json.loads(ok.stdout.strip().splitlines()[-1])
-    assert got["sequence_parallel"] and got["normalization"] == "RMSNorm" and got["position_embedding_type"] == "rope" and not got["add_bias_linear"]
+    assert (
+        got["sequence_parallel"]
+        and got["normalization"] == "RMSNorm"
+        and got["position_embedding_type"] == "rope"
+        and not got["add_bias_linear"]
+    )
     # the oracle can fail: without the environment megatron_args.sh exports, H100 (arch 9) aborts
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"} | {"WORLD_SIZE": str(world)}
-    bad = subprocess.run([sys.executable, str(script), src, str(export_dir), "9"], env=env, capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_DEVICE_MAX_CONNECTIONS"} | {
+        "WORLD_SIZE": str(world)
+    }
+    bad = subprocess.run(
+        [sys.executable, str(script), src, str(export_dir), "9"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bad.returncode != 0 and "CUDA_DEVICE_MAX_CONNECTIONS" in bad.stderr

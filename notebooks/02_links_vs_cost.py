@@ -23,7 +23,7 @@
 # The study (`notebooks/studies/links_vs_cost.yaml`) sweeps the capex budget
 # `objective.max_cost_usd` from $0 to $2M; at each budget the optimizer returns the
 # fastest plan, which may spend less than the budget (tp = 8, pp = 4 pinned: pp = 8 never
-# wins on this instance and doubles the search; the sync policy is left free). The non-dominated points (no other
+# wins on this instance and doubles the search; the sync policy is left free). The non-dominated points (no other  # noqa: E501
 # plan is both cheaper and faster) form the Pareto front of link capex vs step time.
 
 # %%
@@ -42,7 +42,9 @@ WORKERS = int(os.environ.get("PLACER_WORKERS", os.cpu_count() or 1))
 study = load_study(ROOT / "notebooks" / "studies" / "links_vs_cost.yaml")
 res = run_sweep(study, OUT, workers=WORKERS, progress=False)
 df = res.table
-print(f"{len(df)} points: {res.counts}; solved {len(res.computed)}, reused {len(res.reused)} (results in {OUT})")
+print(
+    f"{len(df)} points: {res.counts}; solved {len(res.computed)}, reused {len(res.reused)} (results in {OUT})"  # noqa: E501
+)
 df["budget_usd"] = df["objective.max_cost_usd"]
 df["front"] = pareto_mask(df, "capex_usd", "step_time_s")
 
@@ -56,7 +58,19 @@ fig  # noqa: B018 (shown by Jupyter)
 
 # %%
 pd.set_option("display.width", 160)
-cols = ["budget_usd", "status", "step_time_s", "capex_usd", "front", "layout", "sync_mode", "sites_used", "gpus", "pp", "dp"]
+cols = [
+    "budget_usd",
+    "status",
+    "step_time_s",
+    "capex_usd",
+    "front",
+    "layout",
+    "sync_mode",
+    "sites_used",
+    "gpus",
+    "pp",
+    "dp",
+]
 cols += [c for c in df.columns if c.startswith("waves[")]
 print(df[cols].to_string(index=False))
 
@@ -70,8 +84,12 @@ print(df[cols].to_string(index=False))
 # %%
 opt = df[df["status"] == "optimal"].sort_values("budget_usd")
 t = opt["step_time_s"].to_numpy()
-assert all(b <= a * (1 + 1e-9) for a, b in zip(t, t[1:], strict=False)), "step time got worse with a larger budget"
-assert (df["capex_usd"].fillna(0) <= df["budget_usd"] + 1e-6).all(), "a plan spends more than its budget"
+assert all(b <= a * (1 + 1e-9) for a, b in zip(t, t[1:], strict=False)), (
+    "step time got worse with a larger budget"
+)
+assert (df["capex_usd"].fillna(0) <= df["budget_usd"] + 1e-6).all(), (
+    "a plan spends more than its budget"
+)
 print("checks passed: step time non-increasing in the budget; capex within budget")
 
 # %% [markdown]
@@ -84,38 +102,40 @@ no_links = ok[ok["capex_usd"] == 0].sort_values("step_time_s").iloc[0]
 fastest = ok.sort_values(["step_time_s", "capex_usd"]).iloc[0]
 speedup_total = no_links["step_time_s"] - fastest["step_time_s"]
 print(
-    f"Without new links the fastest plan runs on {int(no_links['sites_used'])} site(s), {int(no_links['gpus'])} GPUs: "
+    f"Without new links the fastest plan runs on {int(no_links['sites_used'])} site(s), {int(no_links['gpus'])} GPUs: "  # noqa: E501
     f"{no_links['step_time_s']:.3f} s per step."
 )
 print(
-    f"The fastest plan at any budget: {fastest['step_time_s']:.3f} s per step on {int(fastest['sites_used'])} sites, "
+    f"The fastest plan at any budget: {fastest['step_time_s']:.3f} s per step on {int(fastest['sites_used'])} sites, "  # noqa: E501
     f"{int(fastest['gpus'])} GPUs, {fastest['layout']}, for ${fastest['capex_usd']:,.0f} of links "
-    f"({(1 - fastest['step_time_s'] / no_links['step_time_s']) * 100:.1f}% less step time than without links)."
+    f"({(1 - fastest['step_time_s'] / no_links['step_time_s']) * 100:.1f}% less step time than without links)."  # noqa: E501
 )
 print("\nPareto front (each step buys this much step time):")
 prev = None
 for _, r in front.iterrows():
     if prev is None:
-        print(f"  ${r['capex_usd']:>11,.0f}  {r['step_time_s']:.4f} s  ({r['layout']}, {int(r['gpus'])} GPUs)")
+        print(
+            f"  ${r['capex_usd']:>11,.0f}  {r['step_time_s']:.4f} s  ({r['layout']}, {int(r['gpus'])} GPUs)"  # noqa: E501
+        )
     else:
         dt = prev["step_time_s"] - r["step_time_s"]
         dc = r["capex_usd"] - prev["capex_usd"]
         print(
-            f"  ${r['capex_usd']:>11,.0f}  {r['step_time_s']:.4f} s  (+${dc:,.0f} buys {dt * 1e3:.1f} ms, "
-            f"{dt / speedup_total * 100:.1f}% of the total gain; {r['layout']}, {int(r['gpus'])} GPUs)"
+            f"  ${r['capex_usd']:>11,.0f}  {r['step_time_s']:.4f} s  (+${dc:,.0f} buys {dt * 1e3:.1f} ms, "  # noqa: E501
+            f"{dt / speedup_total * 100:.1f}% of the total gain; {r['layout']}, {int(r['gpus'])} GPUs)"  # noqa: E501
         )
     prev = r
 # the knee: the cheapest front point that gets 99% of the total gain
 knee = front[no_links["step_time_s"] - front["step_time_s"] >= 0.99 * speedup_total].iloc[0]
 rest = fastest["capex_usd"] - knee["capex_usd"]
 print(
-    f"\nConclusion: ${knee['capex_usd']:,.0f} of links ({knee['capex_usd'] / max(fastest['capex_usd'], 1) * 100:.0f}% of the "
-    f"fastest plan's capex) already buys {(no_links['step_time_s'] - knee['step_time_s']) / speedup_total * 100:.1f}% of the "
+    f"\nConclusion: ${knee['capex_usd']:,.0f} of links ({knee['capex_usd'] / max(fastest['capex_usd'], 1) * 100:.0f}% of the "  # noqa: E501
+    f"fastest plan's capex) already buys {(no_links['step_time_s'] - knee['step_time_s']) / speedup_total * 100:.1f}% of the "  # noqa: E501
     f"achievable step-time gain; the remaining ${rest:,.0f} buys "
     f"{(knee['step_time_s'] - fastest['step_time_s']) * 1e3:.2f} ms per step "
     f"({(knee['step_time_s'] / fastest['step_time_s'] - 1) * 100:.2f}%)."
 )
 print(
-    f"Budgets between ${fastest['capex_usd']:,.0f} and ${df['budget_usd'].max():,.0f} buy nothing more: "
+    f"Budgets between ${fastest['capex_usd']:,.0f} and ${df['budget_usd'].max():,.0f} buy nothing more: "  # noqa: E501
     "the fastest plan does not spend them."
 )

@@ -130,12 +130,12 @@ print("wrote", save_figure(fig, OUT / "spare_waves.png"))
 two = df[df["sites"] == 2].iloc[0]
 many = df[df["sites"] >= 3]
 print(
-    f"2 sites: ring needs {int(two['spare_waves_ring'])} spare waves and OptCC {int(two['spare_waves_optcc'])}: "
+    f"2 sites: ring needs {int(two['spare_waves_ring'])} spare waves and OptCC {int(two['spare_waves_optcc'])}: "  # noqa: E501
     "with two participants the failed link is the whole cut, so OptCC cannot help."
 )
 for _, r in many.iterrows():
     print(
-        f"{int(r['sites'])} sites ({int(r['routes'])} routes, {int(r['waves_without_guarantee'])} waves without the guarantee): "
+        f"{int(r['sites'])} sites ({int(r['routes'])} routes, {int(r['waves_without_guarantee'])} waves without the guarantee): "  # noqa: E501
         f"ring needs {int(r['spare_waves_ring'])} spare waves, OptCC {int(r['spare_waves_optcc'])}."
     )
 assert two["spare_waves_ring"] == two["spare_waves_optcc"], "two sites: OptCC and ring must agree"

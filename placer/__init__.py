@@ -1,9 +1,9 @@
 """placer: plans multi-site AI training jobs (parallelism, placement, optical links).
 
-    import placer
-    inst = placer.load_instance("instances/two-campus-100km.yaml")
-    plan = placer.solve(inst, backend="cpsat", time_limit_s=60)
-    ev = placer.evaluate(inst, plan)
+import placer
+inst = placer.load_instance("instances/two-campus-100km.yaml")
+plan = placer.solve(inst, backend="cpsat", time_limit_s=60)
+ev = placer.evaluate(inst, plan)
 """
 
 from __future__ import annotations
@@ -45,7 +45,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'placer' has no attribute {name!r}")
 
 
-def solve(problem: Problem, backend: str | None = None, time_limit_s: float | None = None, threads: int | None = None) -> Plan:
+def solve(
+    problem: Problem,
+    backend: str | None = None,
+    time_limit_s: float | None = None,
+    threads: int | None = None,
+) -> Plan:
     """Solve an instance and return the evaluator-verified plan (CONTRACT section 6)."""
     from placer.optimize.driver import solve as _solve
 

@@ -16,7 +16,9 @@ from rich.text import Text
 from placer.cli_support import clip_lines, err, guard, json_default, out
 from placer.errors import InfeasibleError, InputError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="placer: plan multi-site AI training jobs.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="placer: plan multi-site AI training jobs."
+)
 
 
 @app.command()
@@ -30,11 +32,18 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
     for p in instances:
         try:
             prob = load_instance(p)
-            out.print(f"[green]ok[/green] {p} ({prob.name}: {len(prob.instance.sites)} sites, model {prob.model.name})", highlight=False)
+            out.print(
+                f"[green]ok[/green] {p} ({prob.name}: {len(prob.instance.sites)} sites, model {prob.model.name})",  # noqa: E501
+                highlight=False,
+            )
             _print_warnings(instance_warnings(prob))
         except InputError as exc:
             bad += 1
-            err.print(Text("invalid ", style="red") + Text(clip_lines(str(exc))), highlight=False, soft_wrap=True)
+            err.print(
+                Text("invalid ", style="red") + Text(clip_lines(str(exc))),
+                highlight=False,
+                soft_wrap=True,
+            )
     if bad:
         raise typer.Exit(2)
 
@@ -43,12 +52,23 @@ def validate(instances: Annotated[list[Path], typer.Argument(help="instance file
 @guard
 def solve(
     instance: Path,
-    output: Annotated[str | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
+    output: Annotated[
+        str | None,
+        typer.Option("-o", "--output", help="output folder (default out/<instance name>)"),
+    ] = None,
     backend: Annotated[str | None, typer.Option(help="cpsat | milp | brute")] = None,
     time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds")] = None,
     threads: Annotated[int | None, typer.Option(help="solver threads")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="stdout carries only the plan as one JSON document (with -o the files are written too)")] = False,
-    explain: Annotated[bool, typer.Option("--explain", help="print the catalog and defaults in use")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="stdout carries only the plan as one JSON document (with -o the files are written too)",  # noqa: E501
+        ),
+    ] = False,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="print the catalog and defaults in use")
+    ] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
 ) -> None:
     """Find the best plan; write plan.json, bom.csv, report.md and report.html."""
@@ -64,14 +84,29 @@ def solve(
     folder_arg = output_folder(output, Path("."))  # refuse -o "" before any work
     prob = load_instance(instance)
     if explain:
-        err.print_json(json.dumps({"catalog": prob.catalog.model_dump(), "instance": prob.instance.model_dump(mode="json")}))
+        err.print_json(
+            json.dumps(
+                {
+                    "catalog": prob.catalog.model_dump(),
+                    "instance": prob.instance.model_dump(mode="json"),
+                }
+            )
+        )
     progress = None if quiet else (lambda msg: err.print(Text(msg, style="dim"), highlight=False))
     with interrupt.handle_signals():
-        res = run(prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress)
+        res = run(
+            prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress
+        )
         _write_solve(prob, res, output, folder_arg, as_json)
     stop = interrupt.requested()
     if stop:
-        err.print(Text(f"interrupted by {stop}: kept the best plan found ({res.status}, gap {res.gap:.1e})", style="yellow"), highlight=False)
+        err.print(
+            Text(
+                f"interrupted by {stop}: kept the best plan found ({res.status}, gap {res.gap:.1e})",  # noqa: E501
+                style="yellow",
+            ),
+            highlight=False,
+        )
         raise typer.Exit(interrupt.EXIT_CODE)
 
 
@@ -99,9 +134,18 @@ def _write_solve(prob: Any, res: Any, output: str | None, folder_arg: Path, as_j
         _print_warnings(res.plan.warnings)
         sys.stdout.write(dumps_json(plan_data))
         return
-    print_summary(out, prob, res.plan, res.evaluation, f"{res.status} ({res.backend}, {res.seconds:.2f} s, gap {res.gap:.1e})")
+    print_summary(
+        out,
+        prob,
+        res.plan,
+        res.evaluation,
+        f"{res.status} ({res.backend}, {res.seconds:.2f} s, gap {res.gap:.1e})",
+    )
     _print_warnings(res.plan.warnings)
-    out.print(f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}, {folder / 'report.html'}", highlight=False)
+    out.print(
+        f"wrote {folder / 'plan.json'}, {folder / 'bom.csv'}, {folder / 'report.md'}, {folder / 'report.html'}",  # noqa: E501
+        highlight=False,
+    )
 
 
 @app.command()
@@ -110,8 +154,15 @@ def evaluate(
     instance: Path,
     plan: Path,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
-    simulate: Annotated[bool, typer.Option("--simulate", help="also run the 1F1B event simulator")] = False,
-    failures: Annotated[bool, typer.Option("--failures", help="step time under every single failure (ring, OptCC, bound)")] = False,
+    simulate: Annotated[
+        bool, typer.Option("--simulate", help="also run the 1F1B event simulator")
+    ] = False,
+    failures: Annotated[
+        bool,
+        typer.Option(
+            "--failures", help="step time under every single failure (ring, OptCC, bound)"
+        ),
+    ] = False,
 ) -> None:
     """Check a plan against every limit and compute its step time, power and cost.
 
@@ -147,7 +198,9 @@ def evaluate(
         if fr is not None:
             print_failures(out, fr)
         if sim is not None:
-            out.print(f"1F1B simulation of the critical chain: {sim['pipeline_s']:.4f} s (closed form {sim['closed_form_s']:.4f} s, diff {sim['rel_diff']:.2e})")
+            out.print(
+                f"1F1B simulation of the critical chain: {sim['pipeline_s']:.4f} s (closed form {sim['closed_form_s']:.4f} s, diff {sim['rel_diff']:.2e})"  # noqa: E501
+            )
     if not ev.feasible:
         raise typer.Exit(3)
 
@@ -157,9 +210,23 @@ def evaluate(
 def simulate(
     instance: Path,
     plan: Path,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document to stdout")] = False,
-    dp_buckets: Annotated[int, typer.Option("--dp-buckets", help="0: each stage syncs after its backward (the evaluator's assumption); N: N gradient buckets overlapped with the last backward")] = 0,
-    virtual_stages: Annotated[int, typer.Option("--virtual-stages", help="interleaved 1F1B chunks per device (simulator only; plans do not carry it yet)")] = 1,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print one JSON document to stdout")
+    ] = False,
+    dp_buckets: Annotated[
+        int,
+        typer.Option(
+            "--dp-buckets",
+            help="0: each stage syncs after its backward (the evaluator's assumption); N: N gradient buckets overlapped with the last backward",  # noqa: E501
+        ),
+    ] = 0,
+    virtual_stages: Annotated[
+        int,
+        typer.Option(
+            "--virtual-stages",
+            help="interleaved 1F1B chunks per device (simulator only; plans do not carry it yet)",
+        ),
+    ] = 1,
 ) -> None:
     """Simulate one training step event by event (every replica, micro-batch and transfer,
     max-min fair sharing of the routes) and compare it with the evaluator's closed form."""
@@ -180,7 +247,11 @@ def simulate(
 def _print_warnings(warnings: list[Any]) -> None:
     """Warnings go to stderr, so that --json output stays one JSON document."""
     for w in warnings:
-        err.print(Text("warning: ", style="yellow") + Text(f"{w.kind}: {w.message}"), highlight=False, soft_wrap=True)
+        err.print(
+            Text("warning: ", style="yellow") + Text(f"{w.kind}: {w.message}"),
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @app.command()
@@ -206,10 +277,26 @@ def schema(
 @guard
 def export(
     plan: Annotated[Path, typer.Argument(help="plan.json written by solve")],
-    instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="bom | rankmap | megatron | torchtitan | torchrun | slurm | all")],
-    output: Annotated[str | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>)")] = None,
-    torchtitan_version: Annotated[str, typer.Option("--torchtitan-version", help="0.3 (config registry + overrides, torchtitan_args.sh) | 0.2 (TOML)")] = "0.3",
+    instance: Annotated[
+        Path, typer.Option("--instance", "-i", help="the instance the plan was made for")
+    ],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", "-f", help="bom | rankmap | megatron | torchtitan | torchrun | slurm | all"
+        ),
+    ],
+    output: Annotated[
+        str | None,
+        typer.Option("-o", "--output", help="output folder (default out/<instance name>)"),
+    ] = None,
+    torchtitan_version: Annotated[
+        str,
+        typer.Option(
+            "--torchtitan-version",
+            help="0.3 (config registry + overrides, torchtitan_args.sh) | 0.2 (TOML)",
+        ),
+    ] = "0.3",
 ) -> None:
     """Write the link bill of materials or launch configurations of a feasible plan."""
     from placer.io import load_instance, load_plan
@@ -219,7 +306,13 @@ def export(
     folder_arg = output_folder(output, Path("."))
     prob = load_instance(instance)
     p = load_plan(plan)
-    for path in run(prob, p, fmt, folder_arg if output is not None else Path("out") / prob.name, torchtitan_version):
+    for path in run(
+        prob,
+        p,
+        fmt,
+        folder_arg if output is not None else Path("out") / prob.name,
+        torchtitan_version,
+    ):
         out.print(f"wrote {path}", highlight=False)
 
 
@@ -227,10 +320,17 @@ def export(
 @guard
 def frontier(
     instance: Path,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/<instance name>/frontier)")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="output folder (default out/<instance name>/frontier)"),
+    ] = None,
     backend: Annotated[str | None, typer.Option(help="cpsat | milp | brute")] = None,
-    time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds per solve (two solves per point)")] = None,
-    max_points: Annotated[int, typer.Option("--max-points", min=1, help="stop after this many points")] = 50,
+    time_limit: Annotated[
+        float | None, typer.Option("--time-limit", help="seconds per solve (two solves per point)")
+    ] = None,
+    max_points: Annotated[
+        int, typer.Option("--max-points", min=1, help="stop after this many points")
+    ] = 50,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
 ) -> None:
     """Trace the exact link-capex vs step-time Pareto front; write frontier.csv and frontier.png."""
@@ -244,7 +344,9 @@ def frontier(
         raise InputError(f"--backend: expected cpsat, milp or brute, got '{backend}'")
     prob = load_instance(instance)
     progress = None if quiet else (lambda msg: err.print(Text(msg, style="dim"), highlight=False))
-    points = run(prob, backend=backend, time_limit_s=time_limit, max_points=max_points, progress=progress)
+    points = run(
+        prob, backend=backend, time_limit_s=time_limit, max_points=max_points, progress=progress
+    )
     if not points:
         raise InfeasibleError(f"instance '{prob.name}' has no feasible plan: the front is empty")
     t = Table(title=f"Pareto front: {prob.name}")
@@ -252,9 +354,20 @@ def frontier(
         t.add_column(col, justify="right" if col in {"capex USD", "step s", "waves"} else "left")
     for p in points:
         r = p.row()
-        t.add_row(f"{r['capex_usd']:,.0f}", f"{r['step_time_s']:.4f}", str(r["waves"]), f"{r['tp']} x {r['pp']} x {r['dp']}", r["status"], "knee" if p.knee else "")
+        t.add_row(
+            f"{r['capex_usd']:,.0f}",
+            f"{r['step_time_s']:.4f}",
+            str(r["waves"]),
+            f"{r['tp']} x {r['pp']} x {r['dp']}",
+            r["status"],
+            "knee" if p.knee else "",
+        )
     out.print(t)
-    for path in write_frontier(points, output or Path("out") / prob.name / "frontier", f"{prob.name}: link capex vs step time"):
+    for path in write_frontier(
+        points,
+        output or Path("out") / prob.name / "frontier",
+        f"{prob.name}: link capex vs step time",
+    ):
         out.print(f"wrote {path}", highlight=False)
 
 
@@ -262,7 +375,9 @@ def frontier(
 @guard
 def plot_plan(
     plan: Annotated[Path, typer.Argument(help="plan.json written by solve")],
-    instance: Annotated[Path, typer.Option("--instance", "-i", help="the instance the plan was made for")],
+    instance: Annotated[
+        Path, typer.Option("--instance", "-i", help="the instance the plan was made for")
+    ],
     output: Annotated[Path, typer.Option("-o", "--output", help="picture to write (.svg or .png)")],
 ) -> None:
     """Draw a plan: sites, routes with their waves and load, and where the stages run."""

@@ -24,7 +24,12 @@ def clip_lines(text: str) -> str:
     """No line of a message longer than MESSAGE_LINE_CHARS (a hostile value is not echoed whole)."""
     from placer.limits import MESSAGE_LINE_CHARS
 
-    return "\n".join(ln if len(ln) <= MESSAGE_LINE_CHARS else f"{ln[:MESSAGE_LINE_CHARS]}... ({len(ln):,} characters)" for ln in text.splitlines())
+    return "\n".join(
+        ln
+        if len(ln) <= MESSAGE_LINE_CHARS
+        else f"{ln[:MESSAGE_LINE_CHARS]}... ({len(ln):,} characters)"
+        for ln in text.splitlines()
+    )
 
 
 def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -38,7 +43,11 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except PlacerError as exc:
-            err.print(Text("error: ", style="red") + Text(clip_lines(str(exc))), highlight=False, soft_wrap=True)
+            err.print(
+                Text("error: ", style="red") + Text(clip_lines(str(exc))),
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(exc.exit_code) from None
         except typer.Exit:
             raise
@@ -48,7 +57,13 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # noqa: BLE001
             if os.environ.get("PLACER_DEBUG"):
                 raise
-            err.print(Text("internal error: ", style="red") + Text(clip_lines(f"{type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)")), soft_wrap=True)
+            err.print(
+                Text("internal error: ", style="red")
+                + Text(
+                    clip_lines(f"{type(exc).__name__}: {exc} (set PLACER_DEBUG=1 for a traceback)")
+                ),
+                soft_wrap=True,
+            )
             raise typer.Exit(1) from None
 
     return wrapper

@@ -31,7 +31,7 @@ GB = 1e9
 
 @dataclass
 class Violation:
-    kind: str  # gpus | power | memory | reach | channels | budget | step_time | batch | topology | shape
+    kind: str  # gpus | power | memory | reach | channels | budget | step_time | batch | topology | shape  # noqa: E501
     where: str
     message: str
     shortfall: float | None = None
@@ -90,7 +90,10 @@ class Evaluation:
 
 
 def evaluate(
-    problem: Problem, plan: Plan | dict[str, Any], perf: PerfModel | None = None, check_resilience: bool = True
+    problem: Problem,
+    plan: Plan | dict[str, Any],
+    perf: PerfModel | None = None,
+    check_resilience: bool = True,
 ) -> Evaluation:
     plan = plan_from_data(plan)
     inst, cat = problem.instance, problem.catalog
@@ -102,11 +105,29 @@ def evaluate(
 
     # --- shape and batch
     if sum(cfg.stage_layers) != problem.model.layers:
-        viol.append(Violation("shape", "stage_layers", f"sum to {sum(cfg.stage_layers)}, model '{problem.model.name}' has {problem.model.layers} layers"))
+        viol.append(
+            Violation(
+                "shape",
+                "stage_layers",
+                f"sum to {sum(cfg.stage_layers)}, model '{problem.model.name}' has {problem.model.layers} layers",  # noqa: E501
+            )
+        )
     if inst.job.global_batch != cfg.micro_batch * cfg.dp * cfg.num_micro_batches:
-        viol.append(Violation("batch", "parallelism", f"micro_batch x dp x num_micro_batches = {cfg.micro_batch}x{cfg.dp}x{cfg.num_micro_batches} != global_batch {inst.job.global_batch}"))
+        viol.append(
+            Violation(
+                "batch",
+                "parallelism",
+                f"micro_batch x dp x num_micro_batches = {cfg.micro_batch}x{cfg.dp}x{cfg.num_micro_batches} != global_batch {inst.job.global_batch}",  # noqa: E501
+            )
+        )
     if cfg.sync_mode not in inst.job.sync.modes:
-        viol.append(Violation("shape", "sync_mode", f"'{cfg.sync_mode}' is not allowed by job.sync.mode {inst.job.sync.modes}"))
+        viol.append(
+            Violation(
+                "shape",
+                "sync_mode",
+                f"'{cfg.sync_mode}' is not allowed by job.sync.mode {inst.job.sync.modes}",
+            )
+        )
     for i, g in enumerate(plan.replica_groups):
         for s in g.stage_sites:
             if s not in site_names:
@@ -114,10 +135,20 @@ def evaluate(
     links: dict[RouteKey, tuple[int, str | None]] = {}
     for i, link in enumerate(plan.links):
         if link.key not in net.routes:
-            viol.append(Violation("topology", f"links[{i}]", f"no route between {link.sites[0]} and {link.sites[1]}"))
+            viol.append(
+                Violation(
+                    "topology",
+                    f"links[{i}]",
+                    f"no route between {link.sites[0]} and {link.sites[1]}",
+                )
+            )
             continue
         if link.key in links:
-            viol.append(Violation("topology", f"links[{i}]", f"route {link.key[0]}-{link.key[1]} listed twice"))
+            viol.append(
+                Violation(
+                    "topology", f"links[{i}]", f"route {link.key[0]}-{link.key[1]} listed twice"
+                )
+            )
         links[link.key] = (link.waves, link.optic)
     routing, routing_errors = resolve_routing(problem, plan, net)
     viol += [Violation("topology", where, msg) for where, msg in routing_errors]
@@ -139,17 +170,43 @@ def evaluate(
         optic = optic or net.default_optic(key)
         where = f"route {key[0]}-{key[1]}"
         if optic is None:
-            viol.append(Violation("reach", where, f"{route.km:g} km: no optic in the catalog reaches (longest reach {max(o.reach_km for o in cat.optics.values()):g} km)", route.km - max(o.reach_km for o in cat.optics.values())))
+            viol.append(
+                Violation(
+                    "reach",
+                    where,
+                    f"{route.km:g} km: no optic in the catalog reaches (longest reach {max(o.reach_km for o in cat.optics.values()):g} km)",  # noqa: E501
+                    route.km - max(o.reach_km for o in cat.optics.values()),
+                )
+            )
             continue
         if optic not in cat.optics:
-            viol.append(Violation("reach", where, f"unknown optic '{optic}' (catalog: {', '.join(sorted(cat.optics))})"))
+            viol.append(
+                Violation(
+                    "reach",
+                    where,
+                    f"unknown optic '{optic}' (catalog: {', '.join(sorted(cat.optics))})",
+                )
+            )
             continue
         if cat.optics[optic].reach_km < route.km:
-            viol.append(Violation("reach", where, f"{optic} reaches {cat.optics[optic].reach_km:g} km, route is {route.km:g} km", route.km - cat.optics[optic].reach_km))
+            viol.append(
+                Violation(
+                    "reach",
+                    where,
+                    f"{optic} reaches {cat.optics[optic].reach_km:g} km, route is {route.km:g} km",
+                    route.km - cat.optics[optic].reach_km,
+                )
+            )
         limit = net.max_waves(key, optic)
         if w > limit:
-            why = f"{route.fiber_pairs} fiber pairs x {cat.channels_per_pair(optic)} channels" + (f", max_waves {route.max_waves}" if route.max_waves is not None else "")
-            viol.append(Violation("channels", where, f"{w} waves of {optic} exceed {limit} ({why})", w - limit))
+            why = f"{route.fiber_pairs} fiber pairs x {cat.channels_per_pair(optic)} channels" + (
+                f", max_waves {route.max_waves}" if route.max_waves is not None else ""
+            )
+            viol.append(
+                Violation(
+                    "channels", where, f"{w} waves of {optic} exceed {limit} ({why})", w - limit
+                )
+            )
         waves[key] = w
         capex += net.link_capex_usd(key, w, optic)
         pairs = net.fiber_pairs_lit(key, w, optic)
@@ -157,7 +214,15 @@ def evaluate(
             opex += pairs * route.km * route.fiber_usd_per_pair_km_year
         for end in key:
             optic_w[end] += w * cat.optics[optic].module_w
-        link_rows.append({"sites": list(key), "waves": w, "optic": optic, "fiber_pairs_lit": pairs, "capex_usd": net.link_capex_usd(key, w, optic)})
+        link_rows.append(
+            {
+                "sites": list(key),
+                "waves": w,
+                "optic": optic,
+                "fiber_pairs_lit": pairs,
+                "capex_usd": net.link_capex_usd(key, w, optic),
+            }
+        )
     # waves on a route need the default optic to compute capacity: pass optic through
     optic_of = {k: (links[k][1] or net.default_optic(k)) for k in waves}
 
@@ -173,21 +238,48 @@ def evaluate(
         n_groups = replicas_at.get(s.name, 0)
         gpn = site_gpus_per_node(problem, s.name)
         if n_groups and cfg.tp > gpn:
-            viol.append(Violation("gpus", f"site {s.name}", f"tp={cfg.tp} does not fit in a node of {gpn} GPUs (TP stays inside a node)"))
+            viol.append(
+                Violation(
+                    "gpus",
+                    f"site {s.name}",
+                    f"tp={cfg.tp} does not fit in a node of {gpn} GPUs (TP stays inside a node)",
+                )
+            )
             nodes = math.ceil(n_groups * cfg.tp / gpn)
         else:
             nodes = math.ceil(n_groups / tp_groups_per_node(gpn, cfg.tp)) if n_groups else 0
         avail_nodes = s.gpus // gpn
         if nodes > avail_nodes:
-            viol.append(Violation("gpus", f"site {s.name}", f"needs {nodes} nodes ({n_groups * cfg.tp} GPUs in TP groups of {cfg.tp}), has {avail_nodes} nodes of {gpn} ({s.gpus} GPUs)", (nodes - avail_nodes) * gpn))
+            viol.append(
+                Violation(
+                    "gpus",
+                    f"site {s.name}",
+                    f"needs {nodes} nodes ({n_groups * cfg.tp} GPUs in TP groups of {cfg.tp}), has {avail_nodes} nodes of {gpn} ({s.gpus} GPUs)",  # noqa: E501
+                    (nodes - avail_nodes) * gpn,
+                )
+            )
         gpus_by_site[s.name] = n_groups * cfg.tp
         nodes_by_site[s.name] = nodes
         p_w = site_power_w(problem, s.name, nodes, optic_w.get(s.name, 0.0))
         power_mw[s.name] = p_w / 1e6
         if s.power_mw is not None and p_w / 1e6 > s.power_mw * (1 + 1e-9):
-            viol.append(Violation("power", f"site {s.name}", f"draws {p_w / 1e6:.3f} MW (GPUs x all-in W x PUE {s.pue} + optics), limit {s.power_mw:g} MW: short by {p_w / 1e6 - s.power_mw:.3f} MW", p_w / 1e6 - s.power_mw))
+            viol.append(
+                Violation(
+                    "power",
+                    f"site {s.name}",
+                    f"draws {p_w / 1e6:.3f} MW (GPUs x all-in W x PUE {s.pue} + optics), limit {s.power_mw:g} MW: short by {p_w / 1e6 - s.power_mw:.3f} MW",  # noqa: E501
+                    p_w / 1e6 - s.power_mw,
+                )
+            )
     if inst.job.gpus is not None and cfg.gpus != inst.job.gpus:
-        viol.append(Violation("gpus", "job.gpus", f"plan uses {cfg.gpus} GPUs (tp x pp x dp), job.gpus requires exactly {inst.job.gpus}", abs(cfg.gpus - inst.job.gpus)))
+        viol.append(
+            Violation(
+                "gpus",
+                "job.gpus",
+                f"plan uses {cfg.gpus} GPUs (tp x pp x dp), job.gpus requires exactly {inst.job.gpus}",  # noqa: E501
+                abs(cfg.gpus - inst.job.gpus),
+            )
+        )
 
     # --- memory per (stage, GPU type)
     memory_gb: dict[str, float] = {}
@@ -197,27 +289,67 @@ def evaluate(
             label = f"stage {k} at site {s} ({gpu_key})"
             if label in memory_gb:
                 continue
-            mem = stage_memory_bytes(problem.model, cfg.stage_layers[k], k, cfg.pp, cfg.tp, cfg.dp, cfg.micro_batch, cfg.num_micro_batches, cfg.recompute, cfg.zero1)
+            mem = stage_memory_bytes(
+                problem.model,
+                cfg.stage_layers[k],
+                k,
+                cfg.pp,
+                cfg.tp,
+                cfg.dp,
+                cfg.micro_batch,
+                cfg.num_micro_batches,
+                cfg.recompute,
+                cfg.zero1,
+            )
             memory_gb[label] = mem["total"] / GB
             cap = cat.gpus[gpu_key].hbm_gb - cat.memory.reserve_gb
             if mem["total"] / GB > cap:
-                viol.append(Violation("memory", label, f"needs {mem['total'] / GB:.1f} GB per GPU (state {mem['model_state'] / GB:.1f} + activations {mem['activations'] / GB:.1f}), {cap:g} GB usable ({cat.gpus[gpu_key].hbm_gb:g} HBM - {cat.memory.reserve_gb:g} reserve)", mem["total"] / GB - cap))
+                viol.append(
+                    Violation(
+                        "memory",
+                        label,
+                        f"needs {mem['total'] / GB:.1f} GB per GPU (state {mem['model_state'] / GB:.1f} + activations {mem['activations'] / GB:.1f}), {cap:g} GB usable ({cat.gpus[gpu_key].hbm_gb:g} HBM - {cat.memory.reserve_gb:g} reserve)",  # noqa: E501
+                        mem["total"] / GB - cap,
+                    )
+                )
 
     # --- budget
     obj = inst.objective
     if obj.max_cost_usd is not None and capex > obj.max_cost_usd * (1 + 1e-9):
-        viol.append(Violation("budget", "objective.max_cost_usd", f"link capex ${capex:,.0f} exceeds budget ${obj.max_cost_usd:,.0f}", capex - obj.max_cost_usd))
+        viol.append(
+            Violation(
+                "budget",
+                "objective.max_cost_usd",
+                f"link capex ${capex:,.0f} exceeds budget ${obj.max_cost_usd:,.0f}",
+                capex - obj.max_cost_usd,
+            )
+        )
 
     # --- step time
     perf_waves = waves
     step = perf.step(cfg, groups, perf_waves, optics=optic_of, routing=routing)
     for a, b in step.unreachable:
-        viol.append(Violation("topology", f"sites {a}-{b}", "traffic between these sites has no route path"))
+        viol.append(
+            Violation("topology", f"sites {a}-{b}", "traffic between these sites has no route path")
+        )
     for key, t in {**step.route_pp_s, **step.route_dp_s}.items():
         if math.isinf(t):
-            viol.append(Violation("channels", f"route {key[0]}-{key[1]}", "carries traffic but has no capacity (no waves, no existing capacity)"))
+            viol.append(
+                Violation(
+                    "channels",
+                    f"route {key[0]}-{key[1]}",
+                    "carries traffic but has no capacity (no waves, no existing capacity)",
+                )
+            )
     if obj.max_step_time_s is not None and step.step_time_s > obj.max_step_time_s * (1 + 1e-9):
-        viol.append(Violation("step_time", "objective.max_step_time_s", f"step time {step.step_time_s:.4g} s exceeds {obj.max_step_time_s:g} s", step.step_time_s - obj.max_step_time_s))
+        viol.append(
+            Violation(
+                "step_time",
+                "objective.max_step_time_s",
+                f"step time {step.step_time_s:.4g} s exceeds {obj.max_step_time_s:g} s",
+                step.step_time_s - obj.max_step_time_s,
+            )
+        )
 
     t = step.step_time_s
     usd_per_s = usd_per_second(problem, capex, power_mw, nodes_by_site)
@@ -249,10 +381,23 @@ def evaluate(
         worst = fr.worst()
         dark = [sc for sc in fr.scenarios if sc.dark]
         for sc in dark:
-            viol.append(Violation("resilience", sc.where, f"{sc.klass}: {sc.description}: the route carries traffic and would go dark (placer does not count on rerouting)"))
+            viol.append(
+                Violation(
+                    "resilience",
+                    sc.where,
+                    f"{sc.klass}: {sc.description}: the route carries traffic and would go dark (placer does not count on rerouting)",  # noqa: E501
+                )
+            )
         if worst is not None and not dark and not fr.survives:
             t_w = worst.step_s[fr.collective]
-            viol.append(Violation("resilience", worst.where, f"{worst.description}: step time {t_w:.4g} s under {fr.collective} exceeds the limit {fr.limit_s:.4g} s", t_w - (fr.limit_s or 0)))
+            viol.append(
+                Violation(
+                    "resilience",
+                    worst.where,
+                    f"{worst.description}: step time {t_w:.4g} s under {fr.collective} exceeds the limit {fr.limit_s:.4g} s",  # noqa: E501
+                    t_w - (fr.limit_s or 0),
+                )
+            )
         ev.feasible = not viol
     return ev
 
@@ -273,7 +418,11 @@ def completed_plan(problem: Problem, plan: Plan, ev: Evaluation, **extra: Any) -
         breakdown=ev.breakdown,
         tokens_per_s=ev.tokens_per_s,
         mfu=ev.mfu,
-        cost={"capex_usd": ev.capex_usd, "usd_per_s": ev.usd_per_s, "cost_per_token_usd": ev.cost_per_token_usd},
+        cost={
+            "capex_usd": ev.capex_usd,
+            "usd_per_s": ev.usd_per_s,
+            "cost_per_token_usd": ev.cost_per_token_usd,
+        },
         power_mw=ev.power_mw,
     )
     data.update(extra)

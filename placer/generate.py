@@ -47,20 +47,28 @@ def random_instance(
         gpus = max(gpn, int(per_site[i]) // gpn * gpn)
         # power: enough for 90-110% of the GPUs at the catalog's all-in watts x the site PUE
         power = gpus * all_in_w * SITE_PUE * float(rng.uniform(0.9, 1.1)) / 1e6
-        site_list.append({"name": n, "gpu": gpu, "gpus": gpus, "power_mw": round(power, 3), "pue": SITE_PUE})
+        site_list.append(
+            {"name": n, "gpu": gpu, "gpus": gpus, "power_mw": round(power, 3), "pue": SITE_PUE}
+        )
     g = nx.Graph()
     for i in range(sites):
         for j in range(i + 1, sites):
             g.add_edge(i, j, km=float(np.hypot(*(pos[i] - pos[j]))) * ROUTE_DETOUR)
     tree = nx.minimum_spanning_tree(g, weight="km")
     edges = set(tree.edges())
-    extra = sorted((d["km"], i, j) for i, j, d in g.edges(data=True) if (i, j) not in edges and (j, i) not in edges)
+    extra = sorted(
+        (d["km"], i, j)
+        for i, j, d in g.edges(data=True)
+        if (i, j) not in edges and (j, i) not in edges
+    )
     for _, i, j in extra[: int(extra_route_ratio * sites)]:
         edges.add((i, j))
     routes = []
     for i, j in sorted(edges):
         km = max(5.0, round(g[i][j]["km"], 1))
-        routes.append({"sites": [names[i], names[j]], "km": km, "fiber_pairs": int(rng.integers(1, 3))})
+        routes.append(
+            {"sites": [names[i], names[j]], "km": km, "fiber_pairs": int(rng.integers(1, 3))}
+        )
     total = sum(s["gpus"] for s in site_list)
     inst: dict[str, Any] = {
         "name": f"gen-s{sites}-g{total}-seed{seed}",
@@ -69,7 +77,8 @@ def random_instance(
         "routes": routes,
         "job": {
             "model": model,
-            "global_batch": global_batch or max(512, 2 ** math.ceil(math.log2(max(1, total // 64)))),
+            "global_batch": global_batch
+            or max(512, 2 ** math.ceil(math.log2(max(1, total // 64)))),
             "recompute": "selective",
             "sync": {"mode": sync or ["synchronous", "diloco"], "every_steps": 100, "bits": 8},
             "parallelism": {"tp": tp or [8], "pp": pp or [16, 32], "micro_batch": [1]},

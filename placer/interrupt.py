@@ -110,7 +110,9 @@ def handle_signals() -> Iterator[None]:
 
     old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     for s in names:
-        if old[s] is not signal.SIG_IGN:  # a signal the caller ignores (nohup, `cmd &`) stays ignored
+        if (
+            old[s] is not signal.SIG_IGN
+        ):  # a signal the caller ignores (nohup, `cmd &`) stays ignored
             signal.signal(s, handler)
     watcher = threading.Thread(target=watch, name="placer-signal-watcher", daemon=True)
     watcher.start()

@@ -36,7 +36,9 @@ Loc = tuple[Any, ...]
 # ----------------------------------------------------------------------------- YAML with lines
 
 
-def _line_map(node: yaml.Node, path: Loc, out: dict[Loc, int], dups: list[tuple[Loc, int, int]] | None = None) -> None:
+def _line_map(
+    node: yaml.Node, path: Loc, out: dict[Loc, int], dups: list[tuple[Loc, int, int]] | None = None
+) -> None:
     out.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
@@ -86,7 +88,11 @@ def _yaml_error(path: Path, exc: yaml.YAMLError, text: str = "") -> InputError:
     problem = getattr(exc, "problem", None) or str(exc)
     context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
     if context:
-        opened = f" started on line {cmark.line + 1}" if cmark is not None and (mark is None or cmark.line != mark.line) else ""
+        opened = (
+            f" started on line {cmark.line + 1}"
+            if cmark is not None and (mark is None or cmark.line != mark.line)
+            else ""
+        )
         problem = f"{problem} ({context}{opened})"
     loc = _path_at_error(text) if text else ()
     field = f" {format_loc(loc)}:" if loc else ""
@@ -135,13 +141,21 @@ def _check_tree(path: Path, root: yaml.Node) -> None:
         while True:
             nxt = None
             if isinstance(node, yaml.MappingNode):
-                nxt = max(((k.value, v) for k, v in node.value), key=lambda kv: size[id(kv[1])], default=None)
+                nxt = max(
+                    ((k.value, v) for k, v in node.value),
+                    key=lambda kv: size[id(kv[1])],
+                    default=None,
+                )
             elif isinstance(node, yaml.SequenceNode):
                 nxt = max(enumerate(node.value), key=lambda kv: size[id(kv[1])], default=None)
             if nxt is None or 2 * size[id(nxt[1])] <= size[id(node)] or len(loc) >= MAX_DEPTH:
                 break  # no single child holds most of it: this field is the bomb
             loc, node = loc + (nxt[0],), nxt[1]
-        raise fail(loc, node, f"expands to {size[id(root)]:,} values with aliases (limit {MAX_NODES:,}); YAML alias bomb?")
+        raise fail(
+            loc,
+            node,
+            f"expands to {size[id(root)]:,} values with aliases (limit {MAX_NODES:,}); YAML alias bomb?",  # noqa: E501
+        )
     stack: list[tuple[yaml.Node, Loc]] = [(root, ())]
     while stack:
         node, loc = stack.pop()
@@ -150,9 +164,14 @@ def _check_tree(path: Path, root: yaml.Node) -> None:
         if isinstance(node, yaml.ScalarNode):
             v = node.value
             if node.style is None and len(v) > MAX_INT_DIGITS and _INT_LIKE.match(v):
-                raise fail(loc, node, f"integer with {len(v)} digits (at most {MAX_INT_DIGITS}): {clip(v)}")
+                raise fail(
+                    loc, node, f"integer with {len(v)} digits (at most {MAX_INT_DIGITS}): {clip(v)}"
+                )
         elif isinstance(node, yaml.MappingNode):
-            stack.extend((v, loc + (k.value if isinstance(k, yaml.ScalarNode) else "?",)) for k, v in node.value)
+            stack.extend(
+                (v, loc + (k.value if isinstance(k, yaml.ScalarNode) else "?",))
+                for k, v in node.value
+            )
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((v, loc + (i,)) for i, v in enumerate(node.value))
 
@@ -173,8 +192,14 @@ def _too_deep(path: Path, text: str) -> InputError:
             if isinstance(ev, yaml.CollectionStartEvent):
                 if len(stack) >= MAX_DEPTH:
                     loc = tuple(f[1] for f in stack if f[1] is not None)
-                    return InputError(f"{path}:{ev.start_mark.line + 1}: {clip(format_loc(loc), 120)}: nested deeper than {MAX_DEPTH} levels")
-                stack.append(["seq", -1, False] if isinstance(ev, yaml.SequenceStartEvent) else ["map", None, True])
+                    return InputError(
+                        f"{path}:{ev.start_mark.line + 1}: {clip(format_loc(loc), 120)}: nested deeper than {MAX_DEPTH} levels"  # noqa: E501
+                    )
+                stack.append(
+                    ["seq", -1, False]
+                    if isinstance(ev, yaml.SequenceStartEvent)
+                    else ["map", None, True]
+                )
             elif isinstance(ev, yaml.CollectionEndEvent) and stack:
                 stack.pop()
     except yaml.YAMLError:
@@ -202,7 +227,9 @@ def read_document(path: Path) -> tuple[Any, dict[Loc, int]]:
     """
     try:
         if path.is_file() and path.stat().st_size > MAX_FILE_BYTES:
-            raise InputError(f"{path}: file is {path.stat().st_size:,} bytes, larger than the {MAX_FILE_BYTES:,} bytes an input file may have")
+            raise InputError(
+                f"{path}: file is {path.stat().st_size:,} bytes, larger than the {MAX_FILE_BYTES:,} bytes an input file may have"  # noqa: E501
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
@@ -236,7 +263,9 @@ def read_document(path: Path) -> tuple[Any, dict[Loc, int]]:
                 raise InputError(f"{path}: cannot read a value ({clip(str(exc))})") from None
     except yaml.YAMLError as exc:
         if json_error is not None:
-            raise InputError(f"{path}:{json_error.lineno}: malformed JSON: {json_error.msg} (column {json_error.colno})") from None
+            raise InputError(
+                f"{path}:{json_error.lineno}: malformed JSON: {json_error.msg} (column {json_error.colno})"  # noqa: E501
+            ) from None
         if not parsed:
             raise _yaml_error(path, exc, text) from None
     finally:
@@ -248,7 +277,10 @@ def read_document(path: Path) -> tuple[Any, dict[Loc, int]]:
         _line_map(node, (), lines, dups)
     if dups:
         raise InputError(
-            "\n".join(f"{path}:{line}: {format_loc(loc)}: duplicate key (first given on line {first})" for loc, line, first in dups)
+            "\n".join(
+                f"{path}:{line}: {format_loc(loc)}: duplicate key (first given on line {first})"
+                for loc, line, first in dups
+            )
         )
     return data, lines
 
@@ -277,7 +309,11 @@ def line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
 
 def clean_loc(loc: Loc) -> Loc:
     # pydantic adds union-member tags (e.g. 'str', 'ModelSpec', 'list[...]') to the location
-    return tuple(p for p in loc if isinstance(p, int) or not (p[:1].isupper() or "[" in p or p in {"str", "int", "float"}))
+    return tuple(
+        p
+        for p in loc
+        if isinstance(p, int) or not (p[:1].isupper() or "[" in p or p in {"str", "int", "float"})
+    )
 
 
 _NO_DATA = object()
@@ -308,7 +344,13 @@ def _split_loc(raw: Loc, data: Any, err_type: str) -> tuple[Loc, int | None]:
     else (e.g. 'str', 'function-after[...]', "literal['a','b']") is a union tag."""
     if data is _NO_DATA:
         clean = clean_loc(raw)
-        return clean, (None if len(clean) == len(raw) else next(i for i, (a, b) in enumerate(zip(raw, clean + (None,), strict=False)) if a != b))
+        return clean, (
+            None
+            if len(clean) == len(raw)
+            else next(
+                i for i, (a, b) in enumerate(zip(raw, clean + (None,), strict=False)) if a != b
+            )
+        )
     cur, out, tag_at = data, [], None
     for i, part in enumerate(raw):
         if isinstance(cur, list) and isinstance(part, int) and -len(cur) <= part < len(cur):
@@ -364,11 +406,18 @@ def _allowed_keys(root: Any, loc: Loc) -> list[str] | None:
 def _short_message(err: dict[str, Any]) -> str:
     t, ctx = err["type"], err.get("ctx") or {}
     if t in {"greater_than_equal", "greater_than", "less_than_equal", "less_than"}:
-        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[t]
+        op = {
+            "greater_than_equal": ">=",
+            "greater_than": ">",
+            "less_than_equal": "<=",
+            "less_than": "<",
+        }[t]
         bound = next(iter(ctx.values()), None)
         return f"must be {op} {bound:g}" if isinstance(bound, float) else f"must be {op} {bound}"
     if t == "missing":
-        return "entry is missing" if isinstance(err["loc"][-1], int) else "required field is missing"
+        return (
+            "entry is missing" if isinstance(err["loc"][-1], int) else "required field is missing"
+        )
     if t == "literal_error":
         return f"must be one of {ctx.get('expected')}"
     if t == "string_pattern_mismatch":
@@ -384,11 +433,17 @@ def _short_message(err: dict[str, Any]) -> str:
     return str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
 
 
-_EMBEDDED_PATH = re.compile(r"^([A-Za-z_]\w*(?:\[\d+\])*(?:\.[A-Za-z_]\w*(?:\[\d+\])*)*): (.+)$", re.S)
+_EMBEDDED_PATH = re.compile(
+    r"^([A-Za-z_]\w*(?:\[\d+\])*(?:\.[A-Za-z_]\w*(?:\[\d+\])*)*): (.+)$", re.S
+)
 
 
 def validation_message(
-    path: Path | str, exc: ValidationError, lines: dict[Loc, int], prefix: Loc = (), data: Any = _NO_DATA
+    path: Path | str,
+    exc: ValidationError,
+    lines: dict[Loc, int],
+    prefix: Loc = (),
+    data: Any = _NO_DATA,
 ) -> str:
     """One line per problem: `file:line: field.path: message, got value`.
 
@@ -406,7 +461,9 @@ def validation_message(
         loc, tag_at = _split_loc(raw, data, err["type"])
         site = loc[:tag_at] if tag_at is not None else None
         # the member's tag: the first raw part that is not a field of the clean path
-        branch = next((p for p, q in zip(raw, loc + (None,) * len(raw), strict=False) if p != q), None)
+        branch = next(
+            (p for p, q in zip(raw, loc + (None,) * len(raw), strict=False) if p != q), None
+        )
         mismatch = err["type"] in _MISMATCH or err["type"] == "literal_error"
         rows.append((loc, site, branch, mismatch and len(loc) == len(site or ()), err))
 
@@ -429,7 +486,11 @@ def validation_message(
             for rs in branches.values():
                 for r in rs:
                     e = r[4]
-                    w = f"one of {(e.get('ctx') or {}).get('expected')}" if e["type"] == "literal_error" else _MISMATCH[e["type"]]
+                    w = (
+                        f"one of {(e.get('ctx') or {}).get('expected')}"
+                        if e["type"] == "literal_error"
+                        else _MISMATCH[e["type"]]
+                    )
                     if w not in wants:
                         wants.append(w)
             got = next(iter(branches.values()))[0][4].get("input")
@@ -473,7 +534,11 @@ def validation_message(
             hint = ""
             if allowed:
                 close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(allowed)})"
+                hint = (
+                    f" (did you mean '{close[0]}'?)"
+                    if close
+                    else f" (allowed: {', '.join(allowed)})"
+                )
             emit(full, f"unknown key '{loc[-1]}'{hint}")
             continue
         got = err.get("input")
@@ -491,7 +556,9 @@ def parse_path(text: str) -> Loc:
     """`routes[0].km` -> ('routes', 0, 'km'): a field path as written in study files and
     messages (the inverse of `format_loc`). Raises ValueError on bad syntax."""
     if not isinstance(text, str) or not _PATH_RE.match(text):
-        raise ValueError(f"'{text}' is not a field path (expected e.g. routes[0].km, job.sync.mode)")
+        raise ValueError(
+            f"'{text}' is not a field path (expected e.g. routes[0].km, job.sync.mode)"
+        )
     out: list[Any] = []
     for part in text.split("."):
         name, *idx = part.split("[")
@@ -529,7 +596,10 @@ def default_catalog_data() -> dict[str, Any]:
 
 
 def build_catalog(
-    overrides: dict[str, Any] | None = None, *, where: str = "catalog", lines: dict[Loc, int] | None = None
+    overrides: dict[str, Any] | None = None,
+    *,
+    where: str = "catalog",
+    lines: dict[Loc, int] | None = None,
 ) -> Catalog:
     """The built-in catalog with `overrides` merged in; `lines` (of the instance file, keyed
     by paths starting with 'catalog') locate errors in the overrides."""
@@ -537,7 +607,9 @@ def build_catalog(
     try:
         return Catalog.model_validate(data)
     except ValidationError as exc:
-        raise InputError(validation_message(where, exc, lines or {}, prefix=("catalog",), data=data)) from None
+        raise InputError(
+            validation_message(where, exc, lines or {}, prefix=("catalog",), data=data)
+        ) from None
 
 
 # ----------------------------------------------------------------------------- models
@@ -564,7 +636,9 @@ def load_model(name_or_path: str, base: Path | None = None) -> ModelSpec:
             f = d / f"{name_or_path}{ext}"
             if f.is_file():
                 return _load_model_file(f)
-    known = sorted({p.stem for d in model_search_dirs(base) if d.is_dir() for p in d.glob("*.yaml")})
+    known = sorted(
+        {p.stem for d in model_search_dirs(base) if d.is_dir() for p in d.glob("*.yaml")}
+    )
     raise InputError(f"unknown model '{name_or_path}' (known: {', '.join(known)})")
 
 
@@ -587,7 +661,9 @@ class Problem:
     catalog: Catalog
     model: ModelSpec
     path: Path | None = None
-    lines: dict[Loc, int] = field(default_factory=dict, compare=False, repr=False)  # field path -> line
+    lines: dict[Loc, int] = field(
+        default_factory=dict, compare=False, repr=False
+    )  # field path -> line
 
     @property
     def name(self) -> str:
@@ -625,7 +701,10 @@ def problem_from_data(
 
     for i, s in enumerate(inst.sites):
         if s.gpu not in catalog.gpus:
-            raise err(("sites", i, "gpu"), f"unknown GPU '{s.gpu}' (catalog: {', '.join(sorted(catalog.gpus))})")
+            raise err(
+                ("sites", i, "gpu"),
+                f"unknown GPU '{s.gpu}' (catalog: {', '.join(sorted(catalog.gpus))})",
+            )
     inst = _resolve_hosts(inst, catalog, err, base)
     if isinstance(inst.job.model, str):
         try:
@@ -644,11 +723,20 @@ def problem_from_data(
                 if s.gpus_per_node is not None:  # the site's own node size is what is out of line
                     raise err(
                         ("sites", i, "gpus_per_node"),
-                        f"{gpn} GPUs per node fit none of the tensor-parallel candidates job.parallelism.tp = {list(par.tp)} "
+                        f"{gpn} GPUs per node fit none of the tensor-parallel candidates job.parallelism.tp = {list(par.tp)} "  # noqa: E501
                         f"(a tp group sits in one node)",
                     )
-                raise err(("job", "parallelism", "tp"), f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)")
-    return Problem(instance=inst, catalog=catalog, model=model, path=Path(where) if isinstance(where, Path) else None, lines=lines)
+                raise err(
+                    ("job", "parallelism", "tp"),
+                    f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)",
+                )
+    return Problem(
+        instance=inst,
+        catalog=catalog,
+        model=model,
+        path=Path(where) if isinstance(where, Path) else None,
+        lines=lines,
+    )
 
 
 def read_hostfile(path: Path) -> list[str]:
@@ -666,7 +754,9 @@ def read_hostfile(path: Path) -> list[str]:
     return out
 
 
-def _resolve_hosts(inst: Instance, catalog: Catalog, err: Callable[[Loc, str], InputError], base: Path | None) -> Instance:
+def _resolve_hosts(
+    inst: Instance, catalog: Catalog, err: Callable[[Loc, str], InputError], base: Path | None
+) -> Instance:
     """Check host sizes against the NVLink domain and read hostfiles into `hosts`, so that
     every later stage sees one list of host names per site (or none: placeholders)."""
     from placer.rules import default_gpus_per_host
@@ -679,7 +769,10 @@ def _resolve_hosts(inst: Instance, catalog: Catalog, err: Callable[[Loc, str], I
         host = default_gpus_per_host(s.gpus_per_host, domain, spec.gpus_per_host)
         if domain % host:
             field = "gpus_per_host" if s.gpus_per_host is not None else "gpus_per_node"
-            raise err(("sites", i, field), f"the NVLink domain ({domain} GPUs) must be a whole number of hosts of {host} GPUs")
+            raise err(
+                ("sites", i, field),
+                f"the NVLink domain ({domain} GPUs) must be a whole number of hosts of {host} GPUs",
+            )
         hosts = s.hosts
         if s.hostfile is not None:
             if hosts is not None:
@@ -694,10 +787,16 @@ def _resolve_hosts(inst: Instance, catalog: Catalog, err: Callable[[Loc, str], I
         if hosts is not None:
             want = -(-s.gpus // host)
             if len(hosts) != want:
-                raise err(("sites", i, "hostfile" if s.hostfile else "hosts"), f"site '{s.name}' has {s.gpus} GPUs = {want} hosts of {host} GPUs, {len(hosts)} host names given")
+                raise err(
+                    ("sites", i, "hostfile" if s.hostfile else "hosts"),
+                    f"site '{s.name}' has {s.gpus} GPUs = {want} hosts of {host} GPUs, {len(hosts)} host names given",  # noqa: E501
+                )
             dup = sorted({h for h in hosts if hosts.count(h) > 1})
             if dup:
-                raise err(("sites", i, "hostfile" if s.hostfile else "hosts"), f"host '{dup[0]}' named twice")
+                raise err(
+                    ("sites", i, "hostfile" if s.hostfile else "hosts"),
+                    f"host '{dup[0]}' named twice",
+                )
         if hosts != s.hosts:
             s = s.model_copy(update={"hosts": hosts})
             changed = True
@@ -724,7 +823,9 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
     return plan_from_data(data, where=p, lines=lines)
 
 
-def plan_from_data(data: Any, *, where: Path | str = "<plan>", lines: dict[Loc, int] | None = None) -> Plan:
+def plan_from_data(
+    data: Any, *, where: Path | str = "<plan>", lines: dict[Loc, int] | None = None
+) -> Plan:
     if isinstance(data, Plan):
         return data
     try:

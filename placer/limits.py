@@ -20,29 +20,41 @@ class Limit:
 
 
 LIMITS: dict[str, Limit] = {
-    "gpus": Limit(10_000_000, "GPUs at one site or in one job: 50x the largest 2025 cluster (~200k GPUs)"),
-    "gpus_per_node": Limit(1024, "scale-up domain: largest announced NVLink domain is 576 GPUs (NVL576)"),
+    "gpus": Limit(
+        10_000_000, "GPUs at one site or in one job: 50x the largest 2025 cluster (~200k GPUs)"
+    ),
+    "gpus_per_node": Limit(
+        1024, "scale-up domain: largest announced NVLink domain is 576 GPUs (NVL576)"
+    ),
     "nics_per_node": Limit(1024, "at most one NIC per GPU of the largest scale-up domain"),
     "power_mw": Limit(100_000, "100 GW: 20x the largest planned campus (~5 GW)"),
     "pue": Limit(10, "power usage effectiveness: real facilities are 1.05-2.5"),
     "route_km": Limit(40_075, "Earth's circumference; the longest cable systems are ~39,000 km"),
     "latency_ms": Limit(10_000, "one-way latency: a geostationary hop is ~270 ms"),
-    "fiber_pairs": Limit(10_000, "dark fiber pairs on a route: the largest cables have 432-1728 fibers"),
+    "fiber_pairs": Limit(
+        10_000, "dark fiber pairs on a route: the largest cables have 432-1728 fibers"
+    ),
     "capacity_gbps": Limit(1e9, "1 Ebit/s per direction: 1000x a full C+L band cable system"),
     "waves": Limit(1_000_000, "new waves on a route: 10,000 pairs x ~100 channels"),
     "usd": Limit(1e13, "10 trillion USD: above world annual GDP / 10"),
     "usd_per_unit": Limit(1e12, "a catalog price per item (port, mux, amplifier, module)"),
     "usd_per_mwh": Limit(1e6, "energy price: spot peaks are ~1e4 USD/MWh"),
     "years": Limit(1000, "amortization period"),
-    "global_batch": Limit(1_000_000, "sequences per step: ~100x the largest published batches (16k sequences)"),
+    "global_batch": Limit(
+        1_000_000, "sequences per step: ~100x the largest published batches (16k sequences)"
+    ),
     "seq_len": Limit(100_000_000, "tokens per sequence: 100x the longest context windows"),
     "model_dim": Limit(10_000_000, "layers, hidden, heads, ffn, vocab: 100x the largest models"),
-    "parallel_degree": Limit(10_000_000, "a tp/pp/dp/micro-batch candidate (bounded by the GPU count)"),
+    "parallel_degree": Limit(
+        10_000_000, "a tp/pp/dp/micro-batch candidate (bounded by the GPU count)"
+    ),
     "candidates": Limit(4096, "entries of a candidate list"),
     "every_steps": Limit(1_000_000, "outer sync interval of DiLoCo modes"),
     "step_time_s": Limit(1e7, "seconds per step: ~4 months"),
     "slowdown": Limit(1000, "allowed slowdown factor under failure"),
-    "sites_per_replica": Limit(16, "sites one pipeline chain may visit (chain types grow as sites^K)"),
+    "sites_per_replica": Limit(
+        16, "sites one pipeline chain may visit (chain types grow as sites^K)"
+    ),
     "paths_per_pair": Limit(16, "candidate paths per site pair"),
     "seed": Limit(2**31 - 1, "CP-SAT's random_seed is an int32"),
     "tflops": Limit(1e8, "dense peak per GPU, TFLOP/s (100 EFLOP/s)"),

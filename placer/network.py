@@ -116,7 +116,9 @@ class Network:
             return None
         return [route_key(u, v) for u, v in zip(nodes, nodes[1:], strict=False)]
 
-    def pair_paths(self, routing: Routing | None, phase: str, a: str, b: str) -> tuple[PathUse, ...] | None:
+    def pair_paths(
+        self, routing: Routing | None, phase: str, a: str, b: str
+    ) -> tuple[PathUse, ...] | None:
         """The paths a pair's traffic of a phase uses: the plan's split, else the shortest
         path; None when the sites are disconnected."""
         key = (phase, route_key(a, b))
@@ -206,10 +208,14 @@ class Network:
         optic = optic or self.default_optic(key)
         if not waves or optic is None:
             return 0.0
-        return waves * self.wave_cost_usd(optic) + self.fiber_pairs_lit(key, waves, optic) * self.pair_cost_usd(key)
+        return waves * self.wave_cost_usd(optic) + self.fiber_pairs_lit(
+            key, waves, optic
+        ) * self.pair_cost_usd(key)
 
 
-def resolve_routing(problem: Problem, plan: Plan, net: Network) -> tuple[Routing, list[tuple[str, str]]]:
+def resolve_routing(
+    problem: Problem, plan: Plan, net: Network
+) -> tuple[Routing, list[tuple[str, str]]]:
     """The plan's `routing` as paths of the route graph, and its topology errors as
     (where, message): unknown sites, missing routes and pairs listed twice (the evaluator
     reports them as violations; entries with an error are left out of the routing)."""
@@ -223,13 +229,24 @@ def resolve_routing(problem: Problem, plan: Plan, net: Network) -> tuple[Routing
             errors.append((where, f"unknown site '{bad[0]}'"))
             continue
         if entry.key in out:
-            errors.append((where, f"{entry.phase} traffic of {entry.key[1][0]}-{entry.key[1][1]} listed twice"))
+            errors.append(
+                (
+                    where,
+                    f"{entry.phase} traffic of {entry.key[1][0]}-{entry.key[1][1]} listed twice",
+                )
+            )
             continue
         uses = []
         for j, p in enumerate(entry.paths):
-            missing = [route_key(a, b) for a, b in zip(p.via, p.via[1:], strict=False) if route_key(a, b) not in net.routes]
+            missing = [
+                route_key(a, b)
+                for a, b in zip(p.via, p.via[1:], strict=False)
+                if route_key(a, b) not in net.routes
+            ]
             if missing:
-                errors.append((f"{where}.paths[{j}]", f"no route between {missing[0][0]} and {missing[0][1]}"))
+                errors.append(
+                    (f"{where}.paths[{j}]", f"no route between {missing[0][0]} and {missing[0][1]}")
+                )
                 break
             uses.append(PathUse(net.make_path(p.via), p.share))
         else:

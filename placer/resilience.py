@@ -58,9 +58,17 @@ def slowdown_factor(collective: str, p: int, l: float, eps: float) -> float:  # 
 def _failure_text(klass: str, lost: int, waves: int, key: RouteKey) -> str:
     route = f"{key[0]}-{key[1]}"
     if klass == "wave":
-        return f"one of {waves} waves lost on {route}" if waves > 1 else f"the only wave on {route} lost"
+        return (
+            f"one of {waves} waves lost on {route}"
+            if waves > 1
+            else f"the only wave on {route} lost"
+        )
     pair = f"a fiber-pair cut on {route} takes {lost} of its {waves} waves"
-    return pair if lost < waves else f"a fiber-pair cut on {route} takes all its {waves} wave{'s' if waves > 1 else ''}"
+    return (
+        pair
+        if lost < waves
+        else f"a fiber-pair cut on {route} takes all its {waves} wave{'s' if waves > 1 else ''}"
+    )
 
 
 def nic_factor(problem: Problem, site: str) -> float:
@@ -82,7 +90,14 @@ class Scenario:
     def to_dict(self) -> dict[str, Any]:
         # JSON has no infinity: a step that cannot complete (no capacity left) is null
         steps = {c: (v if math.isfinite(v) else None) for c, v in self.step_s.items()}
-        return {"class": self.klass, "where": self.where, "description": self.description, "step_time_s": steps, "disconnected": self.disconnected, "route_dark": self.dark}
+        return {
+            "class": self.klass,
+            "where": self.where,
+            "description": self.description,
+            "step_time_s": steps,
+            "disconnected": self.disconnected,
+            "route_dark": self.dark,
+        }
 
 
 @dataclass
@@ -104,7 +119,11 @@ class FailureReport:
         if any(s.dark for s in self.scenarios):
             return False
         w = self.worst()
-        return w is None or self.limit_s is None or w.step_s[self.collective] <= self.limit_s * (1 + 1e-6)
+        return (
+            w is None
+            or self.limit_s is None
+            or w.step_s[self.collective] <= self.limit_s * (1 + 1e-6)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         w = self.worst()
@@ -124,10 +143,16 @@ def _without_route(problem: Problem, key: RouteKey) -> Problem:
     return problem_with(problem, routes=routes)
 
 
-def failure_report(problem: Problem, ev: Evaluation, classes: list[str] | None = None) -> FailureReport:
+def failure_report(
+    problem: Problem, ev: Evaluation, classes: list[str] | None = None
+) -> FailureReport:
     """Step time of an evaluated plan under every single failure of the listed classes."""
     res = problem.instance.resilience
-    classes = classes if classes is not None else (list(res.survive) if res and res.survive else ["wave", "fiber_pair", "nic"])
+    classes = (
+        classes
+        if classes is not None
+        else (list(res.survive) if res and res.survive else ["wave", "fiber_pair", "nic"])
+    )
     collective = res.collective if res else "optcc"
     eps = problem.catalog.resilience.optcc_eps
     perf = PerfModel(problem)
@@ -158,7 +183,11 @@ def failure_report(problem: Problem, ev: Evaluation, classes: list[str] | None =
                 perf2 = PerfModel(other)
                 w2 = {k: v for k, v in waves.items() if k != key}
                 # split pairs keep the paths that avoid the dark route; the others reroute
-                kept = {q: uses for q, uses in routing.items() if all(key not in u.path.routes for u in uses)}
+                kept = {
+                    q: uses
+                    for q, uses in routing.items()
+                    if all(key not in u.path.routes for u in uses)
+                }
                 st = perf2.step(cfg, groups, w2, optics=optics, routing=kept)
                 sc.disconnected = bool(st.unreachable)
                 base = perf.step(cfg, groups, waves, optics=optics, routing=routing)
@@ -174,27 +203,49 @@ def failure_report(problem: Problem, ev: Evaluation, classes: list[str] | None =
             else:
                 l = cap0 / cap1  # noqa: E741
                 for c in COLLECTIVES:
-                    st = perf.step(cfg, groups, waves, optics=optics, pp_route_factor={key: l}, dp_route_factor={key: slowdown_factor(c, p_sites, l, eps)}, routing=routing)
+                    st = perf.step(
+                        cfg,
+                        groups,
+                        waves,
+                        optics=optics,
+                        pp_route_factor={key: l},
+                        dp_route_factor={key: slowdown_factor(c, p_sites, l, eps)},
+                        routing=routing,
+                    )
                     sc.step_s[c] = st.step_time_s
             scenarios.append(sc)
     if "nic" in classes and cfg.dp >= 2:
         # the largest loss over all sites, as the optimizer assumes (conservative)
         l = max(nic_factor(problem, s.name) for s in problem.instance.sites)  # noqa: E741
-        sc = Scenario("nic", "any node", f"one NIC of {round(1 / (1 - 1 / l))} lost on a node: bandwidth x {1 / l:.3f}")
+        sc = Scenario(
+            "nic",
+            "any node",
+            f"one NIC of {round(1 / (1 - 1 / l))} lost on a node: bandwidth x {1 / l:.3f}",
+        )
         for c in COLLECTIVES:
-            st = perf.step(cfg, groups, waves, optics=optics, intra_factor=slowdown_factor(c, cfg.dp, l, eps), routing=routing)
+            st = perf.step(
+                cfg,
+                groups,
+                waves,
+                optics=optics,
+                intra_factor=slowdown_factor(c, cfg.dp, l, eps),
+                routing=routing,
+            )
             sc.step_s[c] = st.step_time_s
         scenarios.append(sc)
     limit = None
     if res is not None:
-        # (1 + max_slowdown) x the healthy target: max_step_time_s when set, else the plan's own step
-        limit = (problem.instance.objective.max_step_time_s or ev.step_time_s) * (1 + res.max_slowdown)
+        # (1 + max_slowdown) x the healthy target: max_step_time_s when set, else the plan's own step  # noqa: E501
+        limit = (problem.instance.objective.max_step_time_s or ev.step_time_s) * (
+            1 + res.max_slowdown
+        )
     report = FailureReport(ev.step_time_s, scenarios, collective, limit)
     if res is not None and res.nic_failure_rate and scenarios:
         nic = next((s for s in scenarios if s.klass == "nic"), None)
         if nic is not None:
             nodes = sum(ev.nodes_by_site.values())
             p_any = 1 - (1 - res.nic_failure_rate) ** nodes
-            report.expected_s = {c: (1 - p_any) * ev.step_time_s + p_any * nic.step_s[c] for c in COLLECTIVES}
+            report.expected_s = {
+                c: (1 - p_any) * ev.step_time_s + p_any * nic.step_s[c] for c in COLLECTIVES
+            }
     return report
-

@@ -60,7 +60,14 @@ def num_micro_batches(job: Job, micro_batch: int, dp: int) -> int:
 
 
 def job_config(
-    job: Job, tp: int, pp: int, dp: int, micro_batch: int, num_micro: int, stage_layers: tuple[int, ...], sync_mode: str
+    job: Job,
+    tp: int,
+    pp: int,
+    dp: int,
+    micro_batch: int,
+    num_micro: int,
+    stage_layers: tuple[int, ...],
+    sync_mode: str,
 ) -> Config:
     """A configuration with the job's recompute, precision, ZeRO and sync settings."""
     return Config(
@@ -91,7 +98,16 @@ def config_of(problem: Problem, plan: Plan) -> Config:
     """The configuration a plan runs (micro-batches derived when the plan leaves them out)."""
     job, par = problem.instance.job, plan.parallelism
     m = par.num_micro_batches or num_micro_batches(job, par.micro_batch, par.dp)
-    return job_config(job, par.tp, par.pp, par.dp, par.micro_batch, m, tuple(plan.stage_layers), sync_mode_of(problem, plan))
+    return job_config(
+        job,
+        par.tp,
+        par.pp,
+        par.dp,
+        par.micro_batch,
+        m,
+        tuple(plan.stage_layers),
+        sync_mode_of(problem, plan),
+    )
 
 
 # ----------------------------------------------------------------------------- nodes and power
@@ -112,7 +128,11 @@ def site_gpus_per_host(problem: Problem, site: str) -> int:
     that divides the site's NVLink domain, else the domain (one host per domain, as before
     hosts were modelled). A domain is a whole number of hosts (checked when loading)."""
     s = problem.instance.site(site)
-    return default_gpus_per_host(s.gpus_per_host, site_gpus_per_node(problem, site), problem.catalog.gpus[s.gpu].gpus_per_host)
+    return default_gpus_per_host(
+        s.gpus_per_host,
+        site_gpus_per_node(problem, site),
+        problem.catalog.gpus[s.gpu].gpus_per_host,
+    )
 
 
 def default_gpus_per_host(own: int | None, domain: int, catalog_host: int | None) -> int:
@@ -147,7 +167,12 @@ def energy_usd_per_j(catalog: Catalog) -> float:
     return catalog.costs.energy_usd_per_mwh / J_PER_MWH
 
 
-def usd_per_second(problem: Problem, capex_usd: float, power_mw: dict[str, float], nodes_by_site: dict[str, int] | None = None) -> float:
+def usd_per_second(
+    problem: Problem,
+    capex_usd: float,
+    power_mw: dict[str, float],
+    nodes_by_site: dict[str, int] | None = None,
+) -> float:
     """Running cost of the plan: link capex amortized over `costs.amortization_years`, the
     energy of every site (power incl. PUE x `costs.energy_usd_per_mwh`), and the GPUs of
     the nodes in use at sites that give a `gpu_usd_per_hour` (elsewhere they are sunk)."""

@@ -40,6 +40,8 @@ def _not_bool(v: Any) -> Any:
 # numbers: never booleans; never inf or nan (Strict sets allow_inf_nan=False)
 Int = Annotated[int, BeforeValidator(_not_bool)]
 Num = Annotated[float, BeforeValidator(_not_bool)]
+
+
 def _not_dots(v: str) -> str:
     """'.' and '..' match the pattern but would name the current or parent folder (out/<name>)."""
     if set(v) == {"."}:
@@ -47,7 +49,11 @@ def _not_dots(v: str) -> str:
     return v
 
 
-Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS), AfterValidator(_not_dots)]
+Name = Annotated[
+    str,
+    StringConstraints(pattern=NAME_PATTERN, max_length=MAX_NAME_CHARS),
+    AfterValidator(_not_dots),
+]
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)]
 Key = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]  # a reference to a name
 
@@ -63,27 +69,74 @@ class GpuSpec(Strict):
     peak_tflops_bf16: Num = Field(gt=0, le=hi("tflops"), description="dense BF16 peak, TFLOP/s")
     hbm_gb: Num = Field(gt=0, le=hi("hbm_gb"))
     tdp_w: Num = Field(gt=0, le=hi("watts"))
-    all_in_w: Num = Field(gt=0, le=hi("watts"), description="IT power per GPU incl. host, NICs, switches, W")
-    nvlink_gbps_bidir: Num = Field(gt=0, le=hi("gbps"), description="scale-up bandwidth, GB/s bidirectional")
-    nic_gbps: Num = Field(gt=0, le=hi("gbps"), description="scale-out NIC line rate per GPU, Gbit/s")
-    gpus_per_node: Int = Field(ge=1, le=hi("gpus_per_node"), description="scale-up (NVLink) domain size")
-    gpus_per_host: Int | None = Field(
-        default=None, ge=1, le=hi("gpus_per_node"), description="GPUs per host (OS instance) that launch files address; null = the domain size (one host per domain)"
+    all_in_w: Num = Field(
+        gt=0, le=hi("watts"), description="IT power per GPU incl. host, NICs, switches, W"
     )
-    nics_per_node: Int | None = Field(default=None, ge=1, le=hi("nics_per_node"), description="scale-out NICs per node; null = one per GPU")
-    cuda_arch: Num | None = Field(default=None, gt=0, le=100, description="CUDA compute capability (e.g. 9.0); launch files use it for framework requirements")
+    nvlink_gbps_bidir: Num = Field(
+        gt=0, le=hi("gbps"), description="scale-up bandwidth, GB/s bidirectional"
+    )
+    nic_gbps: Num = Field(
+        gt=0, le=hi("gbps"), description="scale-out NIC line rate per GPU, Gbit/s"
+    )
+    gpus_per_node: Int = Field(
+        ge=1, le=hi("gpus_per_node"), description="scale-up (NVLink) domain size"
+    )
+    gpus_per_host: Int | None = Field(
+        default=None,
+        ge=1,
+        le=hi("gpus_per_node"),
+        description="GPUs per host (OS instance) that launch files address; null = the domain size (one host per domain)",  # noqa: E501
+    )
+    nics_per_node: Int | None = Field(
+        default=None,
+        ge=1,
+        le=hi("nics_per_node"),
+        description="scale-out NICs per node; null = one per GPU",
+    )
+    cuda_arch: Num | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        description="CUDA compute capability (e.g. 9.0); launch files use it for framework requirements",  # noqa: E501
+    )
     matmul_efficiency: Num = Field(
-        gt=0, le=1, description="e_max: achievable fraction of peak for large GEMMs (placer.perf.compute; fitted, see the catalog)"
+        gt=0,
+        le=1,
+        description="e_max: achievable fraction of peak for large GEMMs (placer.perf.compute; fitted, see the catalog)",  # noqa: E501
     )
     matmul_half_dim: Num = Field(
-        default=0.0, ge=0, le=hi("model_dim"), description="GEMM size d_half: e = e_max d / (d + d_half), d the smallest matrix dimension a TP rank sees"
+        default=0.0,
+        ge=0,
+        le=hi("model_dim"),
+        description="GEMM size d_half: e = e_max d / (d + d_half), d the smallest matrix dimension a TP rank sees",  # noqa: E501
     )
-    attention_efficiency: Num = Field(gt=0, le=1, description="fraction of peak for the attention core (flash / fused softmax), on 4 s h FLOPs per token")
-    hbm_tbps: Num = Field(gt=0, le=hi("gbps"), description="HBM bandwidth, TB/s (memory-bound operators and the optimizer step)")
-    hbm_efficiency: Num = Field(default=0.85, gt=0, le=1, description="achievable fraction of HBM bandwidth for element-wise kernels (default 0.85: assumption)")
-    fp8_gemm_speedup: Num = Field(default=1.0, ge=1, le=100, description="GEMM speed-up of FP8 over BF16 (1 = no FP8 tensor cores)")
+    attention_efficiency: Num = Field(
+        gt=0,
+        le=1,
+        description="fraction of peak for the attention core (flash / fused softmax), on 4 s h FLOPs per token",  # noqa: E501
+    )
+    hbm_tbps: Num = Field(
+        gt=0,
+        le=hi("gbps"),
+        description="HBM bandwidth, TB/s (memory-bound operators and the optimizer step)",
+    )
+    hbm_efficiency: Num = Field(
+        default=0.85,
+        gt=0,
+        le=1,
+        description="achievable fraction of HBM bandwidth for element-wise kernels (default 0.85: assumption)",  # noqa: E501
+    )
+    fp8_gemm_speedup: Num = Field(
+        default=1.0,
+        ge=1,
+        le=100,
+        description="GEMM speed-up of FP8 over BF16 (1 = no FP8 tensor cores)",
+    )
     tp_comm_overlap: Num = Field(
-        default=0.0, ge=0, le=1, description="fraction of tensor-parallel communication hidden under compute when job.overlap.tp_comm (built-in catalog: fitted on the H100 table, reused elsewhere as an assumption)"
+        default=0.0,
+        ge=0,
+        le=1,
+        description="fraction of tensor-parallel communication hidden under compute when job.overlap.tp_comm (built-in catalog: fitted on the H100 table, reused elsewhere as an assumption)",  # noqa: E501
     )
     source: str
 
@@ -119,7 +172,9 @@ class CostSpec(Strict):
 
 
 class ResilienceSpec(Strict):
-    optcc_eps: Num = Field(ge=0, le=hi("slowdown"), description="OptCC time over the lower bound, minus one")
+    optcc_eps: Num = Field(
+        ge=0, le=hi("slowdown"), description="OptCC time over the lower bound, minus one"
+    )
     source: str
 
 
@@ -134,12 +189,16 @@ class PlausibilitySpec(Strict):
     max_route_km: Num = Field(gt=0, le=hi("route_km"))
     max_site_mw: Num = Field(gt=0, le=hi("power_mw"))
     max_pue: Num = Field(ge=1, le=hi("pue"))
-    vacuum_us_per_km: Num = Field(gt=0, le=hi("per_km"), description="speed of light in vacuum: a latency floor")
+    vacuum_us_per_km: Num = Field(
+        gt=0, le=hi("per_km"), description="speed of light in vacuum: a latency floor"
+    )
     source: str
 
 
 class PrecisionSpec(Strict):
-    fp8_peak_factor: Num = Field(gt=0, le=100, description="dense FP8 peak over the dense BF16 peak (job.precision fp8)")
+    fp8_peak_factor: Num = Field(
+        gt=0, le=100, description="dense FP8 peak over the dense BF16 peak (job.precision fp8)"
+    )
     source: str
 
 
@@ -166,17 +225,27 @@ class ModelSpec(Strict):
     layers: Int = Field(ge=1, le=hi("model_dim"))
     hidden: Int = Field(ge=1, le=hi("model_dim"))
     heads: Int = Field(ge=1, le=hi("model_dim"))
-    kv_heads: Int | None = Field(default=None, ge=1, le=hi("model_dim"), description="GQA; null = heads")
-    ffn_hidden: Int | None = Field(default=None, ge=1, le=hi("model_dim"), description="null = 4 * hidden")
+    kv_heads: Int | None = Field(
+        default=None, ge=1, le=hi("model_dim"), description="GQA; null = heads"
+    )
+    ffn_hidden: Int | None = Field(
+        default=None, ge=1, le=hi("model_dim"), description="null = 4 * hidden"
+    )
     gated_ffn: bool = False
     vocab: Int = Field(ge=1, le=hi("model_dim"))
     seq_len: Int = Field(ge=1, le=hi("seq_len"))
     tied_embeddings: bool = False
-    rotary: bool = Field(default=False, description="rotary position embeddings (Llama); false = learned absolute positions (GPT)")
+    rotary: bool = Field(
+        default=False,
+        description="rotary position embeddings (Llama); false = learned absolute positions (GPT)",
+    )
     description: Text | None = None
     source: Text | None = None
     published_params_b: Num | None = Field(
-        default=None, gt=0, le=hi("model_dim"), description="published parameter count, billions (for tests)"
+        default=None,
+        gt=0,
+        le=hi("model_dim"),
+        description="published parameter count, billions (for tests)",
     )
 
     @model_validator(mode="after")
@@ -184,7 +253,9 @@ class ModelSpec(Strict):
         if self.hidden % self.heads:
             raise ValueError(f"hidden: {self.hidden} is not divisible by heads ({self.heads})")
         if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise ValueError(f"kv_heads: heads ({self.heads}) is not divisible by kv_heads ({self.kv_heads})")
+            raise ValueError(
+                f"kv_heads: heads ({self.heads}) is not divisible by kv_heads ({self.kv_heads})"
+            )
         return self
 
     @property
@@ -203,34 +274,63 @@ class Site(Strict):
     name: Name
     gpu: Key = Field(description="key of the GPU catalog")
     gpus: Int = Field(ge=0, le=hi("gpus"), description="accelerators available to this job")
-    gpus_per_node: Int | None = Field(default=None, ge=1, le=hi("gpus_per_node"), description="scale-up (NVLink) domain size; default: GPU catalog")
-    gpus_per_host: Int | None = Field(default=None, ge=1, le=hi("gpus_per_node"), description="GPUs per host (OS instance); default: GPU catalog")
-    hosts: list[Annotated[str, Field(pattern=HOST_PATTERN, max_length=MAX_NAME_CHARS)]] | None = Field(
-        default=None, description="real host names of the site in order (host i = GPUs i*gpus_per_host ...); launch files use them instead of placeholders"
+    gpus_per_node: Int | None = Field(
+        default=None,
+        ge=1,
+        le=hi("gpus_per_node"),
+        description="scale-up (NVLink) domain size; default: GPU catalog",
     )
-    hostfile: Text | None = Field(default=None, description="file with one host name per line ('#' comments), relative to the instance file; alternative to hosts")
-    power_mw: Num | None = Field(default=None, ge=0, le=hi("power_mw"), description="null = unlimited")
+    gpus_per_host: Int | None = Field(
+        default=None,
+        ge=1,
+        le=hi("gpus_per_node"),
+        description="GPUs per host (OS instance); default: GPU catalog",
+    )
+    hosts: list[Annotated[str, Field(pattern=HOST_PATTERN, max_length=MAX_NAME_CHARS)]] | None = (
+        Field(
+            default=None,
+            description="real host names of the site in order (host i = GPUs i*gpus_per_host ...); launch files use them instead of placeholders",  # noqa: E501
+        )
+    )
+    hostfile: Text | None = Field(
+        default=None,
+        description="file with one host name per line ('#' comments), relative to the instance file; alternative to hosts",  # noqa: E501
+    )
+    power_mw: Num | None = Field(
+        default=None, ge=0, le=hi("power_mw"), description="null = unlimited"
+    )
     pue: Num = Field(default=1.2, ge=1.0, le=hi("pue"))
     gpu_usd_per_hour: Num | None = Field(
         default=None,
         ge=0,
         le=hi("usd_per_unit"),
-        description="price of one GPU-hour at this site (rent, or capex amortized plus upkeep); charged per node in use "
+        description="price of one GPU-hour at this site (rent, or capex amortized plus upkeep); charged per node in use "  # noqa: E501
         "by cost_per_token; null = the GPUs are sunk cost",
     )
-    lat: Num | None = Field(default=None, ge=-90, le=90, description="optional latitude (degrees), for plan pictures")
-    lon: Num | None = Field(default=None, ge=-180, le=180, description="optional longitude (degrees), for plan pictures")
+    lat: Num | None = Field(
+        default=None, ge=-90, le=90, description="optional latitude (degrees), for plan pictures"
+    )
+    lon: Num | None = Field(
+        default=None, ge=-180, le=180, description="optional longitude (degrees), for plan pictures"
+    )
 
 
 class Route(Strict):
     sites: tuple[Key, Key]
     km: Num = Field(gt=0, le=hi("route_km"), description="fiber route length")
-    latency_ms: Num | None = Field(default=None, ge=0, le=hi("latency_ms"), description="one-way; default km * 4.9 us")
+    latency_ms: Num | None = Field(
+        default=None, ge=0, le=hi("latency_ms"), description="one-way; default km * 4.9 us"
+    )
     fiber_pairs: Int = Field(default=1, ge=0, le=hi("fiber_pairs"))
-    capacity_gbps: Num = Field(default=0, ge=0, le=hi("capacity_gbps"), description="existing capacity per direction")
+    capacity_gbps: Num = Field(
+        default=0, ge=0, le=hi("capacity_gbps"), description="existing capacity per direction"
+    )
     max_waves: Int | None = Field(default=None, ge=0, le=hi("waves"))
     fiber_usd_per_pair_km_year: Num | None = Field(
-        default=None, ge=0, le=hi("usd_per_unit"), description="optional fiber lease price (opex) per lit pair-km-year"
+        default=None,
+        ge=0,
+        le=hi("usd_per_unit"),
+        description="optional fiber lease price (opex) per lit pair-km-year",
     )
 
     @field_validator("sites")
@@ -248,7 +348,9 @@ class Route(Strict):
 
 class Sync(Strict):
     mode: SyncMode | list[SyncMode] = "synchronous"
-    every_steps: Int = Field(default=1, ge=1, le=hi("every_steps"), description="outer sync interval H (diloco modes)")
+    every_steps: Int = Field(
+        default=1, ge=1, le=hi("every_steps"), description="outer sync interval H (diloco modes)"
+    )
     bits: Int = Field(default=16, ge=1, le=32, description="bits per value across sites")
 
     @property
@@ -263,7 +365,9 @@ class Sync(Strict):
         return v
 
 
-Candidates = Annotated[list[Annotated[Int, Field(le=hi("parallel_degree"))]], Field(max_length=int(hi("candidates")))]
+Candidates = Annotated[
+    list[Annotated[Int, Field(le=hi("parallel_degree"))]], Field(max_length=int(hi("candidates")))
+]
 
 
 class Parallelism(Strict):
@@ -287,22 +391,35 @@ class Overlap(Strict):
     """What the training framework overlaps with compute (Megatron-LM / Transformer Engine).
     The defaults are what Megatron-Core recipes run with."""
 
-    grad_reduce: bool = Field(default=True, description="--overlap-grad-reduce: the gradient reduce runs in buckets under the last micro-batch's backward")
-    param_gather: bool = Field(
-        default=True, description="--overlap-param-gather (ZeRO-1): the parameter all-gather runs under the next step's first forward"
+    grad_reduce: bool = Field(
+        default=True,
+        description="--overlap-grad-reduce: the gradient reduce runs in buckets under the last micro-batch's backward",  # noqa: E501
     )
-    tp_comm: bool = Field(default=True, description="--tp-comm-overlap (needs sequence_parallel): the GPU catalog tp_comm_overlap fraction of TP communication is hidden")
+    param_gather: bool = Field(
+        default=True,
+        description="--overlap-param-gather (ZeRO-1): the parameter all-gather runs under the next step's first forward",  # noqa: E501
+    )
+    tp_comm: bool = Field(
+        default=True,
+        description="--tp-comm-overlap (needs sequence_parallel): the GPU catalog tp_comm_overlap fraction of TP communication is hidden",  # noqa: E501
+    )
 
 
 class Job(Strict):
     model: Annotated[str, StringConstraints(max_length=4096)] | ModelSpec
-    global_batch: Int = Field(ge=1, le=hi("global_batch"), description="sequences per optimizer step")
+    global_batch: Int = Field(
+        ge=1, le=hi("global_batch"), description="sequences per optimizer step"
+    )
     seq_len: Int | None = Field(default=None, ge=1, le=hi("seq_len"))
     precision: Precision = "bf16"
-    gpus: Int | None = Field(default=None, ge=1, le=hi("gpus"), description="exact GPU count; null = any")
+    gpus: Int | None = Field(
+        default=None, ge=1, le=hi("gpus"), description="exact GPU count; null = any"
+    )
     recompute: Recompute = "selective"
     zero1: bool = Field(default=True, description="shard optimizer state over dp (ZeRO-1)")
-    sequence_parallel: bool = Field(default=True, description="Megatron sequence parallelism with TP (--sequence-parallel)")
+    sequence_parallel: bool = Field(
+        default=True, description="Megatron sequence parallelism with TP (--sequence-parallel)"
+    )
     overlap: Overlap = Overlap()
     sync: Sync = Sync()
     parallelism: Parallelism = Parallelism()
@@ -316,7 +433,7 @@ class Objective(Strict):
         default=None,
         ge=0,
         le=hi("slowdown"),
-        description="with minimize: cost, the cheapest plan whose step is at most (1 + this) x the fastest "
+        description="with minimize: cost, the cheapest plan whose step is at most (1 + this) x the fastest "  # noqa: E501
         "step (lexicographic: the fastest step is solved first, then the cheapest plan within it)",
     )
 
@@ -328,7 +445,9 @@ class Objective(Strict):
                 "(otherwise buying nothing is optimal)"
             )
         if self.within_fastest is not None and self.minimize != "cost":
-            raise ValueError(f"within_fastest: goes with minimize: cost, got minimize: {self.minimize}")
+            raise ValueError(
+                f"within_fastest: goes with minimize: cost, got minimize: {self.minimize}"
+            )
         return self
 
 
@@ -339,16 +458,26 @@ class Resilience(Strict):
     nic_failure_rate: Num | None = Field(default=None, ge=0, le=1)
 
 
-MAX_THREADS = 1024  # solver threads accepted (CP-SAT rejects absurd worker counts as an invalid model)
+MAX_THREADS = (
+    1024  # solver threads accepted (CP-SAT rejects absurd worker counts as an invalid model)
+)
 
 
 class SolverOptions(Strict):
     backend: Backend = "cpsat"
     time_limit_s: float = Field(default=60, gt=0, allow_inf_nan=False)
-    threads: int | None = Field(default=None, ge=1, le=MAX_THREADS, description=f"solver threads, 1 to {MAX_THREADS}; null = all cores")
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_THREADS,
+        description=f"solver threads, 1 to {MAX_THREADS}; null = all cores",
+    )
     seed: Int = Field(default=0, ge=0, le=hi("seed"))
     max_sites_per_replica: Int = Field(
-        default=2, ge=1, le=hi("sites_per_replica"), description="pipeline chains visit at most this many sites"
+        default=2,
+        ge=1,
+        le=hi("sites_per_replica"),
+        description="pipeline chains visit at most this many sites",
     )
     paths_per_pair: Int = Field(
         default=2,
@@ -383,9 +512,13 @@ class Instance(Strict):
         for i, r in enumerate(self.routes):
             for j, end in enumerate(r.sites):
                 if end not in seen:
-                    raise ValueError(f"routes[{i}].sites[{j}]: unknown site '{end}' (known: {', '.join(names)})")
+                    raise ValueError(
+                        f"routes[{i}].sites[{j}]: unknown site '{end}' (known: {', '.join(names)})"
+                    )
             if r.key in keys:
-                raise ValueError(f"routes[{i}].sites: duplicate of routes[{keys[r.key]}] ({r.key[0]}-{r.key[1]})")
+                raise ValueError(
+                    f"routes[{i}].sites: duplicate of routes[{keys[r.key]}] ({r.key[0]}-{r.key[1]})"
+                )
             keys[r.key] = i
         return self
 
@@ -450,7 +583,9 @@ class PairRouting(Strict):
             raise ValueError(f"sites: a pair needs two different sites, got {a} twice")
         for i, p in enumerate(self.paths):
             if {p.via[0], p.via[-1]} != {a, b}:
-                raise ValueError(f"paths[{i}].via: must run between {a} and {b}, got {p.via[0]} ... {p.via[-1]}")
+                raise ValueError(
+                    f"paths[{i}].via: must run between {a} and {b}, got {p.via[0]} ... {p.via[-1]}"
+                )
             if len(set(p.via)) != len(p.via):
                 raise ValueError(f"paths[{i}].via: visits a site twice")
         return self
@@ -472,12 +607,15 @@ class SolverInfo(Strict):
     objective: float | None = None
     bound: float | None = None
     lexicographic: dict[str, Any] | None = Field(
-        default=None, description="objective.within_fastest: the fastest step, its status and the step limit used"
+        default=None,
+        description="objective.within_fastest: the fastest step, its status and the step limit used",  # noqa: E501
     )
 
 
 class PlanWarning(Strict):
-    kind: str = Field(description="implausible | unreachable | single_point_of_failure | unused_site")
+    kind: str = Field(
+        description="implausible | unreachable | single_point_of_failure | unused_site"
+    )
     where: str = Field(description="field path or plan element")
     message: str
 
@@ -486,11 +624,14 @@ class Plan(Strict):
     instance: str | None = None
     status: Literal["optimal", "feasible", "infeasible", "time_limit"] | None = None
     parallelism: PlanParallelism
-    stage_layers: list[Annotated[Int, Field(le=hi("model_dim"))]] = Field(min_length=1, max_length=int(hi("model_dim")))
+    stage_layers: list[Annotated[Int, Field(le=hi("model_dim"))]] = Field(
+        min_length=1, max_length=int(hi("model_dim"))
+    )
     replica_groups: list[ReplicaGroup] = Field(min_length=1)
     links: list[Link] = []
     routing: list[PairRouting] = Field(
-        default_factory=list, description="split of inter-site traffic over paths; unlisted pairs use the shortest"
+        default_factory=list,
+        description="split of inter-site traffic over paths; unlisted pairs use the shortest",
     )
     sync_mode: SyncMode | None = Field(default=None, description="chosen sync policy")
     step_time_s: float | None = None
@@ -500,23 +641,31 @@ class Plan(Strict):
     cost: dict[str, float] | None = None
     power_mw: dict[str, float] | None = None
     solver: SolverInfo | None = None
-    resilience: dict[str, Any] | None = Field(default=None, description="failure analysis (output only)")
-    warnings: list[PlanWarning] = Field(default_factory=list, description="what a planner should look at (output only)")
+    resilience: dict[str, Any] | None = Field(
+        default=None, description="failure analysis (output only)"
+    )
+    warnings: list[PlanWarning] = Field(
+        default_factory=list, description="what a planner should look at (output only)"
+    )
 
     @model_validator(mode="after")
     def _shape(self) -> Plan:
         p = self.parallelism
         if len(self.stage_layers) != p.pp:
-            raise ValueError(f"stage_layers: {len(self.stage_layers)} entries, parallelism.pp is {p.pp}")
+            raise ValueError(
+                f"stage_layers: {len(self.stage_layers)} entries, parallelism.pp is {p.pp}"
+            )
         for k, n in enumerate(self.stage_layers):
             if n < 1:
-                raise ValueError(f"stage_layers[{k}]: every stage needs at least one layer, got {n}")
+                raise ValueError(
+                    f"stage_layers[{k}]: every stage needs at least one layer, got {n}"
+                )
         total = sum(g.count for g in self.replica_groups)
         if total != p.dp:
             raise ValueError(f"replica_groups: counts sum to {total}, parallelism.dp is {p.dp}")
         for i, g in enumerate(self.replica_groups):
             if len(g.stage_sites) != p.pp:
                 raise ValueError(
-                    f"replica_groups[{i}].stage_sites: {len(g.stage_sites)} entries, parallelism.pp is {p.pp}"
+                    f"replica_groups[{i}].stage_sites: {len(g.stage_sites)} entries, parallelism.pp is {p.pp}"  # noqa: E501
                 )
         return self

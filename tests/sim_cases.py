@@ -41,7 +41,10 @@ def problem(
         {
             "name": "sim-case",
             "sites": [{"name": s, "gpu": gpu, "gpus": gpus_per_site} for s in sites],
-            "routes": [{"sites": [a, b], "km": km, "fiber_pairs": 8, "capacity_gbps": capacity_gbps} for a, b, km in routes],
+            "routes": [
+                {"sites": [a, b], "km": km, "fiber_pairs": 8, "capacity_gbps": capacity_gbps}
+                for a, b, km in routes
+            ],
             "job": {
                 "model": model or SMALL_MODEL,
                 "global_batch": global_batch,
@@ -63,7 +66,13 @@ def plan(
     """A plan dict: `groups` are (count, stage sites); `links` waves per route."""
     dp = sum(c for c, _ in groups)
     out: dict[str, Any] = {
-        "parallelism": {"tp": tp, "pp": len(stage_layers), "dp": dp, "micro_batch": 1, "num_micro_batches": micro_batches},
+        "parallelism": {
+            "tp": tp,
+            "pp": len(stage_layers),
+            "dp": dp,
+            "micro_batch": 1,
+            "num_micro_batches": micro_batches,
+        },
         "stage_layers": stage_layers,
         "replica_groups": [{"count": c, "stage_sites": s} for c, s in groups],
         "links": [{"sites": list(k), "waves": w} for k, w in (links or {}).items()],

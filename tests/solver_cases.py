@@ -43,7 +43,13 @@ SYNC_MODES = ("synchronous", "diloco", "streaming-diloco")
 MAX_BRUTE_PLANS = 4000  # evaluator calls of the brute backend, all configurations together
 FLAVORS = ("power", "budget", "memory", "reach", "gpus")
 # how the error message names the binding resource (explain_infeasible's line prefixes)
-BINDING = {"power": "power:", "budget": "budget:", "memory": "memory:", "reach": "reach:", "gpus": "GPUs:"}
+BINDING = {
+    "power": "power:",
+    "budget": "budget:",
+    "memory": "memory:",
+    "reach": "reach:",
+    "gpus": "GPUs:",
+}
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,11 @@ def _draw(rng: random.Random, name: str) -> dict[str, Any]:
         "model": model,
         "global_batch": rng.choice((8, 16)),
         "recompute": rng.choice(("none", "selective", "full")),
-        "sync": {"mode": mode, "every_steps": rng.choice((1, 4, 16)), "bits": rng.choice((16, 8, 4))},
+        "sync": {
+            "mode": mode,
+            "every_steps": rng.choice((1, 4, 16)),
+            "bits": rng.choice((16, 8, 4)),
+        },
         "parallelism": par,
     }
     cost = rng.random() < 0.3
@@ -130,16 +140,28 @@ def _draw(rng: random.Random, name: str) -> dict[str, Any]:
     for i in range(n_sites):
         gpn = rng.choice((2, 4, 8))
         if spread:
-            share = largest * rng.choice((0.5, 0.75)) if n_sites == 2 else largest * rng.choice((0.34, 0.5))
+            share = (
+                largest * rng.choice((0.5, 0.75))
+                if n_sites == 2
+                else largest * rng.choice((0.34, 0.5))
+            )
             gpus = max(gpn, math.ceil(share / gpn) * gpn)
         else:
             gpus = rng.choice((8, 16, 32))
         gpu = base_gpu if rng.random() < 0.8 else rng.choice(GPUS)
         pue = rng.choice((1.1, 1.2, 1.3))
-        site: dict[str, Any] = {"name": f"s{i}", "gpu": gpu, "gpus": gpus, "gpus_per_node": gpn, "pue": pue}
+        site: dict[str, Any] = {
+            "name": f"s{i}",
+            "gpu": gpu,
+            "gpus": gpus,
+            "gpus_per_node": gpn,
+            "pue": pue,
+        }
         if rng.random() < 0.3:
             fed = rng.randint(max(1, gpus // gpn - 1), gpus // gpn)
-            spare_w = rng.choice((0.0, 60.0, 500.0))  # 0: exactly `fed` nodes, so a wave's optics tip it over
+            spare_w = rng.choice(
+                (0.0, 60.0, 500.0)
+            )  # 0: exactly `fed` nodes, so a wave's optics tip it over
             site["power_mw"] = round(fed * node_power_mw(gpu, gpn, pue) + spare_w * pue / 1e6, 9)
         sites.append(site)
     if min(par["tp"]) > min(s["gpus_per_node"] for s in sites):
@@ -157,7 +179,12 @@ def _draw(rng: random.Random, name: str) -> dict[str, Any]:
     for a, b in pairs:
         km = rng.choice((10, 60, 100, 100, 400, 1200))
         max_waves = rng.choice((1, 1, 2, 3) if spread else (0, 1, 1, 2, 3))
-        route: dict[str, Any] = {"sites": [a, b], "km": km, "fiber_pairs": 1, "max_waves": max_waves}
+        route: dict[str, Any] = {
+            "sites": [a, b],
+            "km": km,
+            "fiber_pairs": 1,
+            "max_waves": max_waves,
+        }
         if km > 1000 or rng.random() < 0.3:
             route["capacity_gbps"] = rng.choice((0, 10, 100, 400))
         if rng.random() < 0.2:
@@ -188,12 +215,25 @@ def _two_sites_all_gpus(rng: random.Random, name: str, km: float, **route: Any) 
     return {
         "name": name,
         "sites": [{"name": s, "gpu": gpu, "gpus": gpus, "gpus_per_node": gpn} for s in ("a", "b")],
-        "routes": [{"sites": ["a", "b"], "km": km, "fiber_pairs": 1, "max_waves": rng.choice((1, 2)), **route}],
+        "routes": [
+            {
+                "sites": ["a", "b"],
+                "km": km,
+                "fiber_pairs": 1,
+                "max_waves": rng.choice((1, 2)),
+                **route,
+            }
+        ],
         "job": {
             "model": model,
             "global_batch": dp * rng.choice((1, 2)),
             "gpus": 2 * gpus,
-            "sync": {"mode": rng.choice((["synchronous"], ["synchronous", "diloco"], ["streaming-diloco"])), "every_steps": 4},
+            "sync": {
+                "mode": rng.choice(
+                    (["synchronous"], ["synchronous", "diloco"], ["streaming-diloco"])
+                ),
+                "every_steps": 4,
+            },
             "parallelism": {"tp": [tp], "pp": [pp], "dp": [dp], "micro_batch": [1]},
         },
         "objective": {"minimize": "step_time"},
@@ -206,13 +246,18 @@ def _flavored(rng: random.Random, name: str, flavor: str) -> dict[str, Any]:
         inst["objective"] = {"minimize": "step_time"}
         inst["job"].pop("gpus", None)
         for s in inst["sites"]:
-            s["power_mw"] = round(rng.uniform(0.5, 0.95) * node_power_mw(s["gpu"], s["gpus_per_node"], s["pue"]), 9)
+            s["power_mw"] = round(
+                rng.uniform(0.5, 0.95) * node_power_mw(s["gpu"], s["gpus_per_node"], s["pue"]), 9
+            )
         return inst
     if flavor == "budget":
         inst = _two_sites_all_gpus(rng, name, rng.choice((10, 60, 100, 400)))
         problem = problem_from_data(inst)
         first_wave = Network(problem).link_capex_usd(("a", "b"), 1)
-        inst["objective"] = {"minimize": "step_time", "max_cost_usd": rng.choice((0.0, first_wave - 1))}
+        inst["objective"] = {
+            "minimize": "step_time",
+            "max_cost_usd": rng.choice((0.0, first_wave - 1)),
+        }
         return inst
     if flavor == "reach":
         return _two_sites_all_gpus(rng, name, rng.choice((1100, 1500, 3000)), capacity_gbps=0)
@@ -270,17 +315,29 @@ def cases() -> list[Case]:
     out = [Case(f"gen-{seed}", random_instance(seed)) for seed in range(N_GENERATED)]
     for flavor in FLAVORS:
         for seed in range(N_PER_FLAVOR):
-            out.append(Case(f"{flavor}-{seed}", random_instance(seed, flavor), infeasible=BINDING[flavor]))
+            out.append(
+                Case(f"{flavor}-{seed}", random_instance(seed, flavor), infeasible=BINDING[flavor])
+            )
     return out
 
 
-def _two_nodes_each(name: str, route: dict[str, Any], power_mw: float | None = None) -> dict[str, Any]:
+def _two_nodes_each(
+    name: str, route: dict[str, Any], power_mw: float | None = None
+) -> dict[str, Any]:
     """Two sites of two 4-GPU nodes, and a 16-GPU job: traffic must cross the route."""
     return {
         "name": name,
-        "sites": [{"name": s, "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4, "power_mw": power_mw} for s in ("a", "b")],
+        "sites": [
+            {"name": s, "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4, "power_mw": power_mw}
+            for s in ("a", "b")
+        ],
         "routes": [{"sites": ["a", "b"], "km": 100, **route}],
-        "job": {"model": "tiny-4l", "global_batch": 8, "gpus": 16, "parallelism": {"tp": [1], "pp": [2], "dp": [8], "micro_batch": [1]}},
+        "job": {
+            "model": "tiny-4l",
+            "global_batch": 8,
+            "gpus": 16,
+            "parallelism": {"tp": [1], "pp": [2], "dp": [8], "micro_batch": [1]},
+        },
         "objective": {"minimize": "step_time"},
     }
 
@@ -291,14 +348,18 @@ def _two_nodes_each(name: str, route: dict[str, Any], power_mw: float | None = N
 KNOWN_GAPS = [
     (
         # the route can carry nothing: max_waves 0 and no capacity in place (the optics reach)
-        Case("gap-no-waves", _two_nodes_each("case-gap-1", {"max_waves": 0}), infeasible="route a-b"),
+        Case(
+            "gap-no-waves", _two_nodes_each("case-gap-1", {"max_waves": 0}), infeasible="route a-b"
+        ),
         "explain_infeasible names a route only when no optic reaches it, not when max_waves is 0",
     ),
     (
         # each site's power feeds exactly its two nodes: the coherent modules of a wave tip it over
         Case(
             "gap-optics-power",
-            _two_nodes_each("case-gap-2", {"max_waves": 1}, power_mw=node_power_mw("h100-sxm", 4, 1.2) * 2),
+            _two_nodes_each(
+                "case-gap-2", {"max_waves": 1}, power_mw=node_power_mw("h100-sxm", 4, 1.2) * 2
+            ),
             infeasible="power:",
         ),
         "explain_infeasible counts node power only, not the optics' module power",

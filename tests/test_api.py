@@ -20,5 +20,13 @@ def test_api_round_trip_and_solve_stays_a_function() -> None:
     assert ev.step_time_s == plan.step_time_s  # the plan's objective is the evaluator's
     assert abs(again.step_time_s - plan.step_time_s) <= 1e-5 * plan.step_time_s
     # the contract's five terms, and the finer ones they split into (still additive)
-    assert set(ev.breakdown) == {"compute_s", "tp_comm_s", "bubble_s", "pp_comm_s", "dp_sync_s", "memory_bound_s", "optimizer_s"}
+    assert set(ev.breakdown) == {
+        "compute_s",
+        "tp_comm_s",
+        "bubble_s",
+        "pp_comm_s",
+        "dp_sync_s",
+        "memory_bound_s",
+        "optimizer_s",
+    }
     assert abs(sum(ev.breakdown.values()) - ev.step_time_s) <= 1e-9 * ev.step_time_s

@@ -32,7 +32,12 @@ def make_problem():
             "sites": [{"name": n, **site} for n in "abcd"],
             "routes": [
                 {"sites": ["a", "b"], "km": 100, "fiber_pairs": 2},
-                {"sites": ["a", "c"], "km": 500, "fiber_pairs": 1, "fiber_usd_per_pair_km_year": 12.5},
+                {
+                    "sites": ["a", "c"],
+                    "km": 500,
+                    "fiber_pairs": 1,
+                    "fiber_usd_per_pair_km_year": 12.5,
+                },
                 {"sites": ["b", "c"], "km": 60, "fiber_pairs": 2},
                 {"sites": ["c", "d"], "km": 30, "latency_ms": 0.5},
             ],
@@ -70,7 +75,13 @@ def test_short_route_800zr_no_amplifiers(problem):
     plan = plan_with({"sites": ["b", "c"], "waves": 3})
     r = route(bom_data(problem, plan), "b-c")
     assert r["optic"] == "800zr"  # default: 60 km <= 120 km reach, 800G beats 400G
-    assert (r["transceivers"], r["router_ports"], r["fiber_pairs_lit"], r["mux_demux"], r["amplifiers"]) == (6, 6, 1, 2, 0)
+    assert (
+        r["transceivers"],
+        r["router_ports"],
+        r["fiber_pairs_lit"],
+        r["mux_demux"],
+        r["amplifiers"],
+    ) == (6, 6, 1, 2, 0)
     # 3 waves x (2 x 6,000 + 2 x 10,000) + 1 pair x 2 x 20,000
     assert r["capex_usd"] == 136_000
     # 800 Gb/s x 2 x 60 km x 4.9 us/km / 8 = 58.8 MB
@@ -98,11 +109,20 @@ def test_long_route_800zr_plus_with_amplifiers(problem):
     r = route(data, "a-c")
     assert r["optic"] == "800zr+"  # 500 km > 120 km: ZR+
     assert r["amplifiers_per_pair"] == 6  # ceil(500 / 80) - 1 = 7 - 1
-    assert (r["transceivers"], r["router_ports"], r["fiber_pairs_lit"], r["mux_demux"], r["amplifiers"]) == (4, 4, 1, 2, 6)
+    assert (
+        r["transceivers"],
+        r["router_ports"],
+        r["fiber_pairs_lit"],
+        r["mux_demux"],
+        r["amplifiers"],
+    ) == (4, 4, 1, 2, 6)
     # 2 x (2 x 9,000 + 2 x 10,000) + 2 x 20,000 + 6 x 30,000
     assert r["capex_usd"] == 296_000
     assert r["amplifier_power_w"] == 1200  # 6 x 200 W, in huts
-    assert r["optics_power_w"] == {"a": 60, "c": 60}  # 2 x 30 W per end; amplifiers charged to no site
+    assert r["optics_power_w"] == {
+        "a": 60,
+        "c": 60,
+    }  # 2 x 30 W per end; amplifiers charged to no site
     assert data["totals"]["optics_power_w_by_site"] == {"a": 60, "b": 0, "c": 60, "d": 0}
     # 1 lit pair x 500 km x 12.5 USD per pair-km-year
     assert r["fiber_opex_usd_per_year"] == 6250
@@ -114,7 +134,12 @@ def test_several_fiber_pairs(problem):
     plan = plan_with({"sites": ["b", "c"], "waves": 40, "optic": "800zr"})
     r = route(bom_data(problem, plan), "b-c")
     # 40 waves / 32 channels per pair (4800 / 150 GHz) -> 2 pairs
-    assert (r["channels_per_pair"], r["fiber_pairs_lit"], r["mux_demux"], r["amplifiers"]) == (32, 2, 4, 0)
+    assert (r["channels_per_pair"], r["fiber_pairs_lit"], r["mux_demux"], r["amplifiers"]) == (
+        32,
+        2,
+        4,
+        0,
+    )
     assert (r["transceivers"], r["router_ports"]) == (80, 80)
     # 40 x 32,000 + 2 x 40,000
     assert r["capex_usd"] == 1_360_000
@@ -143,7 +168,10 @@ def test_optic_from_plan_400zr(problem):
     [
         [{"sites": ["a", "b"], "waves": 3}],
         [{"sites": ["a", "c"], "waves": 2}, {"sites": ["b", "c"], "waves": 40}],
-        [{"sites": ["a", "b"], "waves": 33, "optic": "800zr"}, {"sites": ["c", "a"], "waves": 5, "optic": "400zr+"}],
+        [
+            {"sites": ["a", "b"], "waves": 33, "optic": "800zr"},
+            {"sites": ["c", "a"], "waves": 5, "optic": "400zr+"},
+        ],
         [],
     ],
 )
@@ -155,10 +183,14 @@ def test_capex_and_power_match_evaluator(problem, links):
     rows = list(csv.DictReader(io.StringIO(bom_csv(problem, plan))))
     (total,) = [r for r in rows if r["route"] == "TOTAL" and r["item"] == "capex"]
     assert float(total["capex_usd"]) == pytest.approx(ev.capex_usd)
-    assert sum(float(r["capex_usd"] or 0) for r in rows if r["route"] != "TOTAL") == pytest.approx(ev.capex_usd)
+    assert sum(float(r["capex_usd"] or 0) for r in rows if r["route"] != "TOTAL") == pytest.approx(
+        ev.capex_usd
+    )
     # sites b, c and d run no GPUs: their evaluated power is the BOM's module watts x PUE 1.2
     for s in ("b", "c", "d"):
-        assert ev.power_mw[s] == pytest.approx(data["totals"]["optics_power_w_by_site"][s] * 1.2 / 1e6)
+        assert ev.power_mw[s] == pytest.approx(
+            data["totals"]["optics_power_w_by_site"][s] * 1.2 / 1e6
+        )
     json.loads(bom_json(problem, plan))
 
 
@@ -166,7 +198,13 @@ def test_markdown_states_the_rules(problem):
     plan = plan_with({"sites": ["a", "c"], "waves": 2})
     md = bom_markdown(problem, plan)
     assert md.startswith("## Link bill of materials")
-    for phrase in ("2 x waves: one module per wave at each end", "ceil(km / 80 km) - 1", "charged to no site", "line rate x round-trip time", "296,000"):
+    for phrase in (
+        "2 x waves: one module per wave at each end",
+        "ceil(km / 80 km) - 1",
+        "charged to no site",
+        "line rate x round-trip time",
+        "296,000",
+    ):
         assert phrase in md
     empty = bom_markdown(problem, plan_with())
     assert "nothing to buy" in empty
@@ -178,7 +216,11 @@ def test_sources_beside_costs(problem):
     for r in rows:
         if r["unit_cost_usd"]:
             assert r["source"], r
-    (t,) = [r for r in rows if r["route"] == "a-b" and r["item"] == "coherent transceiver" and r["charged_to"] == "a"]
+    (t,) = [
+        r
+        for r in rows
+        if r["route"] == "a-b" and r["item"] == "coherent transceiver" and r["charged_to"] == "a"
+    ]
     assert t["source"] == problem.catalog.optics["800zr"].source
 
 

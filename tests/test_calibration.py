@@ -22,7 +22,9 @@ ROWS = [row for table in TABLES.values() for row in table]
 @pytest.mark.parametrize("row", ROWS, ids=[r.label for r in ROWS])
 def test_row_within_5_percent(row) -> None:
     got, _ = predict(row)
-    assert abs(got - row.published_tflops) / row.published_tflops <= 0.05, f"{row.label}: predicted {got:.1f} TFLOP/s, published {row.published_tflops}"
+    assert abs(got - row.published_tflops) / row.published_tflops <= 0.05, (
+        f"{row.label}: predicted {got:.1f} TFLOP/s, published {row.published_tflops}"
+    )
 
 
 @pytest.mark.parametrize("table", [SC21, MCORE])
@@ -36,10 +38,14 @@ def test_published_flop_counts() -> None:
     96 B s l h^2 (1 + s/6h + V/16lh) with l=128, h=25600, V=51200."""
     row = TABLES[SC21][-1]
     s, l, h, v = 2048, 128, 25600, 51200  # noqa: E741
-    assert published_flops(row) == pytest.approx(96 * 3072 * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)))
+    assert published_flops(row) == pytest.approx(
+        96 * 3072 * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    )
     h100 = TABLES[MCORE][0]  # 1.7B: l=24, h=2048, s=4096, V=131072
     s, l, h, v = 4096, 24, 2048, 131072  # noqa: E741
-    assert published_flops(h100) == pytest.approx(72 * 192 * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h)))
+    assert published_flops(h100) == pytest.approx(
+        72 * 192 * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+    )
 
 
 def test_breakdown_is_additive_on_calibration_rows() -> None:
@@ -48,4 +54,12 @@ def test_breakdown_is_additive_on_calibration_rows() -> None:
         got, b = predict(row)
         step = published_flops(row) / (got * 1e12 * row.gpus)
         assert sum(b.values()) == pytest.approx(step, rel=1e-9)
-        assert {"compute_s", "memory_bound_s", "tp_comm_s", "bubble_s", "pp_comm_s", "dp_sync_s", "optimizer_s"} <= set(b)
+        assert {
+            "compute_s",
+            "memory_bound_s",
+            "tp_comm_s",
+            "bubble_s",
+            "pp_comm_s",
+            "dp_sync_s",
+            "optimizer_s",
+        } <= set(b)

@@ -29,7 +29,9 @@ def test_qkv_gemm_time_by_hand() -> None:
     want = 2 * 2048 * 768 * 1024 / (989e12 * e)
     assert compute.gemm_s(H100, qkv, "bf16") == pytest.approx(want, rel=1e-12)
     # FP8 is the catalog's measured GEMM speed-up, not the 2x of the peak figures
-    assert compute.gemm_s(H100, qkv, "fp8") == pytest.approx(want / H100.fp8_gemm_speedup, rel=1e-12)
+    assert compute.gemm_s(H100, qkv, "fp8") == pytest.approx(
+        want / H100.fp8_gemm_speedup, rel=1e-12
+    )
     assert 1.0 < H100.fp8_gemm_speedup < 2.0
 
 
@@ -48,9 +50,14 @@ def test_memory_bound_bytes_by_hand() -> None:
     GELU 4 x ffn (ffn = 4h) and no rotary on the rank's 1/t slice."""
     h, t, tokens = 1024, 2, 2048
     want_sp = tokens * (22 * h / t + 4 * 4 * h / t)
-    assert compute.layer_memory_bytes(GQA, tokens, t, sequence_parallel=True, rotary=False) == want_sp
+    assert (
+        compute.layer_memory_bytes(GQA, tokens, t, sequence_parallel=True, rotary=False) == want_sp
+    )
     want_no_sp = tokens * (22 * h + 4 * 4 * h / t)
-    assert compute.layer_memory_bytes(GQA, tokens, t, sequence_parallel=False, rotary=False) == want_no_sp
+    assert (
+        compute.layer_memory_bytes(GQA, tokens, t, sequence_parallel=False, rotary=False)
+        == want_no_sp
+    )
     rotary = tokens * 4 * (h + 256) / t  # read and write q and k (kv_dim 256) in bf16
     assert compute.layer_memory_bytes(GQA, tokens, t, True, True) - want_sp == rotary
     assert compute.hbm_s(H100, 3.35e12 * H100.hbm_efficiency) == pytest.approx(1.0)
@@ -76,7 +83,11 @@ def test_optimizer_step_by_hand() -> None:
     sc21-1.7b on one stage (24 blocks of 12 h^2 + 2h, the tied 51200 x h embedding held
     once since the stage is both first and last, the final norm), tp=1, dp=32."""
     prob = problem_from_data(
-        {"name": "opt", "sites": [{"name": "dc", "gpu": "a100-80g", "gpus": 32}], "job": {"model": "sc21-1.7b", "global_batch": 512, "zero1": True}}
+        {
+            "name": "opt",
+            "sites": [{"name": "dc", "gpu": "a100-80g", "gpus": 32}],
+            "job": {"model": "sc21-1.7b", "global_batch": 512, "zero1": True},
+        }
     )
     perf = PerfModel(prob)
     from placer.rules import job_config
@@ -89,11 +100,16 @@ def test_optimizer_step_by_hand() -> None:
     assert perf.optimizer_step_s(cfg, ("dc",)) == pytest.approx(want, rel=1e-12)
 
 
-@pytest.mark.parametrize(("sync", "window", "exposed"), [(1.0, 3.0, 0.0), (5.0, 3.0, 2.0), (5.0, 0.0, 5.0)])
+@pytest.mark.parametrize(
+    ("sync", "window", "exposed"), [(1.0, 3.0, 0.0), (5.0, 3.0, 2.0), (5.0, 0.0, 5.0)]
+)
 def test_overlap_window_hides_all_part_none(sync: float, window: float, exposed: float) -> None:
     assert compute.dp_exposed_s(sync, ((1.0, window),)) == exposed
     # ZeRO-1: half under the backward window, half under the forward window
-    assert compute.dp_exposed_s(sync, ((0.5, window), (0.5, 0.0))) == max(0.0, sync / 2 - window) + sync / 2
+    assert (
+        compute.dp_exposed_s(sync, ((0.5, window), (0.5, 0.0)))
+        == max(0.0, sync / 2 - window) + sync / 2
+    )
 
 
 def _single_site(dp: int, batch: int, overlap: dict, zero1: bool = False):
@@ -101,10 +117,19 @@ def _single_site(dp: int, batch: int, overlap: dict, zero1: bool = False):
         {
             "name": "ov",
             "sites": [{"name": "dc", "gpu": "h100-sxm", "gpus": 8 * dp}],
-            "job": {"model": "sc21-1.7b", "global_batch": batch, "zero1": zero1, "overlap": overlap},
+            "job": {
+                "model": "sc21-1.7b",
+                "global_batch": batch,
+                "zero1": zero1,
+                "overlap": overlap,
+            },
         }
     )
-    plan = {"parallelism": {"tp": 8, "pp": 1, "dp": dp, "micro_batch": 1}, "stage_layers": [24], "replica_groups": [{"count": dp, "stage_sites": ["dc"]}]}
+    plan = {
+        "parallelism": {"tp": 8, "pp": 1, "dp": dp, "micro_batch": 1},
+        "stage_layers": [24],
+        "replica_groups": [{"count": dp, "stage_sites": ["dc"]}],
+    }
     return prob, evaluate(prob, plan)
 
 
@@ -155,7 +180,9 @@ def test_backends_agree_under_each_overlap(seed: int, overlap: str) -> None:
     out = {}
     for backend in ("brute", "cpsat", "milp"):
         try:
-            out[backend] = solve(problem_from_data(inst), backend=backend, time_limit_s=60).objective
+            out[backend] = solve(
+                problem_from_data(inst), backend=backend, time_limit_s=60
+            ).objective
         except InfeasibleError:
             out[backend] = None
     if out["brute"] is None:

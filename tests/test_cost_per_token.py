@@ -26,12 +26,19 @@ def test_gpu_hours_add_to_the_running_cost_by_hand() -> None:
     prob = load_instance(REPO / "instances" / "two-campus-100km.yaml")
     plan = json.loads((REPO / "instances" / "plans" / "two-campus-100km.json").read_text())
     base = evaluate(prob, plan)
-    sites = [s.model_copy(update={"gpu_usd_per_hour": price}) for s, price in zip(prob.instance.sites, (2.0, 3.0), strict=True)]
+    sites = [
+        s.model_copy(update={"gpu_usd_per_hour": price})
+        for s, price in zip(prob.instance.sites, (2.0, 3.0), strict=True)
+    ]
     priced = evaluate(problem_with(prob, sites=sites), plan)
     # 4096 GPUs per campus in use (512 nodes of 8): 4096 x $2 + 4096 x $3 per hour
     assert priced.nodes_by_site == {"north": 512, "south": 512}
-    assert priced.usd_per_s - base.usd_per_s == pytest.approx((4096 * 2.0 + 4096 * 3.0) / 3600, rel=1e-12)
-    assert priced.cost_per_token_usd == pytest.approx(priced.usd_per_s * priced.step_time_s / (1536 * prob.model.seq_len), rel=1e-12)
+    assert priced.usd_per_s - base.usd_per_s == pytest.approx(
+        (4096 * 2.0 + 4096 * 3.0) / 3600, rel=1e-12
+    )
+    assert priced.cost_per_token_usd == pytest.approx(
+        priced.usd_per_s * priced.step_time_s / (1536 * prob.model.seq_len), rel=1e-12
+    )
 
 
 def _priced_cases(n: int) -> list[dict]:
@@ -58,7 +65,11 @@ def test_backends_agree_with_brute_force(inst: dict) -> None:
         except InfeasibleError:
             out[backend] = None
             continue
-        assert res.status == "optimal", (backend, res.status, res.gap)  # the walk ends proven, not at the limit
+        assert res.status == "optimal", (
+            backend,
+            res.status,
+            res.gap,
+        )  # the walk ends proven, not at the limit
         out[backend] = res.objective
     if out["brute"] is None:
         assert out["cpsat"] is None and out["milp"] is None

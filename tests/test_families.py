@@ -21,7 +21,22 @@ pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:Deprecat
 # how each backend writes a max, a rounding or a one-hot it alone needs: the namespaces
 # (the name up to the first ':') whose rows only one backend has
 MILP_ONLY = ("dp.k_onehot", ".pick", ".onehot", ".active")
-CPSAT_ONLY = ("dp.k_share", "step.time_round", ".capacity_ub", ".no_capacity", "exact.chain_path_off", "res.wan_part", "res.nic_scaled", "exact.pipe", "exact.dpbw", "exact.lat", "exact.intra", "exact.exposed", "exact.dp_overlap", "res.dp_part")
+CPSAT_ONLY = (
+    "dp.k_share",
+    "step.time_round",
+    ".capacity_ub",
+    ".no_capacity",
+    "exact.chain_path_off",
+    "res.wan_part",
+    "res.nic_scaled",
+    "exact.pipe",
+    "exact.dpbw",
+    "exact.lat",
+    "exact.intra",
+    "exact.exposed",
+    "exact.dp_overlap",
+    "res.dp_part",
+)
 # rows that exist in both but are indexed by a backend's own decomposition
 INDEXED_APART = ("exact.chain_path_on",)
 
@@ -47,7 +62,9 @@ def _models(problem, objective: str = "step_time"):
 
 def test_both_backends_define_the_same_families() -> None:
     for backend in (MilpInner, CpsatInner):
-        assert [f for f in FAMILIES if callable(getattr(backend, f"define_{f}", None))] == list(FAMILIES)
+        assert [f for f in FAMILIES if callable(getattr(backend, f"define_{f}", None))] == list(
+            FAMILIES
+        )
         own = sorted(n[len("define_") :] for n in vars(backend) if n.startswith("define_"))
         assert own == sorted(FAMILIES), backend
 
@@ -64,7 +81,9 @@ def _check_rows(milp: MilpInner, cpsat: CpsatInner, label: str) -> None:
     only_m, only_c = shared(m) - c, shared(c) - m
     assert _only(only_m, MILP_ONLY), f"{label}: rows only the MILP writes: {sorted(only_m)[:8]}"
     assert _only(only_c, CPSAT_ONLY), f"{label}: rows only CP-SAT writes: {sorted(only_c)[:8]}"
-    assert {_namespace(n) for n in m if any(k in n for k in INDEXED_APART)} == {_namespace(n) for n in c if any(k in n for k in INDEXED_APART)}
+    assert {_namespace(n) for n in m if any(k in n for k in INDEXED_APART)} == {
+        _namespace(n) for n in c if any(k in n for k in INDEXED_APART)
+    }
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

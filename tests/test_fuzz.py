@@ -25,8 +25,32 @@ runner = CliRunner()
 FIELD = re.compile(r":(\d+:)? [A-Za-z_][\w]*(\[\d+\])*(\.[\w-]+(\[\d+\])*)*: ")
 
 HOSTILE: list[Any] = [
-    -1, 0, 1, 3, 2**63, 10**30, -(10**30), 1e400, -1e400, float("nan"), True, False, None, "", "x" * 5000,
-    "..", [], {}, [1, 2], 0.5, 1e-300, "1e400", {"a": 1}, 7.25, 100000, "h100-sxm",
+    -1,
+    0,
+    1,
+    3,
+    2**63,
+    10**30,
+    -(10**30),
+    1e400,
+    -1e400,
+    float("nan"),
+    True,
+    False,
+    None,
+    "",
+    "x" * 5000,
+    "..",
+    [],
+    {},
+    [1, 2],
+    0.5,
+    1e-300,
+    "1e400",
+    {"a": 1},
+    7.25,
+    100000,
+    "h100-sxm",
 ]
 
 
@@ -75,11 +99,15 @@ def _dump(data: Any) -> str:
 
 def _check(r: Any, f: Path, allowed: tuple[int, ...] = (0, 2, 3)) -> None:
     out = r.output
-    assert r.exit_code in allowed, f"exit {r.exit_code} for {f.name}:\n{f.read_text()[:3000]}\n{out[-3000:]}"
+    assert r.exit_code in allowed, (
+        f"exit {r.exit_code} for {f.name}:\n{f.read_text()[:3000]}\n{out[-3000:]}"
+    )
     assert "Traceback" not in out and "internal error" not in out, out
     if r.exit_code == 2:
         assert str(f) in out, out
-        assert FIELD.search(out) or "malformed" in out or "an instance file is a mapping" in out, out
+        assert FIELD.search(out) or "malformed" in out or "an instance file is a mapping" in out, (
+            out
+        )
 
 
 def test_fuzz_instances_and_plans(tmp_path: Path) -> None:
@@ -104,7 +132,9 @@ def test_fuzz_instances_and_plans(tmp_path: Path) -> None:
             r = runner.invoke(app, ["evaluate", str(inst), str(PLANS[src.stem]), "--json"])
             _check(r, inst)
             if r.exit_code in (0, 3):
-                json.loads(r.stdout, parse_constant=lambda c: (_ for _ in ()).throw(AssertionError(c)))
+                json.loads(
+                    r.stdout, parse_constant=lambda c: (_ for _ in ()).throw(AssertionError(c))
+                )
             n["evaluate"] += 1
         elif kind < 0.97 and src.stem in PLANS:
             plan = tmp_path / f"p{i}.json"
@@ -116,9 +146,13 @@ def test_fuzz_instances_and_plans(tmp_path: Path) -> None:
         else:
             inst.write_text(_dump(_mutate(rng, docs[src])))
             t0 = time.monotonic()
-            r = runner.invoke(app, ["solve", str(inst), "-q", "--time-limit", "3", "-o", str(tmp_path / f"o{i}")])
+            r = runner.invoke(
+                app, ["solve", str(inst), "-q", "--time-limit", "3", "-o", str(tmp_path / f"o{i}")]
+            )
             _check(r, inst, (0, 2, 3, 4))
-            assert time.monotonic() - t0 < 30, f"solve of {inst} took {time.monotonic() - t0:.0f} s on a 3 s limit"
+            assert time.monotonic() - t0 < 30, (
+                f"solve of {inst} took {time.monotonic() - t0:.0f} s on a 3 s limit"
+            )
             n["solve"] += 1
     print("mutants", n)
     assert sum(n.values()) >= 100, n

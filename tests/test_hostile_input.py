@@ -30,18 +30,46 @@ CASES = [
     ("power inf", lambda t: t.replace("power_mw: 7.0", "power_mw: .inf", 1), "sites[0].power_mw"),
     ("power true", lambda t: t.replace("power_mw: 7.0", "power_mw: true", 1), "sites[0].power_mw"),
     ("gpus true", lambda t: t.replace("gpus: 4096", "gpus: true", 1), "sites[0].gpus"),
-    ("max cost inf", lambda t: t.replace("max_cost_usd: 2000000", "max_cost_usd: .inf"), "objective.max_cost_usd"),
-    ("capacity inf", lambda t: t.replace("capacity_gbps: 0", "capacity_gbps: .inf"), "routes[0].capacity_gbps"),
-    ("gpus 1e20", lambda t: t.replace("gpus: 4096", "gpus: 100000000000000000000", 1), "sites[0].gpus"),
-    ("seed 1e20", lambda t: t.replace("time_limit_s: 60", "time_limit_s: 60\n  seed: 100000000000000000000"), "solver.seed"),
+    (
+        "max cost inf",
+        lambda t: t.replace("max_cost_usd: 2000000", "max_cost_usd: .inf"),
+        "objective.max_cost_usd",
+    ),
+    (
+        "capacity inf",
+        lambda t: t.replace("capacity_gbps: 0", "capacity_gbps: .inf"),
+        "routes[0].capacity_gbps",
+    ),
+    (
+        "gpus 1e20",
+        lambda t: t.replace("gpus: 4096", "gpus: 100000000000000000000", 1),
+        "sites[0].gpus",
+    ),
+    (
+        "seed 1e20",
+        lambda t: t.replace("time_limit_s: 60", "time_limit_s: 60\n  seed: 100000000000000000000"),
+        "solver.seed",
+    ),
     ("5000 digits", lambda t: t.replace("gpus: 4096", "gpus: " + "9" * 5000, 1), "sites[0].gpus"),
     ("pue 1e9", lambda t: t.replace("pue: 1.2", "pue: 1.0e+9", 1), "sites[0].pue"),
-    ("global batch 1e20", lambda t: t.replace("global_batch: 1536", "global_batch: 1.0e+20"), "job.global_batch"),
-    ("sites per replica 100", lambda t: t.replace("time_limit_s: 60", "time_limit_s: 60\n  max_sites_per_replica: 100"), "solver.max_sites_per_replica"),
+    (
+        "global batch 1e20",
+        lambda t: t.replace("global_batch: 1536", "global_batch: 1.0e+20"),
+        "job.global_batch",
+    ),
+    (
+        "sites per replica 100",
+        lambda t: t.replace("time_limit_s: 60", "time_limit_s: 60\n  max_sites_per_replica: 100"),
+        "solver.max_sites_per_replica",
+    ),
     ("deep nesting", lambda t: t + "catalog: {x: " + "[" * 3000 + "]" * 3000 + "}\n", "catalog.x"),
     ("alias bomb", lambda t: t + "catalog:\n  " + BOMB.replace("\n", "\n  "), "catalog.i"),
     ("long name", lambda t: t.replace("name: north", "name: " + "n" * 50_000, 1), "sites[0].name"),
-    ("long instance name", lambda t: t.replace("name: two-campus-100km", "name: " + "x" * 50_000), "name"),
+    (
+        "long instance name",
+        lambda t: t.replace("name: two-campus-100km", "name: " + "x" * 50_000),
+        "name",
+    ),
 ]
 
 
@@ -66,7 +94,15 @@ def test_json_deep_nesting_and_huge_integer(tmp_path: Path) -> None:
     r = runner.invoke(app, ["validate", str(deep)])
     assert r.exit_code == 2 and "nested deeper" in r.output and f"{deep}:1: name[0]" in r.output
     big = tmp_path / "big.json"
-    data = json.loads(json.dumps({"name": "x", "sites": [{"name": "a", "gpu": "h100-sxm", "gpus": 1}], "job": {"model": "tiny-4l", "global_batch": 1}}))
+    data = json.loads(
+        json.dumps(
+            {
+                "name": "x",
+                "sites": [{"name": "a", "gpu": "h100-sxm", "gpus": 1}],
+                "job": {"model": "tiny-4l", "global_batch": 1},
+            }
+        )
+    )
     big.write_text(json.dumps(data).replace('"gpus": 1', '"gpus": ' + "7" * 5000), encoding="utf-8")
     r = runner.invoke(app, ["validate", str(big)])
     assert r.exit_code == 2 and str(big) in r.output and "7" * 200 not in r.output
@@ -94,9 +130,15 @@ def _ring(n: int, **solver: object) -> str:
     return yaml.safe_dump(
         {
             "name": f"ring{n}",
-            "sites": [{"name": f"s{i}", "gpu": "h100-sxm", "gpus": 64, "power_mw": 1.0} for i in range(n)],
+            "sites": [
+                {"name": f"s{i}", "gpu": "h100-sxm", "gpus": 64, "power_mw": 1.0} for i in range(n)
+            ],
             "routes": [{"sites": [f"s{i}", f"s{(i + 1) % n}"], "km": 50} for i in range(n)],
-            "job": {"model": "gpt3-175b", "global_batch": 1536, "parallelism": {"tp": [8], "micro_batch": [1]}},
+            "job": {
+                "model": "gpt3-175b",
+                "global_batch": 1536,
+                "parallelism": {"tp": [8], "micro_batch": [1]},
+            },
             "solver": {"time_limit_s": 20, **solver},
         }
     )
@@ -104,14 +146,24 @@ def _ring(n: int, **solver: object) -> str:
 
 @pytest.mark.parametrize(
     "text,field",
-    [(_ring(1000), "sites: takes at most"), (_ring(16, max_sites_per_replica=16), "solver.max_sites_per_replica: 16 with 16 usable sites")],
+    [
+        (_ring(1000), "sites: takes at most"),
+        (
+            _ring(16, max_sites_per_replica=16),
+            "solver.max_sites_per_replica: 16 with 16 usable sites",
+        ),
+    ],
     ids=["1000-site ring", "16 sites per replica"],
 )
-def test_search_spaces_too_large_to_enumerate_are_refused_fast(tmp_path: Path, text: str, field: str) -> None:
+def test_search_spaces_too_large_to_enumerate_are_refused_fast(
+    tmp_path: Path, text: str, field: str
+) -> None:
     f = tmp_path / "ring.yaml"
     f.write_text(text)
     t0 = time.perf_counter()
-    r = runner.invoke(app, ["solve", str(f), "-q", "-o", str(tmp_path / "out"), "--time-limit", "20"])
+    r = runner.invoke(
+        app, ["solve", str(f), "-q", "-o", str(tmp_path / "out"), "--time-limit", "20"]
+    )
     assert time.perf_counter() - t0 < 15
     assert r.exit_code == 2 and field in r.output, r.output
 
@@ -133,6 +185,8 @@ def test_huge_global_batch_within_range_stays_within_the_limit(tmp_path: Path) -
     f = tmp_path / "i.yaml"
     f.write_text(BASE.replace("global_batch: 1536", "global_batch: 1000000"))
     t0 = time.perf_counter()
-    r = runner.invoke(app, ["solve", str(f), "-q", "-o", str(tmp_path / "out"), "--time-limit", "10"])
+    r = runner.invoke(
+        app, ["solve", str(f), "-q", "-o", str(tmp_path / "out"), "--time-limit", "10"]
+    )
     assert time.perf_counter() - t0 < 20, r.output
     assert r.exit_code in (0, 3, 4), r.output

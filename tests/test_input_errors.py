@@ -85,7 +85,7 @@ def edit(line: int, text: str, insert: bool = False) -> str:
 
 INLINE_MODEL = BASE.replace(
     "  model: tiny-4l\n",
-    "  model:\n    name: inline\n    layers: 4\n    hidden: 256\n    heads: 8\n    vocab: 1024\n    seq_len: -5\n",
+    "  model:\n    name: inline\n    layers: 4\n    hidden: 256\n    heads: 8\n    vocab: 1024\n    seq_len: -5\n",  # noqa: E501
 )
 # line 15 is now "  model:", the inline mapping runs over lines 16-21 (seq_len on 21)
 
@@ -94,7 +94,13 @@ CASES: dict[str, tuple[dict[str, str], list[str], list[str]]] = {
     "malformed-yaml": (
         {"inst.yaml": edit(13, "    km: [100")},
         ["validate", "inst.yaml"],
-        ["inst.yaml", ":14:", " routes[0].km:", "malformed YAML", "flow sequence started on line 13"],
+        [
+            "inst.yaml",
+            ":14:",
+            " routes[0].km:",
+            "malformed YAML",
+            "flow sequence started on line 13",
+        ],
     ),
     "unknown-key": (
         {"inst.yaml": edit(13, "    colour: blue", insert=True)},
@@ -152,8 +158,16 @@ CASES: dict[str, tuple[dict[str, str], list[str], list[str]]] = {
         ["inst.yaml", ":20:", " catalog.gpus.h100-sxm.hbm_gb:", "must be > 0, got -80"],
     ),
     "json-instance-field": (
-        {"inst.json": json.dumps({"name": "j", "sites": [{"name": "a", "gpu": "h100-sxm", "gpus": -8}],
-                                  "job": {"model": "tiny-4l", "global_batch": 16}}, indent=2)},
+        {
+            "inst.json": json.dumps(
+                {
+                    "name": "j",
+                    "sites": [{"name": "a", "gpu": "h100-sxm", "gpus": -8}],
+                    "job": {"model": "tiny-4l", "global_batch": 16},
+                },
+                indent=2,
+            )
+        },
         ["validate", "inst.json"],
         ["inst.json", ":7:", " sites[0].gpus:", "must be >= 0, got -8"],
     ),
@@ -195,7 +209,11 @@ class Result:
 def _run(folder: Path, args: list[str]) -> Result:
     """The real CLI in a fresh interpreter."""
     r = subprocess.run(
-        [sys.executable, "-m", "placer.cli", *args], cwd=folder, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "placer.cli", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     return Result(r.returncode, r.stdout, r.stderr)
 
@@ -245,7 +263,9 @@ def test_real_command_line(tmp_path_factory: pytest.TempPathFactory) -> None:
     same message, nothing else on stderr."""
     folders = {name: _write_case(tmp_path_factory, name) for name in SUBPROCESS_CASES}
     with ThreadPoolExecutor(max_workers=len(folders)) as pool:
-        runs = dict(zip(folders, pool.map(lambda n: _run(folders[n], CASES[n][1]), folders), strict=True))
+        runs = dict(
+            zip(folders, pool.map(lambda n: _run(folders[n], CASES[n][1]), folders), strict=True)
+        )
     for name, r in runs.items():
         assert r.returncode == 2, (name, r.stdout + r.stderr)
         assert "Traceback" not in r.stdout + r.stderr
@@ -257,7 +277,10 @@ def test_real_command_line(tmp_path_factory: pytest.TempPathFactory) -> None:
 def test_messages_are_exact(results: dict[str, Result]) -> None:
     """File, line and field path come together, as `file:line: path: message`."""
     assert "inst.yaml:8: sites[1].gpus: must be >= 0, got -8" in results["negative-gpus"].stderr
-    assert "plan.json:4: replica_groups: counts sum to 3, parallelism.dp is 4" in results["plan-dp-sum"].stderr
+    assert (
+        "plan.json:4: replica_groups: counts sum to 3, parallelism.dp is 4"
+        in results["plan-dp-sum"].stderr
+    )
 
 
 def test_union_members_do_not_leak_into_messages(results: dict[str, Result]) -> None:

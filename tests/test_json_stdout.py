@@ -16,12 +16,26 @@ INSTANCE = ROOT / "instances" / "two-campus-100km.yaml"
 
 def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
     # a fresh interpreter: HiGHS prints its banner once per process, at the first solver object
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
 
 
 @pytest.mark.parametrize("backend", ["milp", "cpsat"])
 def test_cli_json_stdout_is_one_document(backend: str, tmp_path: Path) -> None:
-    r = _run(["-m", "placer.cli", "solve", str(INSTANCE), "--backend", backend, "--json", "--time-limit", "60"])
+    r = _run(
+        [
+            "-m",
+            "placer.cli",
+            "solve",
+            str(INSTANCE),
+            "--backend",
+            backend,
+            "--json",
+            "--time-limit",
+            "60",
+        ]
+    )
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)  # raises on a banner or any other text around the document
     assert plan["instance"] == "two-campus-100km" and plan["status"] == "optimal"
@@ -31,7 +45,7 @@ def test_cli_json_stdout_is_one_document(backend: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("backend", ["milp", "cpsat"])
 def test_api_solve_prints_nothing_on_stdout(backend: str) -> None:
-    code = f"import placer; p = placer.solve(placer.load_instance({str(INSTANCE)!r}), backend={backend!r}, time_limit_s=60); assert p.status == 'optimal'"
+    code = f"import placer; p = placer.solve(placer.load_instance({str(INSTANCE)!r}), backend={backend!r}, time_limit_s=60); assert p.status == 'optimal'"  # noqa: E501
     r = _run(["-c", code])
     assert r.returncode == 0, r.stderr
     assert r.stdout == ""
@@ -39,7 +53,20 @@ def test_api_solve_prints_nothing_on_stdout(backend: str) -> None:
 
 def test_cli_json_with_output_dir_writes_the_files_too(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    r = _run(["-m", "placer.cli", "solve", str(INSTANCE), "--backend", "milp", "--json", "-o", str(out), "-q"])
+    r = _run(
+        [
+            "-m",
+            "placer.cli",
+            "solve",
+            str(INSTANCE),
+            "--backend",
+            "milp",
+            "--json",
+            "-o",
+            str(out),
+            "-q",
+        ]
+    )
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert json.loads((out / "plan.json").read_text()) == plan

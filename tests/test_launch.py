@@ -40,10 +40,24 @@ INSTANCES = sorted((REPO / "instances").glob("*.yaml"))
 
 
 def _problem(sites: list[dict], routes: list[dict], global_batch: int, model: str = "tiny-8l"):
-    return problem_from_data({"name": "launch-test", "sites": sites, "routes": routes, "job": {"model": model, "global_batch": global_batch}})
+    return problem_from_data(
+        {
+            "name": "launch-test",
+            "sites": sites,
+            "routes": routes,
+            "job": {"model": model, "global_batch": global_batch},
+        }
+    )
 
 
-def _plan(tp: int, pp: int, groups: list[tuple[int, list[str]]], stage_layers: list[int], links: list[dict] | None = None, m: int = 2) -> Plan:
+def _plan(
+    tp: int,
+    pp: int,
+    groups: list[tuple[int, list[str]]],
+    stage_layers: list[int],
+    links: list[dict] | None = None,
+    m: int = 2,
+) -> Plan:
     dp = sum(c for c, _ in groups)
     return Plan.model_validate(
         {
@@ -62,7 +76,9 @@ AB = [{"sites": ["A", "B"], "km": 100}]
 def case_split_pipeline():
     """2 sites, one chain split A,A | B,B; tp=2 so a node holds 4 TP groups; tp*dp = 12."""
     prob = _problem([{"name": "A", **H100}, {"name": "B", **H100}], AB, global_batch=12)
-    return prob, _plan(2, 4, [(6, ["A", "A", "B", "B"])], [2, 2, 2, 2], [{"sites": ["A", "B"], "waves": 1}])
+    return prob, _plan(
+        2, 4, [(6, ["A", "A", "B", "B"])], [2, 2, 2, 2], [{"sites": ["A", "B"], "waves": 1}]
+    )
 
 
 def case_mixed():
@@ -84,10 +100,17 @@ def case_hetero_nodes():
 def case_aligned():
     """tp = gpus_per_node: one node rank per node; chains in both directions."""
     prob = _problem([{"name": "A", **H100}, {"name": "B", **H100}], AB, global_batch=8)
-    return prob, _plan(8, 2, [(2, ["A", "B"]), (2, ["B", "A"])], [4, 4], [{"sites": ["A", "B"], "waves": 2}])
+    return prob, _plan(
+        8, 2, [(2, ["A", "B"]), (2, ["B", "A"])], [4, 4], [{"sites": ["A", "B"], "waves": 2}]
+    )
 
 
-CASES = {"split_pipeline": case_split_pipeline, "mixed": case_mixed, "hetero_nodes": case_hetero_nodes, "aligned": case_aligned}
+CASES = {
+    "split_pipeline": case_split_pipeline,
+    "mixed": case_mixed,
+    "hetero_nodes": case_hetero_nodes,
+    "aligned": case_aligned,
+}
 
 
 # ----------------------------------------------------------------------------- independent checks
@@ -107,7 +130,9 @@ def parse_hosts(text: str) -> list[tuple[str, int, list[int]]]:
         lo, _, hi = gpus.partition("-")
         g = list(range(int(lo), int(hi or lo) + 1))
         assert int(idx) == len(out) and len(g) == int(nproc) and host == f"{site}-node{node}"
-        assert int(first) == sum(len(x[2]) for x in out), "node ranks must hold consecutive global ranks"
+        assert int(first) == sum(len(x[2]) for x in out), (
+            "node ranks must hold consecutive global ranks"
+        )
         out.append((site, int(node), g))
     return out
 
@@ -156,7 +181,9 @@ def check_megatron(problem, plan: Plan, files: dict[str, str]) -> None:
     chains = Counter()
     for d in range(dp):
         for p in range(pp):
-            assert same_domain(problem, [loc[rank(t, d, p)] for t in range(tp)]), "TP group leaves its NVLink domain"
+            assert same_domain(problem, [loc[rank(t, d, p)] for t in range(tp)]), (
+                "TP group leaves its NVLink domain"
+            )
         chains[tuple(loc[rank(0, d, p)][0] for p in range(pp))] += 1
     assert chains == plan_chains(plan)
     # the layers per stage Megatron will build
@@ -168,7 +195,11 @@ def check_megatron(problem, plan: Plan, files: dict[str, str]) -> None:
         la = int(last.group(1)) if last else None
         rest, n = layers - (f or 0) - (la or 0), pp - (f is not None) - (la is not None)
         assert n == 0 or rest % n == 0
-        split = ([f] if f is not None else []) + [rest // n] * n + ([la] if la is not None else []) if n else [f, la]
+        split = (
+            ([f] if f is not None else []) + [rest // n] * n + ([la] if la is not None else [])
+            if n
+            else [f, la]
+        )
         assert split == list(plan.stage_layers)
 
 
@@ -186,7 +217,16 @@ def check_torchtitan(problem, plan: Plan, files: dict[str, str]) -> None:
                 key = None
             elif key is not None:
                 cfg[key].append(t)
-        cfg = {k: (int(v[0]) if len(v) == 1 and v[0].isdigit() else [x.split(",") for x in v] if k == "module_fqns_per_model_part" else v) for k, v in cfg.items()}
+        cfg = {
+            k: (
+                int(v[0])
+                if len(v) == 1 and v[0].isdigit()
+                else [x.split(",") for x in v]
+                if k == "module_fqns_per_model_part"
+                else v
+            )
+            for k, v in cfg.items()
+        }
     rep, shard = cfg["data_parallel_replicate_degree"], cfg["data_parallel_shard_degree"]
     tp, pp = cfg["tensor_parallel_degree"], cfg["pipeline_parallel_degree"]
     loc = rank_locations(files["torchtitan_hosts.txt"])
@@ -197,16 +237,22 @@ def check_torchtitan(problem, plan: Plan, files: dict[str, str]) -> None:
     for r in range(rep):
         for s in range(shard):
             for p in range(pp):
-                assert same_domain(problem, [loc[x] for x in mesh[p, r, s, 0, :]]), "TP group leaves its NVLink domain"
+                assert same_domain(problem, [loc[x] for x in mesh[p, r, s, 0, :]]), (
+                    "TP group leaves its NVLink domain"
+                )
             chains[tuple(loc[mesh[p, r, s, 0, 0]][0] for p in range(pp))] += 1
     assert chains == plan_chains(plan)
     for p in range(pp):
         for r in range(rep):
             for t in range(tp):
-                assert len({loc[x][0] for x in mesh[p, r, :, 0, t]}) == 1, "FSDP shard group crosses sites"
+                assert len({loc[x][0] for x in mesh[p, r, :, 0, t]}) == 1, (
+                    "FSDP shard group crosses sites"
+                )
     if pp > 1:
         parts = cfg["module_fqns_per_model_part"]
-        assert [sum(m.startswith("layers.") for m in part) for part in parts] == list(plan.stage_layers)
+        assert [sum(m.startswith("layers.") for m in part) for part in parts] == list(
+            plan.stage_layers
+        )
         assert parts[-1][-1] == ("output" if "torchtitan.toml" in files else "lm_head")
 
 
@@ -215,7 +261,9 @@ def check_rankmap(problem, plan: Plan, files: dict[str, str]) -> None:
     par = plan.parallelism
     world = par.tp * par.pp * par.dp
     assert [int(r["rank"]) for r in rows] == list(range(world))
-    assert {(int(r["tp"]), int(r["pp"]), int(r["dp"])) for r in rows} == {(t, p, d) for t in range(par.tp) for p in range(par.pp) for d in range(par.dp)}
+    assert {(int(r["tp"]), int(r["pp"]), int(r["dp"])) for r in rows} == {
+        (t, p, d) for t in range(par.tp) for p in range(par.pp) for d in range(par.dp)
+    }
     loc = [(r["site"], int(r["node"]), int(r["local_gpu"])) for r in rows]
     check_physical(problem, plan, loc)
     expected = Counter()
@@ -225,9 +273,13 @@ def check_rankmap(problem, plan: Plan, files: dict[str, str]) -> None:
     assert Counter(site for site, _, _ in loc) == expected
     by_group: dict[tuple[int, int], set] = {}
     for r in rows:
-        by_group.setdefault((int(r["pp"]), int(r["dp"])), set()).add((r["site"], domain_of(problem, r["site"], int(r["node"]))))
+        by_group.setdefault((int(r["pp"]), int(r["dp"])), set()).add(
+            (r["site"], domain_of(problem, r["site"], int(r["node"])))
+        )
     assert all(len(v) == 1 for v in by_group.values())
-    chains = Counter(tuple(next(iter(by_group[(p, d)]))[0] for p in range(par.pp)) for d in range(par.dp))
+    chains = Counter(
+        tuple(next(iter(by_group[(p, d)]))[0] for p in range(par.pp)) for d in range(par.dp)
+    )
     assert chains == plan_chains(plan)
     data = json.loads(files["rankmap.json"])
     assert data["world_size"] == world and len(data["ranks"]) == world
@@ -243,8 +295,12 @@ def check_slurm_torchrun(files: dict[str, str], host_text: str) -> None:
         seen[h] += 1
     sb = files["slurm.sbatch"]
     directives = [ln for ln in sb.splitlines() if ln.startswith("#SBATCH")]
-    assert not any("distribution" in d for d in directives), "arbitrary distribution belongs on the srun line only"
-    assert any(d.startswith(("#SBATCH --gpus-per-node=", "#SBATCH --exclusive")) for d in directives)
+    assert not any("distribution" in d for d in directives), (
+        "arbitrary distribution belongs on the srun line only"
+    )
+    assert any(
+        d.startswith(("#SBATCH --gpus-per-node=", "#SBATCH --exclusive")) for d in directives
+    )
     srun = next(ln for ln in sb.splitlines() if ln.startswith("srun "))
     assert "--distribution=arbitrary" in srun and not re.search(r"\s(-N|--nodes)[ =]", srun)
     assert set(files["slurm_nodes.txt"].split()) == set(hosts)
@@ -258,7 +314,10 @@ def check_slurm_torchrun(files: dict[str, str], host_text: str) -> None:
             m = re.match(r"\s+(\S+)\)$", ln)
             if m:
                 host = m.group(1)
-            m = re.search(r"CUDA_VISIBLE_DEVICES=(\S+) .*--nnodes=(\d+) --node_rank=(\d+) --nproc_per_node=(\d+)", ln)
+            m = re.search(
+                r"CUDA_VISIBLE_DEVICES=(\S+) .*--nnodes=(\d+) --node_rank=(\d+) --nproc_per_node=(\d+)",  # noqa: E501
+                ln,
+            )
             if m:
                 gpus = [int(x) for x in m.group(1).split(",")]
                 assert int(m.group(2)) == len(units) and int(m.group(4)) == len(gpus)
@@ -271,7 +330,10 @@ def check_all(problem, plan: Plan, files: dict[str, str]) -> None:
     check_megatron(problem, plan, files)
     check_torchtitan(problem, plan, files)
     check_slurm_torchrun(files, files["megatron_hosts.txt"])
-    assert files["megatron_hosts.txt"].split("# Line i")[1] == files["torchtitan_hosts.txt"].split("# Line i")[1]
+    assert (
+        files["megatron_hosts.txt"].split("# Line i")[1]
+        == files["torchtitan_hosts.txt"].split("# Line i")[1]
+    )
 
 
 # ----------------------------------------------------------------------------- tests
@@ -289,7 +351,13 @@ def _render_unchecked(problem, plan):
 
     lay = launch.build_layout(problem, plan)
     out: dict[str, str] = {}
-    for fn in (launch.rankmap_files, launch.megatron_files, launch.torchtitan_files, launch.torchrun_files, launch.slurm_files):
+    for fn in (
+        launch.rankmap_files,
+        launch.megatron_files,
+        launch.torchtitan_files,
+        launch.torchrun_files,
+        launch.slurm_files,
+    ):
         out.update(fn(lay))
     return out
 
@@ -297,7 +365,7 @@ def _render_unchecked(problem, plan):
 def test_mixed_plan_shares_nodes_between_node_ranks():
     problem, plan = case_mixed()
     lay = build_layout(problem, plan)
-    # hand count: replicas sorted by chain: 0-2 (A,A), 3-4 (A,B), 5-6 (B,B); TP group t = dp + 7 * pp.
+    # hand count: replicas sorted by chain: 0-2 (A,A), 3-4 (A,B), 5-6 (B,B); TP group t = dp + 7 * pp.  # noqa: E501
     # A hosts t=0..4 (stage 0) and t=7..9 (stage 1), 4 per node: A0 = t0-3, A1 = t4 | t7-9.
     # B hosts t=5,6 and t=10..13: B0 = t5-6 | t10-11, B1 = t12-13.
     assert lay.nodes_by_site == {"A": 2, "B": 2}
@@ -324,7 +392,10 @@ def test_aligned_plan_one_node_rank_per_node():
     [
         ([4, 4], {}),
         ([3, 5], {"--decoder-first-pipeline-num-layers": "3"}),
-        ([5, 6, 6, 6, 7], {"--decoder-first-pipeline-num-layers": "5", "--decoder-last-pipeline-num-layers": "7"}),
+        (
+            [5, 6, 6, 6, 7],
+            {"--decoder-first-pipeline-num-layers": "5", "--decoder-last-pipeline-num-layers": "7"},
+        ),
         ([6, 6, 6, 5], {"--decoder-last-pipeline-num-layers": "5"}),
     ],
 )
@@ -344,7 +415,9 @@ def test_megatron_uneven_middle_is_flagged():
 
 
 def test_tp_larger_than_node_cannot_launch():
-    problem = _problem([{"name": "A", "gpu": "h100-sxm", "gpus": 64, "gpus_per_node": 4}], [], global_batch=4)
+    problem = _problem(
+        [{"name": "A", "gpu": "h100-sxm", "gpus": 64, "gpus_per_node": 4}], [], global_batch=4
+    )
     plan = _plan(8, 1, [(2, ["A"])], [8])
     with pytest.raises(InputError, match="tp=8 does not fit in an NVLink domain of site 'A'"):
         build_layout(problem, plan)
@@ -352,7 +425,9 @@ def test_tp_larger_than_node_cannot_launch():
 
 def test_unknown_format_lists_formats(tmp_path):
     problem, plan = case_aligned()
-    with pytest.raises(InputError, match="formats: bom, rankmap, megatron, torchtitan, torchrun, slurm, all"):
+    with pytest.raises(
+        InputError, match="formats: bom, rankmap, megatron, torchtitan, torchrun, slurm, all"
+    ):
         export(problem, plan, "yaml", tmp_path)
     assert not list(tmp_path.iterdir())
 
@@ -369,14 +444,22 @@ def test_infeasible_plan_is_input_error(tmp_path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "placer.cli", "export", *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "placer.cli", "export", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
 def cli_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     inst = d / "inst.yaml"
-    inst.write_text("name: cli-test\nsites:\n  - {name: A, gpu: h100-sxm, gpus: 64}\n  - {name: B, gpu: h100-sxm, gpus: 64}\nroutes:\n  - {sites: [A, B], km: 100}\njob: {model: tiny-8l, global_batch: 8}\n")
+    inst.write_text(
+        "name: cli-test\nsites:\n  - {name: A, gpu: h100-sxm, gpus: 64}\n  - {name: B, gpu: h100-sxm, gpus: 64}\nroutes:\n  - {sites: [A, B], km: 100}\njob: {model: tiny-8l, global_batch: 8}\n"  # noqa: E501
+    )
     _, plan = case_aligned()
     good = d / "plan.json"
     good.write_text(plan.model_dump_json())
@@ -431,7 +514,9 @@ def solved():
                 _SOLVED[path.name] = (problem, None, time.perf_counter() - t0, str(exc))
         problem, plan, seconds, why = _SOLVED[path.name]
         if plan is None or seconds > 60:
-            pytest.skip(f"{path.name}: CP-SAT solve took {seconds:.0f} s (> 60 s budget) {why or ''}".strip())
+            pytest.skip(
+                f"{path.name}: CP-SAT solve took {seconds:.0f} s (> 60 s budget) {why or ''}".strip()  # noqa: E501
+            )
         return problem, plan
 
     return get
@@ -444,7 +529,9 @@ def test_shipped_instances_export_every_format(solved, path, tmp_path):
     for fmt in FORMAT_NAMES:
         for p in export(problem, plan, fmt, tmp_path / fmt):
             written.setdefault(fmt, {})[p.name] = p.read_text()
-    assert set(written["all"]) == {name for fmt in FORMAT_NAMES if fmt != "all" for name in written[fmt]}
+    assert set(written["all"]) == {
+        name for fmt in FORMAT_NAMES if fmt != "all" for name in written[fmt]
+    }
     files = written["all"]
     for name, text in files.items():
         if name.endswith(".json"):
@@ -458,7 +545,9 @@ def test_shipped_instances_export_every_format(solved, path, tmp_path):
     if bash:
         for name in files:
             if name.endswith((".sh", ".sbatch")):
-                r = subprocess.run([bash, "-n", str(tmp_path / "all" / name)], capture_output=True, text=True)
+                r = subprocess.run(
+                    [bash, "-n", str(tmp_path / "all" / name)], capture_output=True, text=True
+                )
                 assert r.returncode == 0, f"{name}: {r.stderr}"
     check_all(problem, plan, files)
     bom = json.loads(files["bom.json"])
@@ -468,14 +557,37 @@ def test_shipped_instances_export_every_format(solved, path, tmp_path):
 @pytest.mark.parametrize(
     ("job", "present", "absent"),
     [
-        ({}, ["--sequence-parallel", "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap"], []),
-        ({"overlap": {"grad_reduce": False, "param_gather": False, "tp_comm": False}}, ["--sequence-parallel"], ["--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap"]),
-        ({"zero1": False, "sequence_parallel": False}, ["--overlap-grad-reduce"], ["--sequence-parallel", "--overlap-param-gather", "--tp-comm-overlap"]),
+        (
+            {},
+            [
+                "--sequence-parallel",
+                "--overlap-grad-reduce",
+                "--overlap-param-gather",
+                "--tp-comm-overlap",
+            ],
+            [],
+        ),
+        (
+            {"overlap": {"grad_reduce": False, "param_gather": False, "tp_comm": False}},
+            ["--sequence-parallel"],
+            ["--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap"],
+        ),
+        (
+            {"zero1": False, "sequence_parallel": False},
+            ["--overlap-grad-reduce"],
+            ["--sequence-parallel", "--overlap-param-gather", "--tp-comm-overlap"],
+        ),
     ],
 )
 def test_megatron_flags_match_the_overlap_the_model_prices(job, present, absent):
     """The step time assumes job.overlap and job.sequence_parallel; Megatron gets the flags."""
-    problem = problem_from_data({"name": "ov", "sites": [{"name": "A", **H100}], "job": {"model": "tiny-8l", "global_batch": 4, **job}})
+    problem = problem_from_data(
+        {
+            "name": "ov",
+            "sites": [{"name": "A", **H100}],
+            "job": {"model": "tiny-8l", "global_batch": 4, **job},
+        }
+    )
     text = _render_unchecked(problem, _plan(2, 2, [(2, ["A", "A"])], [4, 4]))["megatron_args.sh"]
     for flag in present:
         assert flag in text
@@ -483,7 +595,7 @@ def test_megatron_flags_match_the_overlap_the_model_prices(job, present, absent)
         assert flag not in text
 
 
-# ----------------------------------------------------------------------------- hosts apart from NVLink domains
+# ----------------------------------------------------------------------------- hosts apart from NVLink domains  # noqa: E501
 
 
 def test_nvl72_rack_is_18_hosts_of_4_gpus():
@@ -498,9 +610,18 @@ def test_nvl72_rack_is_18_hosts_of_4_gpus():
     rows = [r for r in lay.ranks if r.site == "G"]
     assert lay.hosts_by_site["G"] == list(range(22)) and {r.domain for r in rows} == {0, 1}
     assert all(r.node // 18 == r.domain for r in rows)
-    for (p, d) in {(r.pp, r.dp) for r in rows}:
+    for p, d in {(r.pp, r.dp) for r in rows}:
         group = [r for r in rows if (r.pp, r.dp) == (p, d)]
-        assert len({r.node for r in group}) == 2 and sorted(r.local_gpu for r in group) == [0, 0, 1, 1, 2, 2, 3, 3]
+        assert len({r.node for r in group}) == 2 and sorted(r.local_gpu for r in group) == [
+            0,
+            0,
+            1,
+            1,
+            2,
+            2,
+            3,
+            3,
+        ]
     assert "#SBATCH --exclusive" in files["slurm.sbatch"]  # 4- and 8-GPU hosts in one job
 
 
@@ -515,16 +636,28 @@ def test_tp16_on_nvl72_leaves_the_last_two_trays_idle():
 
 def test_named_hosts_replace_placeholders_everywhere(tmp_path):
     a = [f"gpu-a{i:03d}" for i in range(8)]
-    (tmp_path / "b.hosts").write_text("# site B\n" + "".join(f"b{i}.example slots=8\n" for i in range(8)))
+    (tmp_path / "b.hosts").write_text(
+        "# site B\n" + "".join(f"b{i}.example slots=8\n" for i in range(8))
+    )
     sites = [{"name": "A", **H100, "hosts": a}, {"name": "B", **H100, "hostfile": "b.hosts"}]
-    prob = problem_from_data({"name": "named", "sites": sites, "routes": AB, "job": {"model": "tiny-8l", "global_batch": 12}}, base=tmp_path)
+    prob = problem_from_data(
+        {
+            "name": "named",
+            "sites": sites,
+            "routes": AB,
+            "job": {"model": "tiny-8l", "global_batch": 12},
+        },
+        base=tmp_path,
+    )
     _, plan = case_split_pipeline()
     files = render(prob, plan, "all")
     used = {*files["slurm_nodes.txt"].split()}
     assert used and used <= {*a, *(f"b{i}.example" for i in range(8))}
     for name, text in files.items():
         assert not re.search(r"\b[AB]-node\d", text), f"{name} still has a placeholder host"
-    assert f"#SBATCH --nodelist={','.join(files['slurm_nodes.txt'].split())}" in files["slurm.sbatch"]
+    assert (
+        f"#SBATCH --nodelist={','.join(files['slurm_nodes.txt'].split())}" in files["slurm.sbatch"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -539,11 +672,27 @@ def test_named_hosts_replace_placeholders_everywhere(tmp_path):
 )
 def test_bad_hosts_are_input_errors(site, msg, tmp_path):
     with pytest.raises(InputError, match=re.escape(msg)):
-        problem_from_data({"name": "x", "sites": [{"name": "A", **H100, **site}], "routes": [], "job": {"model": "tiny-8l", "global_batch": 8}}, base=tmp_path)
+        problem_from_data(
+            {
+                "name": "x",
+                "sites": [{"name": "A", **H100, **site}],
+                "routes": [],
+                "job": {"model": "tiny-8l", "global_batch": 8},
+            },
+            base=tmp_path,
+        )
 
 
 def test_catalog_host_shape_defaults():
-    prob = _problem([{"name": "G", "gpu": "gb300", "gpus": 72}, {"name": "H", **H100}, {"name": "S", "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4}], [], global_batch=8)
+    prob = _problem(
+        [
+            {"name": "G", "gpu": "gb300", "gpus": 72},
+            {"name": "H", **H100},
+            {"name": "S", "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4},
+        ],
+        [],
+        global_batch=8,
+    )
     assert [site_gpus_per_host(prob, s) for s in "GHS"] == [4, 8, 4]
     assert [site_gpus_per_node(prob, s) for s in "GHS"] == [72, 8, 4]
 
@@ -561,18 +710,30 @@ def test_megatron_llama_and_memory_model_flags():
     plan = _plan(2, 2, [(4, ["A", "A"])], [2, 2])
     text = render(prob, plan, "megatron")["megatron_args.sh"]
     flags = _megatron_flags(prob, plan)
-    assert {"--sequence-parallel", "--position-embedding-type", "--normalization", "--disable-bias-linear", "--swiglu", "--group-query-attention"} <= flags
+    assert {
+        "--sequence-parallel",
+        "--position-embedding-type",
+        "--normalization",
+        "--disable-bias-linear",
+        "--swiglu",
+        "--group-query-attention",
+    } <= flags
     assert "--untie-embeddings-and-output-weights" not in flags  # tiny-gqa ties its embeddings
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text  # H100 = compute capability 9.0 < 10
     assert "--num-layers-per-virtual-pipeline-stage" not in flags  # plans carry no interleaving yet
 
 
 def test_megatron_gpt_family_and_blackwell():
-    prob = _problem([{"name": "G", "gpu": "gb200", "gpus": 72}], [], global_batch=16, model="tiny-8l")
+    prob = _problem(
+        [{"name": "G", "gpu": "gb200", "gpus": 72}], [], global_batch=16, model="tiny-8l"
+    )
     plan = _plan(4, 1, [(8, ["G"])], [8])
     text = render(prob, plan, "megatron")["megatron_args.sh"]
     flags = _megatron_flags(prob, plan)
-    assert "--sequence-parallel" in flags and "CUDA_DEVICE_MAX_CONNECTIONS" not in text.split("MEGATRON_ARGS")[0].split("#")[-1]
+    assert (
+        "--sequence-parallel" in flags
+        and "CUDA_DEVICE_MAX_CONNECTIONS" not in text.split("MEGATRON_ARGS")[0].split("#")[-1]
+    )
     assert "export CUDA_DEVICE_MAX_CONNECTIONS" not in text
     if not prob.model.gated_ffn:
         assert "--normalization" not in flags and "--swiglu" not in flags

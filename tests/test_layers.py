@@ -59,6 +59,18 @@ def test_no_import_cycles() -> None:
 def test_rules_below_evaluator_and_formulations() -> None:
     g = import_graph()
     below = nx.descendants(g, "placer.rules")
-    assert not below & {"placer.evaluate", "placer.resilience", "placer.optimize.milp", "placer.optimize.cpsat", "placer.cli"}
-    for user in ("placer.optimize.space", "placer.optimize.data", "placer.optimize.explain", "placer.optimize.driver", "placer.outputs.launch"):
+    assert not below & {
+        "placer.evaluate",
+        "placer.resilience",
+        "placer.optimize.milp",
+        "placer.optimize.cpsat",
+        "placer.cli",
+    }
+    for user in (
+        "placer.optimize.space",
+        "placer.optimize.data",
+        "placer.optimize.explain",
+        "placer.optimize.driver",
+        "placer.outputs.launch",
+    ):
         assert "placer.rules" in g.successors(user), user

@@ -41,13 +41,25 @@ def test_evaluate_json_of_an_infeasible_plan_is_valid_json(tmp_path: Path) -> No
     "edit,headline,amount",
     [
         # pue and power: power binds (not the link budget)
-        (lambda t: t.replace("pue: 1.2", "pue: 10").replace("power_mw: 7.0", "power_mw: 0.1"), "power: ", "short by 64 GPUs"),
+        (
+            lambda t: t.replace("pue: 1.2", "pue: 10").replace("power_mw: 7.0", "power_mw: 0.1"),
+            "power: ",
+            "short by 64 GPUs",
+        ),
         (lambda t: t.replace("gpus: 4096", "gpus: 0"), "GPUs: ", "short by 8 GPUs"),
-        (lambda t: t.replace("  max_cost_usd: 2000000", "  max_cost_usd: 2000000\n  max_step_time_s: 0.01"), "step time: ", "s too tight"),
+        (
+            lambda t: t.replace(
+                "  max_cost_usd: 2000000", "  max_cost_usd: 2000000\n  max_step_time_s: 0.01"
+            ),
+            "step time: ",
+            "s too tight",
+        ),
     ],
     ids=["power", "zero-gpus", "max-step-time"],
 )
-def test_infeasibility_names_the_binding_resource_and_shortfall(tmp_path: Path, edit, headline: str, amount: str) -> None:
+def test_infeasibility_names_the_binding_resource_and_shortfall(
+    tmp_path: Path, edit, headline: str, amount: str
+) -> None:
     f = tmp_path / "i.yaml"
     f.write_text(edit(BASE))
     r = runner.invoke(app, ["solve", str(f), "-q", "-o", str(tmp_path / "out")])
@@ -63,4 +75,7 @@ def test_node_size_error_is_attributed_to_the_site(tmp_path: Path) -> None:
     f.write_text(BASE.replace("pue: 1.2", "pue: 1.2\n    gpus_per_node: 3", 1))
     r = runner.invoke(app, ["validate", str(f)])
     assert r.exit_code == 2
-    assert f"{f}:13: sites[0].gpus_per_node: 3 GPUs per node fit none of the tensor-parallel candidates" in r.output
+    assert (
+        f"{f}:13: sites[0].gpus_per_node: 3 GPUs per node fit none of the tensor-parallel candidates"  # noqa: E501
+        in r.output
+    )

@@ -43,7 +43,7 @@ def _consistent(folder: Path) -> str:
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["-o", ""], '-o: empty path'),
+        (["-o", ""], "-o: empty path"),
         (["-o", "{tmp}/file"], "{tmp}/file: the output folder is an existing file"),
         (["-o", "{tmp}/file/sub"], "{tmp}/file: a parent of the output folder"),
     ],
@@ -65,7 +65,9 @@ def test_dot_names_cannot_escape_the_output_folder(tmp_path: Path) -> None:
         assert r.exit_code == 2 and f"{f}:2: name: must not consist of dots only" in r.output
 
 
-def test_os_error_mid_set_is_exit_2_and_keeps_the_old_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_os_error_mid_set_is_exit_2_and_keeps_the_old_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
     assert runner.invoke(app, ["solve", str(THREE), "-q", "-o", str(out)]).exit_code == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
@@ -91,7 +93,10 @@ def test_read_only_target_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(fileset.tempfile, "mkdtemp", denied)
     r = runner.invoke(app, ["solve", str(TWO), "-q", "-o", str(tmp_path / "out")])
-    assert r.exit_code == 2 and f"{tmp_path / 'out'}: cannot write output (Permission denied" in r.output
+    assert (
+        r.exit_code == 2
+        and f"{tmp_path / 'out'}: cannot write output (Permission denied" in r.output
+    )
 
 
 def test_foreign_folder_keeps_user_files_and_gets_a_manifest(tmp_path: Path) -> None:
@@ -101,9 +106,13 @@ def test_foreign_folder_keeps_user_files_and_gets_a_manifest(tmp_path: Path) -> 
     assert _consistent(tmp_path) == "two-campus-100km"
 
 
-def test_concurrent_reader_never_sees_a_mix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_concurrent_reader_never_sees_a_mix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
-    monkeypatch.setattr(fileset, "OUTPUT_NAME", fileset.re.compile(r"^(a\.txt|b\.txt|manifest\.json)$"))
+    monkeypatch.setattr(
+        fileset, "OUTPUT_NAME", fileset.re.compile(r"^(a\.txt|b\.txt|manifest\.json)$")
+    )
     write_set(out, {"a.txt": "0", "b.txt": "0"})
     stop, seen, bad = threading.Event(), set(), []
 
@@ -142,7 +151,9 @@ def test_concurrent_reader_never_sees_a_mix(tmp_path: Path, monkeypatch: pytest.
 
 
 def _start(args: list[str], **kw: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([*PLACER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, **kw)
+    return subprocess.Popen(
+        [*PLACER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, **kw
+    )
 
 
 def test_sigkill_while_writing_leaves_the_old_or_the_new_set(tmp_path: Path) -> None:
@@ -183,7 +194,9 @@ def _interrupt_when(p: subprocess.Popen[str], marker: str, sig: int) -> str:
 
 
 @pytest.mark.parametrize("backend,sig", [("cpsat", signal.SIGINT), ("milp", signal.SIGTERM)])
-def test_signal_mid_search_keeps_the_best_plan_as_feasible(tmp_path: Path, backend: str, sig: int) -> None:
+def test_signal_mid_search_keeps_the_best_plan_as_feasible(
+    tmp_path: Path, backend: str, sig: int
+) -> None:
     out = tmp_path / "out"
     assert runner.invoke(app, ["solve", str(THREE), "-q", "-o", str(out)]).exit_code == 0
     p = _start(["solve", str(METRO), "-o", str(out), "--backend", backend, "--time-limit", "60"])

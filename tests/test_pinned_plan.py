@@ -30,14 +30,21 @@ from placer.rules import config_of
 
 pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:DeprecationWarning")
 
-REL = {"milp": 1e-6, "cpsat": 1e-5}  # HiGHS tolerances; CP-SAT rounds each term (and the overlap windows) to its ticks: the library bound
+REL = {
+    "milp": 1e-6,
+    "cpsat": 1e-5,
+}  # HiGHS tolerances; CP-SAT rounds each term (and the overlap windows) to its ticks: the library bound  # noqa: E501
 
 
 def _eligible(case: sc.Case) -> bool:
     inst = case.instance
     mode = inst["job"]["sync"]["mode"]
     # every time component is minimized by the step-time objective (streaming hides T_wan)
-    return not case.infeasible and inst["objective"]["minimize"] == "step_time" and mode in ("synchronous", "diloco")
+    return (
+        not case.infeasible
+        and inst["objective"]["minimize"] == "step_time"
+        and mode in ("synchronous", "diloco")
+    )
 
 
 CASES = [c for c in sc.cases() if _eligible(c)]
@@ -127,7 +134,10 @@ def cpsat_components(case_id: str) -> dict[str, float]:
     proto, values = M.Proto(), solver.ResponseProto().solution
     for ct in proto.constraints:
         if ct.name.startswith("site.power:"):
-            mw = sum(coef * values[var] for var, coef in zip(ct.linear.vars, ct.linear.coeffs, strict=True))
+            mw = sum(
+                coef * values[var]
+                for var, coef in zip(ct.linear.vars, ct.linear.coeffs, strict=True)
+            )
             got[f"power_w[{ct.name.split(':', 1)[1]}]"] = mw / 1000
     return got
 
@@ -153,10 +163,20 @@ def test_families_equal_the_evaluator(case_id: str, backend: str) -> None:
     for key, value in got.items():
         if key.endswith("_s"):
             tol = max(REL[backend] * step, 2 * tick)
-            assert value == pytest.approx(want[key], rel=REL[backend], abs=tol), (key, value, want[key])
+            assert value == pytest.approx(want[key], rel=REL[backend], abs=tol), (
+                key,
+                value,
+                want[key],
+            )
         elif key == "capex_usd":
-            assert value == pytest.approx(want[key], abs=0.5 * max(1, len(res.plan.links))), (key, value, want[key])
+            assert value == pytest.approx(want[key], abs=0.5 * max(1, len(res.plan.links))), (
+                key,
+                value,
+                want[key],
+            )
         else:
             assert value == pytest.approx(want[key], rel=1e-9, abs=0.01), (key, value, want[key])
     if backend == "milp":  # every site has a power expression in the MILP
-        assert {k for k in got if k.startswith("power_w")} == {k for k in want if k.startswith("power_w")}
+        assert {k for k in got if k.startswith("power_w")} == {
+            k for k in want if k.startswith("power_w")
+        }

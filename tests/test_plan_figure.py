@@ -40,7 +40,10 @@ def solved(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_positions_from_coordinates_are_equirectangular() -> None:
     prob = load_instance(INSTANCE)
     coords = {"a": (60.0, 10.0), "b": (60.0, 12.0), "c": (62.0, 10.0)}
-    sites = [s.model_copy(update={"lat": coords[s.name][0], "lon": coords[s.name][1]}) for s in prob.instance.sites]
+    sites = [
+        s.model_copy(update={"lat": coords[s.name][0], "lon": coords[s.name][1]})
+        for s in prob.instance.sites
+    ]
     pos = site_positions(problem_with(prob, sites=sites))
     # mean latitude 60.667 deg: one degree of longitude is cos(60.667 deg) of one of latitude
     k = math.cos(math.radians((60 + 60 + 62) / 3))
@@ -60,11 +63,18 @@ def test_stages_by_site_lists_ranges_and_counts() -> None:
         {
             "parallelism": {"tp": 1, "pp": 4, "dp": 5, "micro_batch": 1},
             "stage_layers": [1, 1, 1, 1],
-            "replica_groups": [{"count": 3, "stage_sites": ["a", "a", "b", "a"]}, {"count": 2, "stage_sites": ["c"] * 4}],
+            "replica_groups": [
+                {"count": 3, "stage_sites": ["a", "a", "b", "a"]},
+                {"count": 2, "stage_sites": ["c"] * 4},
+            ],
             "links": [],
         }
     )
-    assert stages_by_site(plan) == {"a": ["3 x stages 0-1,3"], "b": ["3 x stages 2"], "c": ["2 x stages 0-3"]}
+    assert stages_by_site(plan) == {
+        "a": ["3 x stages 0-1,3"],
+        "b": ["3 x stages 2"],
+        "c": ["2 x stages 0-3"],
+    }
 
 
 def test_figure_draws_every_route_and_marks_idle_ones(solved: Path) -> None:
@@ -74,7 +84,11 @@ def test_figure_draws_every_route_and_marks_idle_ones(solved: Path) -> None:
     fig = plan_figure(prob, plan, ev)
     ax = fig.axes[0]
     assert len(ax.lines) == len(prob.instance.routes)
-    loaded = {k for k in set(ev.step.route_pp_s) | set(ev.step.route_dp_s) if ev.step.route_pp_s.get(k, 0) + ev.step.route_dp_s.get(k, 0) > 0}
+    loaded = {
+        k
+        for k in set(ev.step.route_pp_s) | set(ev.step.route_dp_s)
+        if ev.step.route_pp_s.get(k, 0) + ev.step.route_dp_s.get(k, 0) > 0
+    }
     dashed = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
     assert len(dashed) == len(prob.instance.routes) - len(loaded)
     svg = render_plan_figure(prob, plan, ev, "svg").decode()
@@ -87,12 +101,27 @@ def test_figure_draws_every_route_and_marks_idle_ones(solved: Path) -> None:
 
 def test_cli_plot_plan_png_and_bad_suffix(solved: Path, tmp_path: Path) -> None:
     png = tmp_path / "plan.png"
-    r = CliRunner().invoke(app, ["plot-plan", str(solved / "plan.json"), "-i", str(INSTANCE), "-o", str(png)])
+    r = CliRunner().invoke(
+        app, ["plot-plan", str(solved / "plan.json"), "-i", str(INSTANCE), "-o", str(png)]
+    )
     assert r.exit_code == 0, r.output
     head = png.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n"
-    assert struct.unpack(">II", head[16:24]) == (round(FIGSIZE_IN[0] * DPI), round(FIGSIZE_IN[1] * DPI))
-    r = CliRunner().invoke(app, ["plot-plan", str(solved / "plan.json"), "-i", str(INSTANCE), "-o", str(tmp_path / "plan.gif")])
+    assert struct.unpack(">II", head[16:24]) == (
+        round(FIGSIZE_IN[0] * DPI),
+        round(FIGSIZE_IN[1] * DPI),
+    )
+    r = CliRunner().invoke(
+        app,
+        [
+            "plot-plan",
+            str(solved / "plan.json"),
+            "-i",
+            str(INSTANCE),
+            "-o",
+            str(tmp_path / "plan.gif"),
+        ],
+    )
     assert r.exit_code == 2 and "plan.gif" in r.output
     assert not (tmp_path / "plan.gif").exists()
 

@@ -17,7 +17,9 @@ README = (REPO / "README.md").read_text()
 
 
 def _example_block() -> str:
-    m = re.search(r"```\n\$ placer solve instances/two-campus-100km.yaml\n(.*?)```", README, flags=re.S)
+    m = re.search(
+        r"```\n\$ placer solve instances/two-campus-100km.yaml\n(.*?)```", README, flags=re.S
+    )
     assert m, "README has no worked example block"
     return m.group(1)
 
@@ -35,14 +37,19 @@ def test_worked_example_numbers() -> None:
     assert f": {waves} waves; capex ${ev.capex_usd:,.0f}" in block
     assert f"tokens/s {ev.tokens_per_s:,.0f}  MFU {ev.mfu:.1%}" in block
     for site in ("north", "south"):
-        assert re.search(rf"│ {site}\s+│\s+{ev.gpus_by_site[site]} │\s+{ev.power_mw[site]:.3f} │", block), site
+        assert re.search(
+            rf"│ {site}\s+│\s+{ev.gpus_by_site[site]} │\s+{ev.power_mw[site]:.3f} │", block
+        ), site
     text = " ".join(README.split())
     assert f"stages 0-{par.pp // 2 - 1} in north, {par.pp // 2}-{par.pp - 1} in south" in text
 
 
 @pytest.mark.slow
 def test_resilient_instance_spare_waves() -> None:
-    m = re.search(r"`instances/four-metro-resilient.yaml` the ring needs (\d+) spare waves, OptCC (\w+)\.", " ".join(README.split()))
+    m = re.search(
+        r"`instances/four-metro-resilient.yaml` the ring needs (\d+) spare waves, OptCC (\w+)\.",
+        " ".join(README.split()),
+    )
     assert m, "README quotes no spare waves"
     res = solve(load_instance(REPO / "instances" / "four-metro-resilient.yaml"))
     summary = res.plan.resilience

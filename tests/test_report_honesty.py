@@ -44,12 +44,19 @@ def test_spare_waves_table_has_no_negative_cells() -> None:
         "max_slowdown": 0.0,
         "failures": {},
         "waves_without_resilience": {"a-b": 3, "b-c": 4},
-        "spare_waves_ring_by_route": {"a-b": -3, "b-c": 6},  # the guarantee moved a-b's waves to b-c
+        "spare_waves_ring_by_route": {
+            "a-b": -3,
+            "b-c": 6,
+        },  # the guarantee moved a-b's waves to b-c
         "spare_waves_ring": 3,
         "spare_waves_optcc_by_route": {"a-b": 0, "b-c": 1},
         "spare_waves_optcc": 1,
     }
-    rows = [r for r in resilience_section(res) if r.startswith("| a-b") or r.startswith("| b-c") or r.startswith("| **total")]
+    rows = [
+        r
+        for r in resilience_section(res)
+        if r.startswith("| a-b") or r.startswith("| b-c") or r.startswith("| **total")
+    ]
     assert rows == ["| a-b | 3 | 0 | 3 |", "| b-c | 4 | 10 | 5 |", "| **total** | 7 | 10 | 8 |"]
 
 
@@ -57,7 +64,14 @@ def test_zero_share_paths_are_not_listed() -> None:
     prob = load_instance(REPO / "instances" / "four-metro-resilient.yaml")
     plan = json.loads((REPO / "instances" / "plans" / "four-metro-resilient.json").read_text())
     plan["routing"] = [
-        {"phase": "data_parallel", "sites": ["n1", "n4"], "paths": [{"via": ["n1", "n4"], "share": 1.0}, {"via": ["n1", "n3", "n4"], "share": 0.0}]}
+        {
+            "phase": "data_parallel",
+            "sites": ["n1", "n4"],
+            "paths": [
+                {"via": ["n1", "n4"], "share": 1.0},
+                {"via": ["n1", "n3", "n4"], "share": 0.0},
+            ],
+        }
     ]
     plan = Plan.model_validate(plan)
     md = markdown_report(prob, plan, evaluate(prob, plan))
@@ -67,7 +81,9 @@ def test_zero_share_paths_are_not_listed() -> None:
 
 def test_diloco_traffic_is_labelled_per_outer_sync() -> None:
     prob = load_instance(REPO / "instances" / "four-site-metro-longhaul.yaml")
-    plan = Plan.model_validate(json.loads((REPO / "instances" / "plans" / "four-site-metro-longhaul.json").read_text()))
+    plan = Plan.model_validate(
+        json.loads((REPO / "instances" / "plans" / "four-site-metro-longhaul.json").read_text())
+    )
     ev = evaluate(prob, plan)
     assert ev.sync_mode != "synchronous"
     md = markdown_report(prob, plan, ev)
@@ -84,6 +100,11 @@ def test_piped_tables_are_not_cut(tmp_path: Path) -> None:
     path = tmp_path / "long.yaml"
     path.write_text(yaml.safe_dump(data))
     problem_from_data(data)  # valid
-    r = subprocess.run([sys.executable, "-m", "placer.cli", "solve", str(path), "-o", str(tmp_path / "out"), "-q"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "placer.cli", "solve", str(path), "-o", str(tmp_path / "out"), "-q"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert f"{long} (stages 0-" in r.stdout  # rich cuts cells to "..." at 80 columns

@@ -53,7 +53,9 @@ def local_plan(n_sites: int, waves: int) -> dict[str, Any]:
         "parallelism": {"tp": 1, "pp": 1, "dp": n_sites, "micro_batch": 1},
         "stage_layers": [24],
         "replica_groups": [{"count": 1, "stage_sites": [n]} for n in names],
-        "links": [{"sites": [a, b], "waves": waves} for i, a in enumerate(names) for b in names[i + 1 :]],
+        "links": [
+            {"sites": [a, b], "waves": waves} for i, a in enumerate(names) for b in names[i + 1 :]
+        ],
     }
 
 
@@ -135,8 +137,13 @@ def test_disconnecting_failure_is_reported() -> None:
 
 
 def test_nic_failure_expected_step_time() -> None:
-    inst = mesh(2, {"resilience": {"survive": ["nic"], "collective": "optcc", "nic_failure_rate": 0.01}})
-    inst["sites"] = [{"name": "a", "gpu": "h100-sxm", "gpus": 64}, {"name": "b", "gpu": "h100-sxm", "gpus": 64}]
+    inst = mesh(
+        2, {"resilience": {"survive": ["nic"], "collective": "optcc", "nic_failure_rate": 0.01}}
+    )
+    inst["sites"] = [
+        {"name": "a", "gpu": "h100-sxm", "gpus": 64},
+        {"name": "b", "gpu": "h100-sxm", "gpus": 64},
+    ]
     inst["job"]["global_batch"] = 16
     inst["job"]["parallelism"]["dp"] = [16]
     # the sync fully exposed, so that the step grows by exactly the slowed-down sync
@@ -144,7 +151,10 @@ def test_nic_failure_expected_step_time() -> None:
     prob = problem_from_data(inst)
     plan = local_plan(2, 2)
     plan["parallelism"]["dp"] = 16
-    plan["replica_groups"] = [{"count": 8, "stage_sites": ["a"]}, {"count": 8, "stage_sites": ["b"]}]
+    plan["replica_groups"] = [
+        {"count": 8, "stage_sites": ["a"]},
+        {"count": 8, "stage_sites": ["b"]},
+    ]
     rep = failure_report(prob, evaluate(prob, plan))
     (nic,) = [s for s in rep.scenarios if s.klass == "nic"]
     ev = evaluate(prob, plan)
@@ -156,7 +166,9 @@ def test_nic_failure_expected_step_time() -> None:
     assert nic.step_s["bound"] - ev.step_time_s == pytest.approx(intra * (bound - 1), rel=1e-6)
     nodes = sum(ev.nodes_by_site.values())
     p_any = 1 - 0.99**nodes
-    assert rep.expected_s["ring"] == pytest.approx(ev.step_time_s + p_any * (nic.step_s["ring"] - ev.step_time_s))
+    assert rep.expected_s["ring"] == pytest.approx(
+        ev.step_time_s + p_any * (nic.step_s["ring"] - ev.step_time_s)
+    )
     assert ev.step_time_s <= rep.expected_s["optcc"] <= rep.expected_s["ring"]
 
 
@@ -186,7 +198,9 @@ def test_four_sites_ring_needs_more_spares_than_optcc(backend: str) -> None:
     b1 = wan_bytes_per_pair(4) / WAVE_800G_BPS
     t_max = rest_of_step(4) + b1 / 3.5
     out = spare_counts(4, t_max, backend)
-    assert out["waves_without_resilience"] == {k: 4 for k in ["a-b", "a-c", "a-d", "b-c", "b-d", "c-d"]}
+    assert out["waves_without_resilience"] == {
+        k: 4 for k in ["a-b", "a-c", "a-d", "b-c", "b-d", "c-d"]
+    }
     assert out["spare_waves_ring"] == 6
     assert out["spare_waves_optcc"] == 0
     assert out["failures"]["survives"]
@@ -210,8 +224,14 @@ def test_two_sites_optcc_buys_as_many_spares_as_ring(backend: str) -> None:
     collective=st.sampled_from(["ring", "optcc"]),
     survive=st.sampled_from([["wave"], ["wave", "fiber_pair"], ["wave", "nic"]]),
 )
-def test_n_minus_1_guarantee_holds(n: int, slowdown: float, collective: str, survive: list[str]) -> None:
-    inst = mesh(n, {"resilience": {"survive": survive, "collective": collective, "max_slowdown": slowdown}}, max_waves=4)
+def test_n_minus_1_guarantee_holds(
+    n: int, slowdown: float, collective: str, survive: list[str]
+) -> None:
+    inst = mesh(
+        n,
+        {"resilience": {"survive": survive, "collective": collective, "max_slowdown": slowdown}},
+        max_waves=4,
+    )
     prob = problem_from_data(inst)
     try:
         res = solve(prob, backend="cpsat", time_limit_s=30)
@@ -248,7 +268,9 @@ def test_backends_agree_with_brute_force_under_resilience(seed: int) -> None:
     out = {}
     for backend in ("brute", "cpsat", "milp"):
         try:
-            out[backend] = solve(problem_from_data(inst), backend=backend, time_limit_s=60, _nested=True).objective
+            out[backend] = solve(
+                problem_from_data(inst), backend=backend, time_limit_s=60, _nested=True
+            ).objective
         except InfeasibleError:
             out[backend] = None
     if out["brute"] is None:

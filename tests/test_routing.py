@@ -22,7 +22,14 @@ pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:Deprecat
 BACKENDS = ("cpsat", "milp", "brute")
 
 
-def triangle(direct_gbps: float, detour_gbps: float, *, direct_km: float = 100, detour_km: float = 60, k: int = 2) -> dict[str, Any]:
+def triangle(
+    direct_gbps: float,
+    detour_gbps: float,
+    *,
+    direct_km: float = 100,
+    detour_km: float = 60,
+    k: int = 2,
+) -> dict[str, Any]:
     """Sites a and b each host half the replicas (whole replicas: one site per replica);
     c hosts nothing but relays. The a-b data-parallel exchange may go direct or via c.
     Every capacity is in place (no waves to buy), so routing is the only WAN decision."""
@@ -59,7 +66,14 @@ def closed_form_wan(instance: dict[str, Any]) -> tuple[float, float]:
     from placer.schema import Plan
 
     plan = Plan.model_validate(
-        {"parallelism": {"tp": 4, "pp": 1, "dp": 4, "micro_batch": 1}, "stage_layers": [8], "replica_groups": [{"count": 2, "stage_sites": ["a"]}, {"count": 2, "stage_sites": ["b"]}]}
+        {
+            "parallelism": {"tp": 4, "pp": 1, "dp": 4, "micro_batch": 1},
+            "stage_layers": [8],
+            "replica_groups": [
+                {"count": 2, "stage_sites": ["a"]},
+                {"count": 2, "stage_sites": ["b"]},
+            ],
+        }
     )
     cfg = config_of(problem, plan)
     demand = 2 * perf.stage_wan_bytes(cfg, 0) / 2
@@ -76,7 +90,9 @@ def closed_form_wan(instance: dict[str, Any]) -> tuple[float, float]:
 
 
 def solved(instance: dict[str, Any], backend: str) -> Any:
-    return solve(problem_from_data({**instance, "solver": {**instance["solver"], "backend": backend}}))
+    return solve(
+        problem_from_data({**instance, "solver": {**instance["solver"], "backend": backend}})
+    )
 
 
 def wan_of(instance: dict[str, Any], backend: str) -> tuple[float, float, Any]:
@@ -142,7 +158,16 @@ def test_evaluator_prices_a_given_split() -> None:
         "parallelism": {"tp": 4, "pp": 1, "dp": 4, "micro_batch": 1},
         "stage_layers": [8],
         "replica_groups": [{"count": 2, "stage_sites": ["a"]}, {"count": 2, "stage_sites": ["b"]}],
-        "routing": [{"phase": "data_parallel", "sites": ["a", "b"], "paths": [{"via": ["a", "b"], "share": s}, {"via": ["b", "c", "a"], "share": 1 - s}]}],
+        "routing": [
+            {
+                "phase": "data_parallel",
+                "sites": ["a", "b"],
+                "paths": [
+                    {"via": ["a", "b"], "share": s},
+                    {"via": ["b", "c", "a"], "share": 1 - s},
+                ],
+            }
+        ],
     }
     ev = evaluate(problem, plan)
     assert ev.feasible, ev.violations
@@ -162,11 +187,20 @@ def test_evaluator_names_a_path_without_a_route() -> None:
         "parallelism": {"tp": 4, "pp": 1, "dp": 4, "micro_batch": 1},
         "stage_layers": [8],
         "replica_groups": [{"count": 2, "stage_sites": ["a"]}, {"count": 2, "stage_sites": ["b"]}],
-        "routing": [{"phase": "data_parallel", "sites": ["a", "b"], "paths": [{"via": ["a", "c", "b"], "share": 1.0}]}],
+        "routing": [
+            {
+                "phase": "data_parallel",
+                "sites": ["a", "b"],
+                "paths": [{"via": ["a", "c", "b"], "share": 1.0}],
+            }
+        ],
     }
     ev = evaluate(problem_from_data(inst), plan)
     assert not ev.feasible
-    assert any(v.where == "routing[0].paths[0]" and "no route between b and c" in v.message for v in ev.violations)
+    assert any(
+        v.where == "routing[0].paths[0]" and "no route between b and c" in v.message
+        for v in ev.violations
+    )
 
 
 @pytest.mark.parametrize(

@@ -33,8 +33,6 @@ def test_yaml_files_point_at_their_schema(folder: str) -> None:
     files = sorted((ROOT / folder).glob("*.yaml"))
     assert files, f"no {folder}/*.yaml found"
     bad = [
-        f.name
-        for f in files
-        if f.read_text(encoding="utf-8").splitlines()[:1] != [HEADERS[folder]]
+        f.name for f in files if f.read_text(encoding="utf-8").splitlines()[:1] != [HEADERS[folder]]
     ]
     assert not bad, f"{folder}/{{{', '.join(bad)}}}: first line must be '{HEADERS[folder]}'"

@@ -29,7 +29,11 @@ def plan_path(instance: Path) -> Path:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "placer.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "placer.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -59,7 +63,9 @@ def test_plan_is_shipped_with_input_keys_only(instance: Path) -> None:
     path = plan_path(instance)
     assert path.is_file(), f"no hand-written plan {path.relative_to(ROOT)} for {instance.name}"
     data = json.loads(path.read_text())
-    assert set(data) <= PLAN_KEYS, f"{path.name}: only plan input keys, got {sorted(set(data) - PLAN_KEYS)}"
+    assert set(data) <= PLAN_KEYS, (
+        f"{path.name}: only plan input keys, got {sorted(set(data) - PLAN_KEYS)}"
+    )
     assert {"parallelism", "stage_layers", "replica_groups", "links"} <= set(data)
 
 
@@ -96,7 +102,9 @@ def test_plan_feasible_through_api(instance: Path) -> None:
 
 @pytest.mark.parametrize("instance", INSTANCES, ids=IDS)
 def test_simulation_matches_closed_form(instance: Path) -> None:
-    r = CliRunner().invoke(app, ["evaluate", str(instance), str(plan_path(instance)), "--simulate", "--json"])
+    r = CliRunner().invoke(
+        app, ["evaluate", str(instance), str(plan_path(instance)), "--simulate", "--json"]
+    )
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     sim = data["simulation"]

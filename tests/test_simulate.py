@@ -51,11 +51,16 @@ def test_max_min_fair_matches_hand_allocation() -> None:
     # three links in a row, a long flow over all and one local flow on each:
     # L2 (3) saturates at 1.5 each, then L1 (6) and L3 (9) give the rest to their locals
     rates = max_min_fair(
-        {"long": ["L1", "L2", "L3"], "a": ["L1"], "b": ["L2"], "c": ["L3"]}, {"L1": 6.0, "L2": 3.0, "L3": 9.0}
+        {"long": ["L1", "L2", "L3"], "a": ["L1"], "b": ["L2"], "c": ["L3"]},
+        {"L1": 6.0, "L2": 3.0, "L3": 9.0},
     )
     assert rates == pytest.approx({"long": 1.5, "a": 4.5, "b": 1.5, "c": 7.5}, rel=1e-12)
     # no bottleneck shared: each gets its own link's capacity; no link: unbounded
-    assert max_min_fair({"x": ["L1"], "y": ["L2"], "z": []}, {"L1": 1.0, "L2": 2.0}) == {"x": 1.0, "y": 2.0, "z": math.inf}
+    assert max_min_fair({"x": ["L1"], "y": ["L2"], "z": []}, {"L1": 1.0, "L2": 2.0}) == {
+        "x": 1.0,
+        "y": 2.0,
+        "z": math.inf,
+    }
 
 
 def test_fabric_recomputes_rates_at_every_arrival_and_departure() -> None:
@@ -116,7 +121,9 @@ def test_replicas_share_the_route_at_every_tick(m: int) -> None:
         compute = st[0].fwd + st[1].fwd + st[1].bwd + st[0].bwd
         # then the optimizer step of the slowest stage over its ZeRO-1 shard
         opt = PerfModel(prob).optimizer_step_s(_config(prob, p), ("a", "b"))
-        assert res.pipe_s == pytest.approx(compute + 2 * (r_count * msg / cap + lat) + opt, rel=1e-9)
+        assert res.pipe_s == pytest.approx(
+            compute + 2 * (r_count * msg / cap + lat) + opt, rel=1e-9
+        )
         # the closed form: the same chain with one message at the NIC rate, or the route's
         # bytes per step over its capacity, whichever is larger; both miss a full tick
         chain = compute + 2 * (msg / _nic_Bps(prob, 8) + lat)
@@ -148,19 +155,25 @@ def test_single_site_pipeline_is_the_closed_form_and_its_sync_is_no_slower() -> 
 def test_one_replica_across_three_sites_is_the_closed_form() -> None:
     # tp 1: one NIC (45 GB/s) is narrower than the wave (90 GB/s), as the closed form assumes
     prob = problem(["a", "b", "c"], [("a", "b", 300.0), ("b", "c", 800.0)], global_batch=8)
-    res = simulate(prob, plan(1, [2, 2, 2, 2], [(1, ["a", "b", "b", "c"])], 8, {("a", "b"): 1, ("b", "c"): 1}))
+    res = simulate(
+        prob, plan(1, [2, 2, 2, 2], [(1, ["a", "b", "b", "c"])], 8, {("a", "b"): 1, ("b", "c"): 1})
+    )
     assert res.step_time_s == pytest.approx(res.closed_form_s, rel=0.02)
     # not exact: stage 1's NIC takes activations from a and gradients from stage 2 and
     # they sometimes arrive together (the closed form gives each direction its own NIC)
     assert res.step_time_s >= res.closed_form_s * (1 - 1e-9)
     # with the NIC out of the way (tp 8), the chain is the closed form's to rounding
-    wide = simulate(prob, plan(8, [2, 2, 2, 2], [(1, ["a", "b", "b", "c"])], 8, {("a", "b"): 8, ("b", "c"): 8}))
+    wide = simulate(
+        prob, plan(8, [2, 2, 2, 2], [(1, ["a", "b", "b", "c"])], 8, {("a", "b"): 8, ("b", "c"): 8})
+    )
     assert wide.step_time_s == pytest.approx(wide.closed_form_s, rel=1e-6)
 
 
 def test_links_so_wide_that_nobody_waits_give_the_closed_form_pipeline() -> None:
     prob = problem(["a", "b"], [("a", "b", 500.0)], global_batch=64 * 4, capacity_gbps=1e7)
-    res = simulate(prob, plan(8, [2, 2, 2, 2], [(32, ["a", "a", "b", "b"]), (32, ["b", "b", "a", "a"])], 4))
+    res = simulate(
+        prob, plan(8, [2, 2, 2, 2], [(32, ["a", "a", "b", "b"]), (32, ["b", "b", "a", "a"])], 4)
+    )
     assert res.pipe_s == pytest.approx(res.closed_pipe_s, rel=0.02)
     assert res.pipe_s == pytest.approx(res.closed_pipe_s, rel=1e-9)
     assert res.closed_pipe_s <= res.step_time_s <= res.closed_form_s * (1 + 1e-9)
@@ -178,7 +191,9 @@ def test_unbalanced_sync_the_lone_member_carries_the_whole_exchange() -> None:
     km = 400.0
     prob = problem(["a", "b"], [("a", "b", km)], global_batch=8, capacity_gbps=1e7)
     res = simulate(prob, plan(1, [8], [(7, ["a"]), (1, ["b"])], 1))
-    g = PerfModel(prob).stage_grad_bytes(_config(prob, plan(1, [8], [(7, ["a"]), (1, ["b"])], 1)), 0)  # = S: tp 1, 16 bits
+    g = PerfModel(prob).stage_grad_bytes(
+        _config(prob, plan(1, [8], [(7, ["a"]), (1, ["b"])], 1)), 0
+    )  # = S: tp 1, 16 bits
     nic = _nic_Bps(prob, 1)
     expect = 2 * (6 / 7 * g / nic + 6 * INTRA_S) + 2 * (g / 2 / nic + km * FIBER_S_PER_KM)
     assert res.step_time_s - res.pipe_s == pytest.approx(expect, rel=1e-9)
@@ -197,7 +212,11 @@ def test_balanced_sync_over_a_wide_wan_is_the_closed_form() -> None:
     res = simulate(prob, p)
     g = PerfModel(prob).stage_grad_bytes(_config(prob, p), 0)  # per GPU, over its own NIC
     nic = _nic_Bps(prob, 1)
-    expect = 2 * (n - 1) / n * g / nic + 2 * (n - 1) * INTRA_S + 2 * (g / (2 * n) / nic + km * FIBER_S_PER_KM)
+    expect = (
+        2 * (n - 1) / n * g / nic
+        + 2 * (n - 1) * INTRA_S
+        + 2 * (g / (2 * n) / nic + km * FIBER_S_PER_KM)
+    )
     assert res.step_time_s - res.pipe_s == pytest.approx(expect, rel=1e-9)
     assert res.step_time_s == pytest.approx(res.closed_form_s, rel=0.02)
 
@@ -206,7 +225,7 @@ def test_balanced_sync_over_a_wide_wan_is_the_closed_form() -> None:
 def test_diloco_outer_exchange_by_hand(mode: str) -> None:
     """One replica per site (tp 8: NICs wider than the wave), a 1-wave route: each WAN
     round sends S/2 each way at the wave rate. Outer exchange 2 (S/2 / C + latency); the step adds it / H, and nothing
-    is synced inside a site (one member each)."""
+    is synced inside a site (one member each)."""  # noqa: E501
     km, h = 600.0, 10
     prob = problem(["a", "b"], [("a", "b", km)], global_batch=2, sync=mode, every_steps=h)
     p = plan(8, [8], [(1, ["a"]), (1, ["b"])], 1, {("a", "b"): 1}, sync_mode=mode)
@@ -217,7 +236,9 @@ def test_diloco_outer_exchange_by_hand(mode: str) -> None:
     if mode == "diloco":
         assert res.step_time_s == pytest.approx(res.pipe_s + outer / h, rel=1e-9)
     else:  # streamed under the pipeline: only what does not fit is exposed
-        assert res.step_time_s == pytest.approx(res.pipe_s + max(0.0, outer / h - res.pipe_s), rel=1e-9)
+        assert res.step_time_s == pytest.approx(
+            res.pipe_s + max(0.0, outer / h - res.pipe_s), rel=1e-9
+        )
 
 
 def test_overlapped_buckets_hide_sync_under_the_last_backward() -> None:
@@ -271,9 +292,13 @@ def multi_site_plans(draw):
         count = draw(st.integers(1, 64 // n_groups))  # at most 64 replicas in all
         k = draw(st.integers(1, min(pp, n, 3)))
         visit = draw(st.permutations(sites))[:k]
-        cuts = sorted(draw(st.lists(st.integers(1, pp - 1), min_size=k - 1, max_size=k - 1, unique=True)))
+        cuts = sorted(
+            draw(st.lists(st.integers(1, pp - 1), min_size=k - 1, max_size=k - 1, unique=True))
+        )
         bounds = [0, *cuts, pp]
-        chain = [s for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False) for _ in range(hi - lo)]
+        chain = [
+            s for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False) for _ in range(hi - lo)
+        ]
         groups.append((count, chain))
     links = {tuple(sorted(r[:2])): draw(st.integers(1, 8)) for r in routes}
     replicas = sum(c for c, _ in groups)
@@ -287,7 +312,9 @@ _CROWDED = (
     plan(8, [2, 2, 2, 2], [(64, ["a", "a", "b", "b"])], 4, {("a", "b"): 1}),
 )
 
-_SETTINGS = settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = settings(
+    max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _contended_bound(prob, p) -> float:
@@ -331,7 +358,9 @@ def _contended_bound(prob, p) -> float:
                 rate = min(rate, net.capacity_Bps(key, waves.get(key, 0)) / crossings[key])
             lat.append(INTRA_S + (net.path_latency_s(a, b) if a != b else 0.0))
             tx.append(msg / rate)
-        pipe = one_f_one_b_time([t.fwd for t in st], [t.bwd for t in st], lat, tx, cfg.num_micro_batches)
+        pipe = one_f_one_b_time(
+            [t.fwd for t in st], [t.bwd for t in st], lat, tx, cfg.num_micro_batches
+        )
         worst = max(worst, pipe + perf.optimizer_step_s(cfg, tuple(chain)))  # then the optimizer
     return worst
 
@@ -357,7 +386,7 @@ def test_simulated_pipeline_is_bounded_by_the_closed_form_and_its_contended_vers
 @pytest.mark.xfail(
     strict=True,
     reason="issue 11 item 1: the closed form times a cross-site message at the NIC rate, but "
-    "lockstep replicas share the wave at every tick (see test_replicas_share_the_route_at_every_tick)",
+    "lockstep replicas share the wave at every tick (see test_replicas_share_the_route_at_every_tick)",  # noqa: E501
 )
 @_SETTINGS
 @example(case=_CROWDED)
@@ -374,25 +403,45 @@ def test_closed_form_pipeline_within_2_percent_of_the_simulation(case) -> None:
 def test_cli_simulate_json_is_one_document(tmp_path) -> None:
     prob_data = {
         "name": "cli-sim",
-        "sites": [{"name": "a", "gpu": "h100-sxm", "gpus": 512}, {"name": "b", "gpu": "h100-sxm", "gpus": 512}],
+        "sites": [
+            {"name": "a", "gpu": "h100-sxm", "gpus": 512},
+            {"name": "b", "gpu": "h100-sxm", "gpus": 512},
+        ],
         "routes": [{"sites": ["a", "b"], "km": 100, "fiber_pairs": 2}],
         "job": {"model": SMALL_MODEL, "global_batch": 16},
     }
     (tmp_path / "i.json").write_text(json.dumps(prob_data))
-    (tmp_path / "p.json").write_text(json.dumps(plan(8, [4, 4], [(4, ["a", "b"])], 4, {("a", "b"): 1})))
-    r = CliRunner().invoke(app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "p.json"), "--json"])
+    (tmp_path / "p.json").write_text(
+        json.dumps(plan(8, [4, 4], [(4, ["a", "b"])], 4, {("a", "b"): 1}))
+    )
+    r = CliRunner().invoke(
+        app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "p.json"), "--json"]
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["replicas"] == 4 and doc["step_time_s"] > doc["closed_form"]["pipe_s"] > 0
-    assert set(doc["breakdown"]) == {"compute_s", "tp_comm_s", "bubble_s", "pp_comm_s", "dp_sync_s", "optimizer_s"}
+    assert set(doc["breakdown"]) == {
+        "compute_s",
+        "tp_comm_s",
+        "bubble_s",
+        "pp_comm_s",
+        "dp_sync_s",
+        "optimizer_s",
+    }
     assert sum(doc["breakdown"].values()) == pytest.approx(doc["step_time_s"], rel=1e-9)
-    human = CliRunner().invoke(app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "p.json")])
+    human = CliRunner().invoke(
+        app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "p.json")]
+    )
     assert human.exit_code == 0 and "closed form" in human.stdout
     # a plan whose route has no capacity cannot be simulated: exit 2, no traceback
     (tmp_path / "bad.json").write_text(json.dumps(plan(8, [4, 4], [(4, ["a", "b"])], 4)))
-    bad = CliRunner().invoke(app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "bad.json")])
+    bad = CliRunner().invoke(
+        app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "bad.json")]
+    )
     assert bad.exit_code == 2 and "no capacity" in bad.output
-    opt = CliRunner().invoke(app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "p.json"), "--dp-buckets", "-1"])
+    opt = CliRunner().invoke(
+        app, ["simulate", str(tmp_path / "i.json"), str(tmp_path / "p.json"), "--dp-buckets", "-1"]
+    )
     assert opt.exit_code == 2 and "dp_buckets" in opt.output
 
 
@@ -400,9 +449,19 @@ def test_plan_routing_splits_each_message_over_its_paths() -> None:
     """A pipeline pair a-c split half direct, half via b: each route of both paths
     carries half of every message, each way (R m M / 2 bytes per direction)."""
     r_count, m = 4, 4
-    prob = problem(["a", "b", "c"], [("a", "b", 100.0), ("b", "c", 100.0), ("a", "c", 150.0)], global_batch=r_count * m)
+    prob = problem(
+        ["a", "b", "c"],
+        [("a", "b", 100.0), ("b", "c", 100.0), ("a", "c", 150.0)],
+        global_batch=r_count * m,
+    )
     p = plan(8, [4, 4], [(r_count, ["a", "c"])], m, {("a", "b"): 1, ("b", "c"): 1, ("a", "c"): 1})
-    p["routing"] = [{"phase": "pipeline", "sites": ["a", "c"], "paths": [{"via": ["a", "c"], "share": 0.5}, {"via": ["a", "b", "c"], "share": 0.5}]}]
+    p["routing"] = [
+        {
+            "phase": "pipeline",
+            "sites": ["a", "c"],
+            "paths": [{"via": ["a", "c"], "share": 0.5}, {"via": ["a", "b", "c"], "share": 0.5}],
+        }
+    ]
     res = simulate(prob, p)
     msg = SMALL_MODEL["seq_len"] * SMALL_MODEL["hidden"] * 2
     carried = {tuple(r["route"]): r["bytes"] for r in res.routes}
@@ -424,7 +483,9 @@ def test_schedule_runs_every_op_once_in_dependency_order(p: int, groups: int, v:
     m = groups * p
     orders = [schedule(p, m, v, r) for r in range(p)]
     for r, ops in enumerate(orders):
-        assert sorted(ops) == sorted((kind, x, c * p + r) for kind in "FB" for x in range(m) for c in range(v))
+        assert sorted(ops) == sorted(
+            (kind, x, c * p + r) for kind in "FB" for x in range(m) for c in range(v)
+        )
     done: set = set()
     pos = [0] * p
     n_stages = p * v
@@ -433,7 +494,13 @@ def test_schedule_runs_every_op_once_in_dependency_order(p: int, groups: int, v:
         for r in range(p):
             while pos[r] < len(orders[r]):
                 kind, x, s = orders[r][pos[r]]
-                need = ("F", x, s - 1) if kind == "F" else ("B", x, s + 1) if s < n_stages - 1 else ("F", x, s)
+                need = (
+                    ("F", x, s - 1)
+                    if kind == "F"
+                    else ("B", x, s + 1)
+                    if s < n_stages - 1
+                    else ("F", x, s)
+                )
                 if kind == "F" and s == 0 or need in done:
                     done.add((kind, x, s))
                     pos[r] += 1

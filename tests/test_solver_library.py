@@ -46,7 +46,9 @@ def outcome(case_id: str, backend: str) -> SolveResult | InfeasibleError:
 
 
 def _abs_tol(instance: dict[str, Any]) -> float:
-    return ABS_S if instance.get("objective", {}).get("minimize", "step_time") == "step_time" else 0.0
+    return (
+        ABS_S if instance.get("objective", {}).get("minimize", "step_time") == "step_time" else 0.0
+    )
 
 
 def _check_plan(case: sc.Case, res: SolveResult) -> None:
@@ -54,7 +56,9 @@ def _check_plan(case: sc.Case, res: SolveResult) -> None:
     problem = problem_from_data(case.instance)
     ev = evaluate(problem, json.loads(res.plan.model_dump_json()))
     assert ev.feasible, ev.violations
-    value = ev.step_time_s if case.instance["objective"]["minimize"] == "step_time" else ev.capex_usd
+    value = (
+        ev.step_time_s if case.instance["objective"]["minimize"] == "step_time" else ev.capex_usd
+    )
     assert value == pytest.approx(res.objective, rel=1e-12, abs=1e-15)
 
 
@@ -67,14 +71,20 @@ def test_library_covers_the_space() -> None:
     assert {c.id.rsplit("-", 1)[0] for c in CASES if c.infeasible} == set(sc.FLAVORS)
     insts = [c.instance for c in CASES]
     assert {i["objective"]["minimize"] for i in insts} == {"step_time", "cost"}
-    assert all("max_step_time_s" in i["objective"] for i in insts if i["objective"]["minimize"] == "cost")
+    assert all(
+        "max_step_time_s" in i["objective"] for i in insts if i["objective"]["minimize"] == "cost"
+    )
     assert {len(i["sites"]) for i in insts} == {1, 2, 3}
     modes = [i["job"]["sync"]["mode"] for i in insts]
     assert any(isinstance(m, list) and "diloco" in m for m in modes)
     assert any(isinstance(m, list) and "streaming-diloco" in m for m in modes)
     assert any(any("power_mw" in s for s in i["sites"]) for i in insts)
     assert any("max_cost_usd" in i["objective"] for i in insts)
-    assert all(8 <= s["gpus"] <= 64 or s["gpus"] % s["gpus_per_node"] == 0 for i in insts for s in i["sites"])
+    assert all(
+        8 <= s["gpus"] <= 64 or s["gpus"] % s["gpus_per_node"] == 0
+        for i in insts
+        for s in i["sites"]
+    )
     assert all(r["max_waves"] <= 3 and r["fiber_pairs"] == 1 for i in insts for r in i["routes"])
     # every case stays small enough for exhaustive search
     assert max(sc.brute_plans(i) for i in insts) <= sc.MAX_BRUTE_PLANS
@@ -97,13 +107,19 @@ def test_backends_agree_with_brute_force(case: sc.Case) -> None:
         for backend, res in results.items():
             assert isinstance(res, InfeasibleError), (
                 f"{backend} found a plan ({res.objective}) where "
-                + ("the case is infeasible by design" if case.infeasible else "brute force found none")
+                + (
+                    "the case is infeasible by design"
+                    if case.infeasible
+                    else "brute force found none"
+                )
             )
         return
     for backend, res in results.items():
         assert not isinstance(res, InfeasibleError), f"{backend}: {res}"
         assert res.status == "optimal" and res.gap == 0.0
-        assert res.objective == pytest.approx(ref.objective, rel=REL[backend], abs=_abs_tol(case.instance)), backend
+        assert res.objective == pytest.approx(
+            ref.objective, rel=REL[backend], abs=_abs_tol(case.instance)
+        ), backend
         _check_plan(case, res)
 
 

@@ -53,14 +53,21 @@ def no_worse(better: SolveResult | None, base: SolveResult | None) -> None:
     if base is None:
         return
     assert better is not None, "the relaxed instance became infeasible"
-    assert better.objective <= base.objective * (1 + CPSAT_REL) + ABS_S, (better.objective, base.objective)
+    assert better.objective <= base.objective * (1 + CPSAT_REL) + ABS_S, (
+        better.objective,
+        base.objective,
+    )
 
 
 # ----------------------------------------------------------------------------- monotonicity
 
 
 @settings(SETTINGS, max_examples=30)
-@given(seed=seeds, budget=st.sampled_from([0, 80_000, 150_000, 250_000]), extra=st.sampled_from([50_000, 200_000, None]))
+@given(
+    seed=seeds,
+    budget=st.sampled_from([0, 80_000, 150_000, 250_000]),
+    extra=st.sampled_from([50_000, 200_000, None]),
+)
 def test_more_budget_never_gives_a_worse_optimum(seed: int, budget: int, extra: int | None) -> None:
     base = sc.random_instance(seed)
     base["objective"]["max_cost_usd"] = budget
@@ -87,7 +94,9 @@ def test_more_gpus_never_give_a_worse_optimum(seed: int, more: list[int]) -> Non
 # ----------------------------------------------------------------------------- free WAN
 
 
-def free_wan_pair(draw_seed: int, *, intra_latency_zero: bool = False, dp_one: bool = False) -> tuple[dict, dict]:
+def free_wan_pair(
+    draw_seed: int, *, intra_latency_zero: bool = False, dp_one: bool = False
+) -> tuple[dict, dict]:
     """k sites joined by zero-latency routes of unlimited capacity, and one site holding
     the same GPUs. Replicas may span all k sites (max_sites_per_replica = k)."""
     import random
@@ -104,13 +113,27 @@ def free_wan_pair(draw_seed: int, *, intra_latency_zero: bool = False, dp_one: b
     if min(par["tp"]) > gpn:
         par["tp"] = [1, *par["tp"]]
     mode = rng.choice(("synchronous", ["synchronous", "diloco"], "streaming-diloco"))
-    job = {"model": rng.choice(sorted(sc.MODELS)), "global_batch": 8, "parallelism": par, "sync": {"mode": mode, "every_steps": 4}}
+    job = {
+        "model": rng.choice(sorted(sc.MODELS)),
+        "global_batch": 8,
+        "parallelism": par,
+        "sync": {"mode": mode, "every_steps": 4},
+    }
     catalog = {"network": {"intra_site_latency_s": 0.0}} if intra_latency_zero else {}
     multi = {
         "name": "free-wan",
-        "sites": [{"name": f"s{i}", "gpu": gpu, "gpus": gpn * nodes, "gpus_per_node": gpn} for i in range(k)],
+        "sites": [
+            {"name": f"s{i}", "gpu": gpu, "gpus": gpn * nodes, "gpus_per_node": gpn}
+            for i in range(k)
+        ],
         "routes": [
-            {"sites": [f"s{i}", f"s{j}"], "km": 100, "latency_ms": 0, "capacity_gbps": 1e9, "max_waves": 0}
+            {
+                "sites": [f"s{i}", f"s{j}"],
+                "km": 100,
+                "latency_ms": 0,
+                "capacity_gbps": 1e9,
+                "max_waves": 0,
+            }
             for i in range(k)
             for j in range(i + 1, k)
         ],
@@ -149,14 +172,26 @@ def test_free_wan_equals_one_site_when_the_model_has_no_wan_shortcut(seed: int) 
 def free_wan_repro() -> tuple[dict, dict]:
     """Two sites of 8 H100s (nodes of 4) and a free route, vs one site of 16: tiny-8l with
     tp 4, pp 2, dp 2. Over the free WAN one replica per site skips the intra-site ring."""
-    job = {"model": "tiny-8l", "global_batch": 16, "parallelism": {"tp": [4], "pp": [2], "dp": [2], "micro_batch": [1]}}
+    job = {
+        "model": "tiny-8l",
+        "global_batch": 16,
+        "parallelism": {"tp": [4], "pp": [2], "dp": [2], "micro_batch": [1]},
+    }
     multi = {
         "name": "free-wan",
-        "sites": [{"name": s, "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4} for s in ("a", "b")],
-        "routes": [{"sites": ["a", "b"], "km": 100, "latency_ms": 0, "capacity_gbps": 1e9, "max_waves": 0}],
+        "sites": [
+            {"name": s, "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4} for s in ("a", "b")
+        ],
+        "routes": [
+            {"sites": ["a", "b"], "km": 100, "latency_ms": 0, "capacity_gbps": 1e9, "max_waves": 0}
+        ],
         "job": job,
     }
-    single = {"name": "one-site", "sites": [{"name": "one", "gpu": "h100-sxm", "gpus": 16, "gpus_per_node": 4}], "job": job}
+    single = {
+        "name": "one-site",
+        "sites": [{"name": "one", "gpu": "h100-sxm", "gpus": 16, "gpus_per_node": 4}],
+        "job": job,
+    }
     return multi, single
 
 
@@ -212,7 +247,10 @@ def check_evaluator_agrees(instance: dict[str, Any], res: SolveResult) -> None:
         assert res.objective == ev.capex_usd
         assert ev.step_time_s <= instance["objective"]["max_step_time_s"] * (1 + 1e-9)
     assert plan["step_time_s"] == ev.step_time_s
-    assert plan["solver"]["bound_step_time_s"] <= ev.step_time_s * (1 + 1e-12) or instance["objective"]["minimize"] != "step_time"
+    assert (
+        plan["solver"]["bound_step_time_s"] <= ev.step_time_s * (1 + 1e-12)
+        or instance["objective"]["minimize"] != "step_time"
+    )
     if (budget := instance["objective"].get("max_cost_usd")) is not None:
         assert ev.capex_usd <= budget * (1 + 1e-9)
 
@@ -229,7 +267,9 @@ def test_plans_keep_tp_in_a_node_and_match_the_evaluator(seed: int) -> None:
         check_evaluator_agrees(inst, res)
 
 
-@pytest.mark.parametrize("case", [c for c in sc.cases() if not c.infeasible][:12], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case", [c for c in sc.cases() if not c.infeasible][:12], ids=lambda c: c.id
+)
 def test_library_plans_keep_tp_in_a_node_and_match_the_evaluator(case: sc.Case) -> None:
     for backend in ("cpsat", "milp", "brute"):
         res = optimum(case.instance, backend)
@@ -291,12 +331,26 @@ SEED_MODELS = {
 }
 
 
-def two_campus(model: str, km: float, *, max_waves: int | None, modes: Any = "synchronous", fiber_pairs: int = 1) -> dict[str, Any]:
+def two_campus(
+    model: str,
+    km: float,
+    *,
+    max_waves: int | None,
+    modes: Any = "synchronous",
+    fiber_pairs: int = 1,
+) -> dict[str, Any]:
     gpus, pp, recompute = SEED_MODELS[model]
     return {
         "name": f"campus-{model}-{km:g}km",
         "sites": [{"name": s, "gpu": "h100-sxm", "gpus": gpus} for s in ("east", "west")],
-        "routes": [{"sites": ["east", "west"], "km": km, "fiber_pairs": fiber_pairs, "max_waves": max_waves}],
+        "routes": [
+            {
+                "sites": ["east", "west"],
+                "km": km,
+                "fiber_pairs": fiber_pairs,
+                "max_waves": max_waves,
+            }
+        ],
         "job": {
             "model": model,
             "global_batch": 1536,
@@ -333,13 +387,17 @@ def test_long_haul_keeps_heavy_exchanges_inside_buildings(model: str) -> None:
     assert all(res.evaluation.gpus_by_site[s] > 0 for s in ("east", "west"))
     assert res.plan.sync_mode == "synchronous"
     assert wan_dp_bytes(inst, res) == 0.0, "synchronous data-parallel sync crosses the 1000 km link"
-    assert any(len(set(g.stage_sites)) == 2 for g in res.plan.replica_groups), "no pipeline crosses the WAN"
+    assert any(len(set(g.stage_sites)) == 2 for g in res.plan.replica_groups), (
+        "no pipeline crosses the WAN"
+    )
     # the choice matters: the same replicas as whole pipelines per campus (data parallel over
     # the one wave) are far slower
     dp = res.plan.parallelism.dp
     pp = res.plan.parallelism.pp
     naive = json.loads(res.plan.model_dump_json())
-    naive["replica_groups"] = [{"count": dp // 2, "stage_sites": [s] * pp} for s in ("east", "west")]
+    naive["replica_groups"] = [
+        {"count": dp // 2, "stage_sites": [s] * pp} for s in ("east", "west")
+    ]
     ev = evaluate(problem_from_data(inst), naive)
     assert ev.feasible and ev.step_time_s > 1.2 * res.objective
 

@@ -31,7 +31,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:Deprecat
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_AT_ONCE = {"milp": {"time_limit": 0.0}, "cpsat": {"max_time_in_seconds": 0.0}}
-STOP_AT_FIRST_PLAN = {"milp": {"mip_max_improving_sols": 1}, "cpsat": {"stop_after_first_solution": True, "num_workers": 1}}
+STOP_AT_FIRST_PLAN = {
+    "milp": {"mip_max_improving_sols": 1},
+    "cpsat": {"stop_after_first_solution": True, "num_workers": 1},
+}
 
 
 def _instance(name: str) -> Problem:
@@ -39,7 +42,9 @@ def _instance(name: str) -> Problem:
 
 
 def _with_options(problem: Problem, options: dict) -> Problem:
-    return problem_with(problem, solver={**problem.instance.solver.model_dump(), "options": options})
+    return problem_with(
+        problem, solver={**problem.instance.solver.model_dump(), "options": options}
+    )
 
 
 @cache
@@ -66,7 +71,9 @@ def test_limit_before_a_plan_keeps_the_configuration_open(backend: str) -> None:
     # every configuration ends without a plan of its own; the greedy incumbent is kept,
     # and the configurations' bounds stay in the global bound
     name = "two-campus-100km"
-    res = solve(_with_options(_instance(name), STOP_AT_ONCE[backend]), backend=backend, time_limit_s=30)
+    res = solve(
+        _with_options(_instance(name), STOP_AT_ONCE[backend]), backend=backend, time_limit_s=30
+    )
     _assert_not_proven(res, name)
     assert true_optimum(name) < res.objective  # the stopped search did not reach it
 
@@ -74,22 +81,38 @@ def test_limit_before_a_plan_keeps_the_configuration_open(backend: str) -> None:
 @pytest.mark.parametrize("backend", ["milp", "cpsat"])
 def test_limit_after_a_plan_keeps_the_solver_bound(backend: str) -> None:
     name = "three-sites-80-300-500km"
-    res = solve(_with_options(_instance(name), STOP_AT_FIRST_PLAN[backend]), backend=backend, time_limit_s=30)
+    res = solve(
+        _with_options(_instance(name), STOP_AT_FIRST_PLAN[backend]),
+        backend=backend,
+        time_limit_s=30,
+    )
     _assert_not_proven(res, name)
 
 
 @pytest.mark.parametrize("backend", ["milp", "cpsat"])
-def test_no_plan_at_all_is_a_time_limit_not_infeasible(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_plan_at_all_is_a_time_limit_not_infeasible(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(driver, "greedy", lambda data: None)
     with pytest.raises(TimeLimitError):
-        solve(_with_options(_instance("two-campus-100km"), STOP_AT_ONCE[backend]), backend=backend, time_limit_s=30)
+        solve(
+            _with_options(_instance("two-campus-100km"), STOP_AT_ONCE[backend]),
+            backend=backend,
+            time_limit_s=30,
+        )
 
 
-def test_cpsat_model_invalid_is_an_internal_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(cp_model.CpSolver, "Solve", lambda self, model, *a, **k: cp_model.MODEL_INVALID)
+def test_cpsat_model_invalid_is_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(
+        cp_model.CpSolver, "Solve", lambda self, model, *a, **k: cp_model.MODEL_INVALID
+    )
     with pytest.raises(SolverError, match="invalid"):
         solve(_instance("two-campus-100km"), backend="cpsat", time_limit_s=30)
-    r = CliRunner().invoke(app, ["solve", str(ROOT / "instances" / "two-campus-100km.yaml"), "-o", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        app, ["solve", str(ROOT / "instances" / "two-campus-100km.yaml"), "-o", str(tmp_path / "o")]
+    )
     assert r.exit_code == 1, r.output
     assert "invalid" in r.output and "optimal" not in r.output
     assert not (tmp_path / "o" / "plan.json").exists()
@@ -98,7 +121,9 @@ def test_cpsat_model_invalid_is_an_internal_error(monkeypatch: pytest.MonkeyPatc
 def test_highs_error_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import highspy
 
-    monkeypatch.setattr(highspy.Highs, "getModelStatus", lambda self: highspy.HighsModelStatus.kSolveError)
+    monkeypatch.setattr(
+        highspy.Highs, "getModelStatus", lambda self: highspy.HighsModelStatus.kSolveError
+    )
     with pytest.raises(SolverError, match="HiGHS"):
         solve(_instance("two-campus-100km"), backend="milp", time_limit_s=30)
 
@@ -118,13 +143,25 @@ def test_highs_error_is_an_internal_error(monkeypatch: pytest.MonkeyPatch) -> No
     ],
 )
 def test_cli_option_ranges_exit_2(args: list[str], field: str, tmp_path: Path) -> None:
-    r = CliRunner().invoke(app, ["solve", str(ROOT / "instances" / "two-campus-100km.yaml"), *args, "-o", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "solve",
+            str(ROOT / "instances" / "two-campus-100km.yaml"),
+            *args,
+            "-o",
+            str(tmp_path / "o"),
+        ],
+    )
     assert r.exit_code == 2, r.output
     assert field in r.output
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("kwargs", [{"threads": 10**6}, {"threads": 0}, {"time_limit_s": float("nan")}, {"time_limit_s": -1.0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"threads": 10**6}, {"threads": 0}, {"time_limit_s": float("nan")}, {"time_limit_s": -1.0}],
+)
 def test_api_option_ranges(kwargs: dict) -> None:
     with pytest.raises(InputError) as exc:
         placer.solve(_instance("two-campus-100km"), **kwargs)
@@ -132,12 +169,20 @@ def test_api_option_ranges(kwargs: dict) -> None:
     assert next(iter(kwargs)) in str(exc.value)
 
 
-@pytest.mark.parametrize("solver", [{"threads": 0}, {"threads": 100000}, {"time_limit_s": ".nan"}, {"time_limit_s": ".inf"}])
+@pytest.mark.parametrize(
+    "solver",
+    [{"threads": 0}, {"threads": 100000}, {"time_limit_s": ".nan"}, {"time_limit_s": ".inf"}],
+)
 def test_instance_option_ranges(solver: dict, tmp_path: Path) -> None:
     text = (ROOT / "instances" / "two-campus-100km.yaml").read_text(encoding="utf-8")
     key, value = next(iter(solver.items()))
     f = tmp_path / "inst.yaml"
-    f.write_text(text + f"\nsolver:\n  {key}: {value}\n" if "\nsolver:" not in text else text.replace("\nsolver:\n", f"\nsolver:\n  {key}: {value}\n"), encoding="utf-8")
+    f.write_text(
+        text + f"\nsolver:\n  {key}: {value}\n"
+        if "\nsolver:" not in text
+        else text.replace("\nsolver:\n", f"\nsolver:\n  {key}: {value}\n"),
+        encoding="utf-8",
+    )
     with pytest.raises(InputError, match=f"solver.{key}"):
         load_instance(f)
 

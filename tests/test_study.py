@@ -18,7 +18,9 @@ from placer.study.cli import register
 from placer.study.plot import DPI, FIGSIZE_IN, pareto_mask, plot_file
 from placer.study.sweep import load_study, parse_path, point_id, read_results, run_sweep, set_path
 
-if "sweep" not in {c.name or (c.callback.__name__ if c.callback else None) for c in app.registered_commands}:
+if "sweep" not in {
+    c.name or (c.callback.__name__ if c.callback else None) for c in app.registered_commands
+}:
     register(app)
 
 runner = CliRunner()
@@ -64,14 +66,21 @@ def _write_study(folder: Path, **extra: object) -> Path:
 def local_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, pd.DataFrame]:
     folder = tmp_path_factory.mktemp("study")
     study = _write_study(folder)
-    res = run_sweep(load_study(study), folder / "out-local", executor="local", workers=2, progress=False)
+    res = run_sweep(
+        load_study(study), folder / "out-local", executor="local", workers=2, progress=False
+    )
     assert sorted(res.computed) == sorted(p.id for p in load_study(study).points)
     return study, folder / "out-local", res.table
 
 
 def test_paths_and_ids() -> None:
     assert parse_path("routes[0].km") == ("routes", 0, "km")
-    assert parse_path("catalog.optics.800zr+.module_cost_usd") == ("catalog", "optics", "800zr+", "module_cost_usd")
+    assert parse_path("catalog.optics.800zr+.module_cost_usd") == (
+        "catalog",
+        "optics",
+        "800zr+",
+        "module_cost_usd",
+    )
     with pytest.raises(ValueError):
         parse_path("routes[x].km")
     data = {"routes": [{"km": 1}], "resilience": None}
@@ -81,16 +90,20 @@ def test_paths_and_ids() -> None:
     with pytest.raises(ValueError, match="index out of range"):
         set_path(data, ("routes", 3, "km"), 1)
     # stable and independent of the order of the keys
-    assert point_id({"a": 1, "b": [2]}) == point_id({"b": [2], "a": 1}) != point_id({"a": 1, "b": [3]})
+    assert (
+        point_id({"a": 1, "b": [2]}) == point_id({"b": [2], "a": 1}) != point_id({"a": 1, "b": [3]})
+    )
 
 
 def test_results_table(local_run: tuple[Path, Path, pd.DataFrame]) -> None:
     _, out, table = local_run
     assert len(table) == len(POINTS)
-    assert (out / "results.csv").is_file() and len(list((out / "points").glob("*.json"))) == len(POINTS)
+    assert (out / "results.csv").is_file() and len(list((out / "points").glob("*.json"))) == len(
+        POINTS
+    )
     for col in [
-        "point_id", "routes[0].km", "job.sync.mode", "job.sync", "status", "message", "step_time_s", "compute_s",
-        "bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s", "tokens_per_s", "mfu", "capex_usd", "sync_mode",
+        "point_id", "routes[0].km", "job.sync.mode", "job.sync", "status", "message", "step_time_s", "compute_s",  # noqa: E501
+        "bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s", "tokens_per_s", "mfu", "capex_usd", "sync_mode",  # noqa: E501
         "tp", "pp", "dp", "waves[north-south]", "solver_s", "gap",
     ]:  # fmt: skip
         assert col in table.columns, col
@@ -102,23 +115,39 @@ def test_results_table(local_run: tuple[Path, Path, pd.DataFrame]) -> None:
     ok = table[table["status"] != "infeasible"]
     assert set(ok["status"]) == {"optimal"}
     assert (ok["step_time_s"] > 0).all()
-    parts = ok[["compute_s", "memory_bound_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s", "optimizer_s"]].sum(axis=1)
+    parts = ok[
+        [
+            "compute_s",
+            "memory_bound_s",
+            "bubble_s",
+            "tp_comm_s",
+            "pp_comm_s",
+            "dp_sync_s",
+            "optimizer_s",
+        ]
+    ].sum(axis=1)
     assert (abs(parts - ok["step_time_s"]) <= 1e-9 * ok["step_time_s"]).all()
     # the csv reads back to the same table
     back = read_results(out)
     assert list(back.columns) == list(table.columns) and len(back) == len(table)
 
 
-def test_dask_gives_the_same_table(local_run: tuple[Path, Path, pd.DataFrame], tmp_path: Path) -> None:
+def test_dask_gives_the_same_table(
+    local_run: tuple[Path, Path, pd.DataFrame], tmp_path: Path
+) -> None:
     study, _, table = local_run
-    res = run_sweep(load_study(study), tmp_path / "out-dask", executor="dask", workers=2, progress=False)
+    res = run_sweep(
+        load_study(study), tmp_path / "out-dask", executor="dask", workers=2, progress=False
+    )
     pd.testing.assert_frame_equal(res.table.drop(columns=TIMING), table.drop(columns=TIMING))
     a = pd.read_csv(tmp_path / "out-dask" / "results.csv").drop(columns=TIMING)
     b = pd.read_csv(local_run[1] / "results.csv").drop(columns=TIMING)
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_resume_recomputes_only_missing_points(local_run: tuple[Path, Path, pd.DataFrame], tmp_path: Path) -> None:
+def test_resume_recomputes_only_missing_points(
+    local_run: tuple[Path, Path, pd.DataFrame], tmp_path: Path
+) -> None:
     study, out, table = local_run
     out2 = tmp_path / "resume"
     shutil.copytree(out, out2)
@@ -157,7 +186,9 @@ def test_cli_sweep_and_plots(local_run: tuple[Path, Path, pd.DataFrame], tmp_pat
         ("pareto", []),
     ]:
         png = tmp_path / f"{kind}.png"
-        r = runner.invoke(app, ["plot", str(out2 / "results.csv"), "--kind", kind, "-o", str(png), *extra])
+        r = runner.invoke(
+            app, ["plot", str(out2 / "results.csv"), "--kind", kind, "-o", str(png), *extra]
+        )
         assert r.exit_code == 0, r.output
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert mpimg.imread(png).shape[:2] == (h, w)
@@ -167,7 +198,9 @@ def test_cli_sweep_and_plots(local_run: tuple[Path, Path, pd.DataFrame], tmp_pat
     assert "<svg" in svg.read_text()[:2000]
 
     # spare waves: a clear input error without the resilience columns ...
-    r = runner.invoke(app, ["plot", str(out2), "--kind", "spare_waves", "-o", str(tmp_path / "s.png")])
+    r = runner.invoke(
+        app, ["plot", str(out2), "--kind", "spare_waves", "-o", str(tmp_path / "s.png")]
+    )
     assert r.exit_code == 2
     assert "spare_waves_ring" in r.output and "Traceback" not in r.output
     # ... and a plot on any table that has them
@@ -199,16 +232,36 @@ def test_pareto_mask() -> None:
 
 BAD = [
     # (study text, expected line, expected fragments)
-    ("base: base.yaml\ngrid:\n  routes[0].km: [10, 20]\n  routes[0].kms: [1]\n", 4, ["routes[0].kms", "unknown key 'kms' (did you mean 'km'?)"]),
-    ("base: base.yaml\ngrid:\n  routes[0].km: [10, far]\n", 3, ["routes[0].km", "must be a number, got 'far'"]),
-    ("base: base.yaml\npoints:\n  - routes[0].km: 10\n  - sites[1].gpus: -8\n", 4, ["points[1]", "sites[1].gpus", "-8"]),
+    (
+        "base: base.yaml\ngrid:\n  routes[0].km: [10, 20]\n  routes[0].kms: [1]\n",
+        4,
+        ["routes[0].kms", "unknown key 'kms' (did you mean 'km'?)"],
+    ),
+    (
+        "base: base.yaml\ngrid:\n  routes[0].km: [10, far]\n",
+        3,
+        ["routes[0].km", "must be a number, got 'far'"],
+    ),
+    (
+        "base: base.yaml\npoints:\n  - routes[0].km: 10\n  - sites[1].gpus: -8\n",
+        4,
+        ["points[1]", "sites[1].gpus", "-8"],
+    ),
     ("base: base.yaml\npoints:\n  - routes[3].km: 10\n", 3, ["routes[3]", "out of range"]),
     ("base: base.yaml\npoints:\n  - job.model.layers: 10\n", 3, ["job.model", "not a mapping"]),
     ("base: base.yaml\npoints:\n  - job.sync.mode: fast\n", 3, ["job.sync.mode", "synchronous"]),
-    ("base: base.yaml\npoints:\n  - objective.minimize: cost\n", 3, ["objective.minimize", "max_step_time_s"]),
+    (
+        "base: base.yaml\npoints:\n  - objective.minimize: cost\n",
+        3,
+        ["objective.minimize", "max_step_time_s"],
+    ),
     ("base: missing.yaml\ngrid:\n  routes[0].km: [10]\n", 1, ["base", "missing.yaml", "not found"]),
     ("base: base.yaml\ngrid:\n  routes[0].km: [10]\ncolour: red\n", 4, ["colour", "unknown key"]),
-    ("base: base.yaml\ngrid:\n  routes[0].km: [10]\npoints:\n  - routes[0].km: 10\n", None, ["exactly one of grid"]),
+    (
+        "base: base.yaml\ngrid:\n  routes[0].km: [10]\npoints:\n  - routes[0].km: 10\n",
+        None,
+        ["exactly one of grid"],
+    ),
     ("base: base.yaml\ngrid:\n  routes[0].km: []\n", None, ["must not be empty"]),
     ("base: base.yaml\ntime_limit_s: -1\ngrid:\n  routes[0].km: [1]\n", 2, ["time_limit_s", "-1"]),
     ("base: base.yaml\npoints:\n  - routes[0].km: 10\n  - routes[0].km: 10\n", 4, ["repeats"]),
@@ -217,7 +270,9 @@ BAD = [
 
 
 @pytest.mark.parametrize(("text", "line", "fragments"), BAD)
-def test_bad_study_files_exit_2(tmp_path: Path, text: str, line: int | None, fragments: list[str]) -> None:
+def test_bad_study_files_exit_2(
+    tmp_path: Path, text: str, line: int | None, fragments: list[str]
+) -> None:
     (tmp_path / "base.yaml").write_text(BASE)
     study = tmp_path / "study.yaml"
     study.write_text(text)
@@ -228,12 +283,19 @@ def test_bad_study_files_exit_2(tmp_path: Path, text: str, line: int | None, fra
     assert f"study.yaml{f':{line}' if line else ''}" in msg, msg
     for f in fragments:
         assert f in msg, (f, msg)
-    assert not (tmp_path / "out" / "points").exists() or not any((tmp_path / "out" / "points").iterdir())
+    assert not (tmp_path / "out" / "points").exists() or not any(
+        (tmp_path / "out" / "points").iterdir()
+    )
 
 
 def test_bad_options(tmp_path: Path) -> None:
     study = _write_study(tmp_path)
-    for args in (["--executor", "spark"], ["--workers", "0"], ["--backend", "gurobi"], ["--time-limit", "0"]):
+    for args in (
+        ["--executor", "spark"],
+        ["--workers", "0"],
+        ["--backend", "gurobi"],
+        ["--time-limit", "0"],
+    ):
         r = runner.invoke(app, ["sweep", str(study), "-q", "-o", str(tmp_path / "o"), *args])
         assert r.exit_code == 2, (args, r.output)
     r = runner.invoke(app, ["sweep", str(tmp_path / "nope.yaml")])

@@ -24,11 +24,15 @@ def test_notebook_executes(name: str, tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setenv("PLACER_NOTEBOOK_OUT", str(tmp_path))  # a fresh sweep, not a resumed one
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    )
     client.execute()
 
     code = [c for c in nb.cells if c.cell_type == "code"]
-    printed = "".join(o.get("text", "") for o in code[-1].outputs if o.get("output_type") == "stream")
+    printed = "".join(
+        o.get("text", "") for o in code[-1].outputs if o.get("output_type") == "stream"
+    )
     assert "Conclusion" in printed or "Claim" in printed, printed
     pngs = list(tmp_path.rglob("*.png"))
     assert pngs, "the notebook saved no figure"

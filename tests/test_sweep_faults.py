@@ -39,12 +39,19 @@ objective:
 def _study(folder: Path, points: list[dict[str, object]], base: str = BASE) -> Path:
     (folder / "base.yaml").write_text(base)
     path = folder / "study.yaml"
-    path.write_text(yaml.safe_dump({"name": "tiny", "base": "base.yaml", "points": points, "time_limit_s": 20}, sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {"name": "tiny", "base": "base.yaml", "points": points, "time_limit_s": 20},
+            sort_keys=False,
+        )
+    )
     return path
 
 
 def test_edited_or_misshapen_records_are_recomputed(tmp_path: Path) -> None:
-    study = load_study(_study(tmp_path, [{"routes[0].km": 50}, {"routes[0].km": 500}, {"routes[0].km": 900}]))
+    study = load_study(
+        _study(tmp_path, [{"routes[0].km": 50}, {"routes[0].km": 500}, {"routes[0].km": 900}])
+    )
     out = tmp_path / "out"
     first = run_sweep(study, out, workers=1, progress=False)
     assert sorted(first.computed) == sorted(p.id for p in study.points)
@@ -52,13 +59,27 @@ def test_edited_or_misshapen_records_are_recomputed(tmp_path: Path) -> None:
     rec = json.loads(a.read_text())
     rec["metrics"]["step_time_s"] = 0.001  # a hand edit: valid JSON, valid shape, wrong checksum
     a.write_text(json.dumps(rec))
-    b.write_text(json.dumps({"version": RECORD_VERSION, "id": study.points[1].id, "status": "optimal", "metrics": []}))
+    b.write_text(
+        json.dumps(
+            {
+                "version": RECORD_VERSION,
+                "id": study.points[1].id,
+                "status": "optimal",
+                "metrics": [],
+            }
+        )
+    )
     again = run_sweep(study, out, workers=1, progress=False)
     assert sorted(again.computed) == sorted([study.points[0].id, study.points[1].id])
     assert again.reused == [study.points[2].id]
     rows = again.table.set_index("point_id")
-    assert rows.loc[study.points[0].id, "step_time_s"] == pytest.approx(first.table.set_index("point_id").loc[study.points[0].id, "step_time_s"])
-    assert check(json.loads(c.read_text()), point_id=study.points[2].id, version=RECORD_VERSION) is not None
+    assert rows.loc[study.points[0].id, "step_time_s"] == pytest.approx(
+        first.table.set_index("point_id").loc[study.points[0].id, "step_time_s"]
+    )
+    assert (
+        check(json.loads(c.read_text()), point_id=study.points[2].id, version=RECORD_VERSION)
+        is not None
+    )
 
 
 @pytest.mark.parametrize(
@@ -73,7 +94,16 @@ def test_edited_or_misshapen_records_are_recomputed(tmp_path: Path) -> None:
     ],
 )
 def test_record_schema_rejects_wrong_shapes_even_when_resealed(mutate) -> None:
-    rec = {"version": RECORD_VERSION, "id": "p1", "overrides": {}, "fingerprint": "f", "status": "infeasible", "message": "m", "metrics": {"a": 1.0}, "plan": None}
+    rec = {
+        "version": RECORD_VERSION,
+        "id": "p1",
+        "overrides": {},
+        "fingerprint": "f",
+        "status": "infeasible",
+        "message": "m",
+        "metrics": {"a": 1.0},
+        "plan": None,
+    }
     good = seal(rec)
     assert check(good, point_id="p1", version=RECORD_VERSION) == good
     bad = dict(rec)
@@ -113,15 +143,41 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize(
-    "executor,sig", [("local", signal.SIGKILL), ("local", signal.SIGTERM), ("local", signal.SIGINT), ("dask", signal.SIGKILL)]
+    "executor,sig",
+    [
+        ("local", signal.SIGKILL),
+        ("local", signal.SIGTERM),
+        ("local", signal.SIGINT),
+        ("dask", signal.SIGKILL),
+    ],
 )
 def test_workers_die_with_the_parent(tmp_path: Path, executor: str, sig: int) -> None:
     # slow points (milp on a bigger job, time limit 30 s each) so the pool is busy when killed
-    base = BASE.replace("gpus: 64", "gpus: 1024").replace("global_batch: 16", "global_batch: 512").replace("model: tiny-4l", "model: tiny-8l")
-    # enough points that the pool is still busy when the signal comes (each solves in well under a second)
+    base = (
+        BASE.replace("gpus: 64", "gpus: 1024")
+        .replace("global_batch: 16", "global_batch: 512")
+        .replace("model: tiny-4l", "model: tiny-8l")
+    )
+    # enough points that the pool is still busy when the signal comes (each solves in well under a second)  # noqa: E501
     points = [{"routes[0].km": km, "solver.backend": "milp"} for km in range(10, 2000, 4)]
     study = _study(tmp_path, points, base)
-    p = subprocess.Popen([*PLACER, "sweep", str(study), "-o", str(tmp_path / "out"), "--workers", "2", "-q", "--executor", executor], stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    p = subprocess.Popen(
+        [
+            *PLACER,
+            "sweep",
+            str(study),
+            "-o",
+            str(tmp_path / "out"),
+            "--workers",
+            "2",
+            "-q",
+            "--executor",
+            executor,
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     t0 = time.monotonic()
     workers: set[int] = set()
     while time.monotonic() - t0 < 60 and len(workers) < 2 and p.poll() is None:
@@ -137,4 +193,6 @@ def test_workers_die_with_the_parent(tmp_path: Path, executor: str, sig: int) ->
     t1 = time.monotonic()
     while any(_alive(w) for w in workers) and time.monotonic() - t1 < 10:
         time.sleep(0.1)
-    assert not any(_alive(w) for w in workers), f"orphaned workers: {[w for w in workers if _alive(w)]}"
+    assert not any(_alive(w) for w in workers), (
+        f"orphaned workers: {[w for w in workers if _alive(w)]}"
+    )

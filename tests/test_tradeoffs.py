@@ -45,7 +45,11 @@ def enumeration(request: pytest.FixtureRequest) -> tuple[str, list[tuple[float, 
     # a plan with capex C and step T uses some waves w; the cap w gives a plan no slower and
     # no dearer (capex grows with waves), so the Pareto filter of these points is the front
     pts = sorted(set(pts))
-    front = [p for p in pts if not any(q[0] <= p[0] and q[1] <= p[1] * (1 + 1e-9) and q != p for q in pts)]
+    front = [
+        p
+        for p in pts
+        if not any(q[0] <= p[0] and q[1] <= p[1] * (1 + 1e-9) and q != p for q in pts)
+    ]
     assert len(front) >= 3  # the test means something only if the front has a knee
     return request.param, sorted(front, reverse=True)
 
@@ -55,15 +59,23 @@ def test_frontier_matches_enumeration(enumeration: tuple[str, list[tuple[float, 
     points = frontier(problem_from_data(_data()), backend=backend, time_limit_s=60)
     assert [p.status for p in points] == ["optimal"] * len(points)
     assert [p.capex_usd for p in points] == pytest.approx([c for c, _ in expected])
-    assert [p.step_time_s for p in points] == pytest.approx([t for _, t in expected], rel=2 * LIMIT_SLACK)
+    assert [p.step_time_s for p in points] == pytest.approx(
+        [t for _, t in expected], rel=2 * LIMIT_SLACK
+    )
     assert sum(p.knee for p in points) == (1 if len(points) >= 3 else 0)
 
 
 @pytest.mark.parametrize("within", [0.0, 0.05])
-def test_within_fastest_is_the_cheapest_plan_within_the_limit(enumeration: tuple[str, list[tuple[float, float]]], within: float) -> None:
+def test_within_fastest_is_the_cheapest_plan_within_the_limit(
+    enumeration: tuple[str, list[tuple[float, float]]], within: float
+) -> None:
     backend, expected = enumeration
     fastest = min(t for _, t in expected)
-    r = solve(problem_from_data(_data(minimize="cost", within_fastest=within)), backend=backend, time_limit_s=60)
+    r = solve(
+        problem_from_data(_data(minimize="cost", within_fastest=within)),
+        backend=backend,
+        time_limit_s=60,
+    )
     assert r.status == "optimal"
     limit = fastest * (1 + within) * (1 + LIMIT_SLACK)
     assert r.evaluation.step_time_s <= limit * (1 + 1e-12)
@@ -82,7 +94,7 @@ def test_within_fastest_needs_minimize_cost() -> None:
 
 def test_knee_is_the_point_farthest_from_the_chord() -> None:
     # (capex, step) on a convex front; scaled to [0,1]^2 the chord runs from (1, 0) to (0, 1)
-    # and (0.2, 0.2) is the farthest point from it: |0.2 + 0.2 - 1| / sqrt(2), against 0.5 / sqrt(2) next
+    # and (0.2, 0.2) is the farthest point from it: |0.2 + 0.2 - 1| / sqrt(2), against 0.5 / sqrt(2) next  # noqa: E501
     raw = [(10.0, 1.0), (4.0, 1.5), (2.0, 2.0), (1.0, 4.0), (0.0, 6.0)]
     pts = mark_knee([FrontierPoint(c, t, "optimal", None) for c, t in raw])
     assert [p.knee for p in pts] == [False, False, True, False, False]
@@ -91,7 +103,9 @@ def test_knee_is_the_point_farthest_from_the_chord() -> None:
 def test_cli_frontier_writes_table_and_plot(tmp_path: Path) -> None:
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump(copy.deepcopy(_data())))
-    r = CliRunner().invoke(app, ["frontier", str(path), "-o", str(tmp_path / "f"), "-q", "--max-points", "2"])
+    r = CliRunner().invoke(
+        app, ["frontier", str(path), "-o", str(tmp_path / "f"), "-q", "--max-points", "2"]
+    )
     assert r.exit_code == 0, r.output
     rows = (tmp_path / "f" / "frontier.csv").read_text().splitlines()
     assert rows[0] == "capex_usd,step_time_s,waves,tp,pp,dp,status,knee" and len(rows) == 3

@@ -55,7 +55,9 @@ def chains(pp: int, *groups: tuple[int, str]) -> list[dict[str, Any]]:
     return [{"count": n, "stage_sites": [site] * pp} for n, site in groups]
 
 
-def plan(tp: int, pp: int, groups: list[dict[str, Any]], links: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def plan(
+    tp: int, pp: int, groups: list[dict[str, Any]], links: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     dp = sum(g["count"] for g in groups)
     return {
         "parallelism": {"tp": tp, "pp": pp, "dp": dp, "micro_batch": 1},
@@ -66,7 +68,9 @@ def plan(tp: int, pp: int, groups: list[dict[str, Any]], links: list[dict[str, A
 
 
 # 2 + 2 replicas of 16 stages in a and b, data-parallel sync over 4 waves: feasible
-BASELINE = plan(8, 16, chains(16, (2, "a"), (2, "b")), [{"sites": ["a", "b"], "waves": 4, "optic": "800zr"}])
+BASELINE = plan(
+    8, 16, chains(16, (2, "a"), (2, "b")), [{"sites": ["a", "b"], "waves": 4, "optic": "800zr"}]
+)
 
 
 def link_capex(waves: int, optic: str, km: float, pairs_lit: int) -> float:
@@ -78,7 +82,9 @@ def link_capex(waves: int, optic: str, km: float, pairs_lit: int) -> float:
 def memory_gb(tp: int, dp: int) -> float:
     """pp = 1, selective recompute, micro-batch 1, ZeRO-1: one GPU holds all 96 layers."""
     state = PARAMS / tp * (2 + 2 + 12 / dp)  # bf16 weights + grads, fp32 Adam sharded over dp
-    act = L * 34 * S * 1 * H / tp  # Korthikanti et al., selective recompute, 1 micro-batch in flight
+    act = (
+        L * 34 * S * 1 * H / tp
+    )  # Korthikanti et al., selective recompute, 1 micro-batch in flight
     logits = 4 * 1 * S * V / tp  # fp32 logits of one micro-batch on the last stage
     return (state + act + logits) / 1e9
 
@@ -106,13 +112,26 @@ def only(ev: Evaluation, kind: str) -> Violation:
 def test_catalog_figures(folder: Path) -> None:
     cat = problem(folder).catalog
     gpu = cat.gpus["h100-sxm"]
-    assert (gpu.all_in_w, gpu.gpus_per_node, gpu.hbm_gb, cat.memory.reserve_gb) == (ALL_IN_W, GPUS_PER_NODE, HBM_GB, RESERVE_GB)
+    assert (gpu.all_in_w, gpu.gpus_per_node, gpu.hbm_gb, cat.memory.reserve_gb) == (
+        ALL_IN_W,
+        GPUS_PER_NODE,
+        HBM_GB,
+        RESERVE_GB,
+    )
     for o in ("800zr", "800zr+"):
-        assert (cat.optics[o].module_w, cat.optics[o].module_cost_usd) == (MODULE_W[o], MODULE_USD[o])
+        assert (cat.optics[o].module_w, cat.optics[o].module_cost_usd) == (
+            MODULE_W[o],
+            MODULE_USD[o],
+        )
         assert cat.channels_per_pair(o) == CHANNELS_800
     assert max(o.reach_km for o in cat.optics.values()) == 1000
     c = cat.costs
-    assert (c.router_port_usd, c.mux_usd, c.amplifier_usd, cat.network.amplifier_spacing_km) == (PORT_USD, MUX_USD, AMP_USD, AMP_SPACING_KM)
+    assert (c.router_port_usd, c.mux_usd, c.amplifier_usd, cat.network.amplifier_spacing_km) == (
+        PORT_USD,
+        MUX_USD,
+        AMP_USD,
+        AMP_SPACING_KM,
+    )
 
 
 def test_baseline_is_feasible(folder: Path) -> None:
@@ -150,7 +169,10 @@ def test_memory_names_the_site(folder: Path) -> None:
 def test_reach_with_named_optic(folder: Path) -> None:
     # pipeline split a -> far (1500 km) on 2 waves of 800ZR+ (reach 1000 km)
     groups = [{"count": 8, "stage_sites": ["a", "far"]}]
-    ev = placer.evaluate(problem(folder), plan(8, 2, groups, [{"sites": ["a", "far"], "waves": 2, "optic": "800zr+"}]))
+    ev = placer.evaluate(
+        problem(folder),
+        plan(8, 2, groups, [{"sites": ["a", "far"], "waves": 2, "optic": "800zr+"}]),
+    )
     v = only(ev, "reach")
     assert v.where == "route a-far"
     assert v.shortfall == pytest.approx(1500 - 1000)
@@ -203,13 +225,17 @@ def test_gpus_more_tp_groups_than_nodes(folder: Path) -> None:
 
 
 def test_gpus_tp_larger_than_a_node(folder: Path) -> None:
-    ev = placer.evaluate(problem(folder), plan(16, 16, chains(16, (1, "a"), (1, "b")), BASELINE["links"]))
+    ev = placer.evaluate(
+        problem(folder), plan(16, 16, chains(16, (1, "a"), (1, "b")), BASELINE["links"])
+    )
     assert {(v.kind, v.where) for v in ev.violations} == {("gpus", "site a"), ("gpus", "site b")}
     assert all("tp=16 does not fit in a node of 8 GPUs" in v.message for v in ev.violations)
 
 
 def test_budget(folder: Path) -> None:
-    v = only(placer.evaluate(problem(folder, objective={"max_cost_usd": 100000}), BASELINE), "budget")
+    v = only(
+        placer.evaluate(problem(folder, objective={"max_cost_usd": 100000}), BASELINE), "budget"
+    )
     capex = 4 * (2 * 6000 + 2 * 10000) + 1 * (2 * 20000 + 1 * 30000)  # 4 waves, 1 pair, 1 amplifier
     assert v.where == "objective.max_cost_usd"
     assert v.shortfall == pytest.approx(capex - 100000) == 98000
@@ -220,10 +246,17 @@ def test_budget(folder: Path) -> None:
 # pp = 1 (memory), 128 replicas in a (power), 128 in b (64 nodes: gpus), 40 waves on a-b
 # (channels), 800ZR+ on the 1500 km route (reach), capex over a $100k budget.
 MULTI_PLAN = plan(
-    8, 1, chains(1, (128, "a"), (128, "b")),
-    [{"sites": ["a", "b"], "waves": 40, "optic": "800zr"}, {"sites": ["a", "far"], "waves": 2, "optic": "800zr+"}],
+    8,
+    1,
+    chains(1, (128, "a"), (128, "b")),
+    [
+        {"sites": ["a", "b"], "waves": 40, "optic": "800zr"},
+        {"sites": ["a", "far"], "waves": 2, "optic": "800zr+"},
+    ],
 )
-MULTI_CAPEX = link_capex(40, "800zr", 100, math.ceil(40 / CHANNELS_800)) + link_capex(2, "800zr+", 1500, 1)
+MULTI_CAPEX = link_capex(40, "800zr", 100, math.ceil(40 / CHANNELS_800)) + link_capex(
+    2, "800zr+", 1500, 1
+)
 MULTI_POWER_MW = (1024 * ALL_IN_W + 40 * MODULE_W["800zr"] + 2 * MODULE_W["800zr+"]) * PUE / 1e6
 MULTI_EXPECTED = {
     ("channels", "route a-b"): 40 - CHANNELS_800,
@@ -253,7 +286,9 @@ def test_cli_exit_3_lists_every_violation(folder: Path) -> None:
     plan_file.write_text(json.dumps(MULTI_PLAN))
 
     args = ["evaluate", str(inst), str(plan_file)]
-    text = subprocess.run([sys.executable, "-m", "placer.cli", *args], capture_output=True, text=True, timeout=120)
+    text = subprocess.run(
+        [sys.executable, "-m", "placer.cli", *args], capture_output=True, text=True, timeout=120
+    )
     as_json = CliRunner().invoke(app, [*args, "--json"])
     assert text.returncode == 3, text.stdout + text.stderr
     out = " ".join(text.stdout.split())  # undo the console's line wrapping

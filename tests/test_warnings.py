@@ -35,7 +35,9 @@ def _plan(waves: int, count_south: int = 32) -> Plan:
 
 def test_shipped_instances_are_plausible() -> None:
     for path in sorted((REPO / "instances").glob("*.yaml")):
-        assert [w for w in instance_warnings(load_instance(path)) if w.kind == "implausible"] == [], path
+        assert [
+            w for w in instance_warnings(load_instance(path)) if w.kind == "implausible"
+        ] == [], path
 
 
 def test_implausible_values_name_file_line_and_field(tmp_path: Path) -> None:
@@ -56,7 +58,9 @@ def test_implausible_values_name_file_line_and_field(tmp_path: Path) -> None:
         ("unreachable", "routes[0].km"),
     }
     km_line = next(i for i, t in enumerate(lines, 1) if t.strip().startswith("km:"))
-    assert ws[("implausible", "routes[0].km")].startswith(f"{path}:{km_line}: routes[0].km: 5000 km")
+    assert ws[("implausible", "routes[0].km")].startswith(
+        f"{path}:{km_line}: routes[0].km: 5000 km"
+    )
     assert "faster than light in vacuum (16.7 ms)" in ws[("implausible", "routes[0].latency_ms")]
     r = CliRunner().invoke(app, ["validate", str(path)])
     assert r.exit_code == 0 and "warning: implausible" in r.output
@@ -66,7 +70,10 @@ def test_latency_below_fiber_but_above_vacuum() -> None:
     data = _data()
     data["routes"][0]["latency_ms"] = 0.4  # 100 km: fiber 0.49 ms, vacuum 0.334 ms
     (w,) = instance_warnings(problem_from_data(data))
-    assert w.where == "routes[0].latency_ms" and "below the fiber's propagation delay (0.49 ms" in w.message
+    assert (
+        w.where == "routes[0].latency_ms"
+        and "below the fiber's propagation delay (0.49 ms" in w.message
+    )
 
 
 def test_single_wave_between_two_sites_is_a_single_point_of_failure() -> None:
@@ -81,7 +88,9 @@ def test_single_wave_between_two_sites_is_a_single_point_of_failure() -> None:
 
 def test_no_single_point_when_capacity_survives() -> None:
     data = _data()
-    data["routes"][0]["capacity_gbps"] = 800  # capacity already in place survives a wave or pair loss
+    data["routes"][0]["capacity_gbps"] = (
+        800  # capacity already in place survives a wave or pair loss
+    )
     prob = problem_from_data(data)
     plan = _plan(1)
     assert plan_warnings(prob, plan, evaluate(prob, plan)) == []
@@ -99,7 +108,10 @@ def test_no_single_point_when_capacity_survives() -> None:
     ("change", "reason"),
     [
         ({"power_mw": 0.005}, "power: 0.005 MW cannot feed one 8-GPU node"),
-        ({"gpus_per_node": 4}, "size: the plan's tensor-parallel groups of 8 GPUs do not fit its 4-GPU nodes"),
+        (
+            {"gpus_per_node": 4},
+            "size: the plan's tensor-parallel groups of 8 GPUs do not fit its 4-GPU nodes",
+        ),
         ({"gpu": "small-hbm"}, "memory: the smallest stage of tp 8 x pp 16 needs"),
     ],
 )
@@ -115,7 +127,9 @@ def test_unused_site_reasons(change: dict, reason: str) -> None:
     base = load_instance(TWO)
     least = min(evaluate(base, _plan(32)).memory_gb.values())
     hbm = base.catalog.memory.reserve_gb + least - 1
-    data["catalog"] = {"gpus": {"small-hbm": {**base.catalog.gpus["h100-sxm"].model_dump(), "hbm_gb": hbm}}}
+    data["catalog"] = {
+        "gpus": {"small-hbm": {**base.catalog.gpus["h100-sxm"].model_dump(), "hbm_gb": hbm}}
+    }
     prob = problem_from_data(data)
     plan = _plan(32)
     ev = evaluate(prob, plan)
@@ -136,7 +150,9 @@ def test_unused_site_wan_and_objective() -> None:
     data2["routes"][1]["km"] = 50
     prob = problem_from_data(data2)
     (w,) = [w for w in plan_warnings(prob, plan, evaluate(prob, plan)) if w.kind == "unused_site"]
-    assert "not needed" in w.message and "proven optimal" not in w.message  # the hand plan claims no status
+    assert (
+        "not needed" in w.message and "proven optimal" not in w.message
+    )  # the hand plan claims no status
 
 
 def test_solve_writes_warnings_to_plan_report_and_stderr(tmp_path: Path) -> None:
@@ -157,5 +173,7 @@ def test_unknown_backend_is_bad_input_in_the_api() -> None:
     import placer
     from placer.errors import InputError
 
-    with pytest.raises(InputError, match="backend: expected one of cpsat, milp, brute, got 'gurobi'"):
+    with pytest.raises(
+        InputError, match="backend: expected one of cpsat, milp, brute, got 'gurobi'"
+    ):
         placer.solve(load_instance(TWO), backend="gurobi")

@@ -31,7 +31,9 @@ MAX_PLANS = 200_000
 MAX_ROUTINGS = 64  # routing choices per placement and wave vector
 
 
-def brute_inner(problem: Problem, perf: PerfModel, data: InnerData, objective: str) -> InnerSolution | None:
+def brute_inner(
+    problem: Problem, perf: PerfModel, data: InnerData, objective: str
+) -> InnerSolution | None:
     cfg = data.cfg
     n_chains = len(data.chains)
     wave_choices = [[o.waves for o in data.wave_options[r]] for r in data.routes]
@@ -58,17 +60,33 @@ def brute_inner(problem: Problem, perf: PerfModel, data: InnerData, objective: s
                 ev = evaluate(problem, solution_plan(problem, data, sol), perf)
                 if not ev.feasible:
                     continue
-                value = {"step_time": ev.step_time_s, "cost": ev.capex_usd, "cost_per_token": ev.cost_per_token_usd}[objective]
+                value = {
+                    "step_time": ev.step_time_s,
+                    "cost": ev.capex_usd,
+                    "cost_per_token": ev.cost_per_token_usd,
+                }[objective]
                 sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
                 paths = sum(len(e["paths"]) - 1 for e in routing)
-                key = tiebreak_key(value, sum(wv), sites, paths, sum(c * n for c, n in counts.items()))
+                key = tiebreak_key(
+                    value, sum(wv), sites, paths, sum(c * n for c, n in counts.items())
+                )
                 if best is None or key < best:
                     best = key
-                    best_sol = InnerSolution(dict(counts), waves, value, value, True, step_time_s=ev.step_time_s, routing=routing)
+                    best_sol = InnerSolution(
+                        dict(counts),
+                        waves,
+                        value,
+                        value,
+                        True,
+                        step_time_s=ev.step_time_s,
+                        routing=routing,
+                    )
     return best_sol
 
 
-def _demands(data: InnerData, counts: dict[int, int]) -> tuple[dict[tuple[str, PairKey], float], dict[tuple[str, RouteKey], float]]:
+def _demands(
+    data: InnerData, counts: dict[int, int]
+) -> tuple[dict[tuple[str, PairKey], float], dict[tuple[str, RouteKey], float]]:
     """Bytes per step of each routed pair in each phase, and the bytes the other pairs
     (one candidate path) put on each route."""
     out: dict[tuple[str, PairKey], float] = defaultdict(float)
@@ -104,12 +122,16 @@ def _routings(
     if not demands:
         return [[]]
     if problem.instance.resilience is not None and problem.instance.resilience.survive:
-        raise InputError("brute backend: resilience with routed pairs is not supported; set solver.paths_per_pair: 1")
+        raise InputError(
+            "brute backend: resilience with routed pairs is not supported; set solver.paths_per_pair: 1"  # noqa: E501
+        )
     keys = sorted(demands)
     choices = [range(1, len(data.pair_paths[q]) + 1) for _, q in keys]
     total = math.prod(len(c) for c in choices)
     if total > MAX_ROUTINGS:
-        raise InputError(f"brute backend: {total} routing choices per plan (at most {MAX_ROUTINGS})")
+        raise InputError(
+            f"brute backend: {total} routing choices per plan (at most {MAX_ROUTINGS})"
+        )
     cap = {r: net.capacity_Bps(r, waves.get(r, 0), data.route_optic[r]) for r in data.routes}
     out = []
     for levels in itertools.product(*choices):
@@ -126,7 +148,16 @@ def _routings(
             for q, lv in sorted(sel.items()):
                 if lv >= 2:
                     paths = data.pair_paths[q][:lv]
-                    entries.append({"phase": phase, "sites": list(q), "paths": [{"via": list(p.sites), "share": s} for p, s in zip(paths, shares[q], strict=True)]})
+                    entries.append(
+                        {
+                            "phase": phase,
+                            "sites": list(q),
+                            "paths": [
+                                {"via": list(p.sites), "share": s}
+                                for p, s in zip(paths, shares[q], strict=True)
+                            ],
+                        }
+                    )
         if ok:
             out.append(entries)
     return out
@@ -164,7 +195,9 @@ def _least_congested(
             for f, _ in terms:
                 h.addConstr(f <= 0.0)
             continue
-        h.addConstr(sum(f * (dem / cap[r]) for f, dem in terms) + fixed.get((phase, r), 0.0) / cap[r] <= lam)
+        h.addConstr(
+            sum(f * (dem / cap[r]) for f, dem in terms) + fixed.get((phase, r), 0.0) / cap[r] <= lam
+        )
     h.minimize(lam)
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None

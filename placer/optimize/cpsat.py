@@ -83,7 +83,11 @@ class CpsatInner:
     def define_placement(self) -> None:
         d, M, add, n = self.d, self.m, self.add, self.n
         cfg, C = d.cfg, range(len(d.chains))
-        self.x = x = {(s, k): sum(n[c] for c in C if d.chains[c][k] == s) for k in range(cfg.pp) for s in d.stage_sites[k]}
+        self.x = x = {
+            (s, k): sum(n[c] for c in C if d.chains[c][k] == s)
+            for k in range(cfg.pp)
+            for s in d.stage_sites[k]
+        }
         self.nodes = nodes = {s: M.NewIntVar(0, d.site_nodes[s], f"nodes[{s}]") for s in d.sites}
         for s in d.sites:
             used = sum(x[(s, k)] for k in range(cfg.pp) if (s, k) in x)
@@ -91,28 +95,60 @@ class CpsatInner:
 
     def define_waves(self) -> None:
         d, M = self.d, self.m
-        self.y = y = {(r, i): M.NewBoolVar(f"y[{r}][{i}]") for r in d.routes for i in range(len(d.wave_options[r]))}
+        self.y = y = {
+            (r, i): M.NewBoolVar(f"y[{r}][{i}]")
+            for r in d.routes
+            for i in range(len(d.wave_options[r]))
+        }
         for r in d.routes:
-            self.add(M.AddExactlyOne(y[(r, i)] for i in range(len(d.wave_options[r]))), row("route.waves", *r))
-        self.capex = sum(round(opt.capex_usd) * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
-        self.total_waves = sum(opt.waves * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
+            self.add(
+                M.AddExactlyOne(y[(r, i)] for i in range(len(d.wave_options[r]))),
+                row("route.waves", *r),
+            )
+        self.capex = sum(
+            round(opt.capex_usd) * y[(r, i)]
+            for r in d.routes
+            for i, opt in enumerate(d.wave_options[r])
+        )
+        self.total_waves = sum(
+            opt.waves * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r])
+        )
 
     def define_power(self) -> None:
         """Site power in milliwatts, and the running cost in RATE_UNIT USD per second."""
         d, M, y, nodes = self.d, self.m, self.y, self.nodes
-        rate_terms = [round(opt.capex_usd / d.amortization_s / RATE_UNIT) * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r])]
+        rate_terms = [
+            round(opt.capex_usd / d.amortization_s / RATE_UNIT) * y[(r, i)]
+            for r in d.routes
+            for i, opt in enumerate(d.wave_options[r])
+        ]
         for s in d.sites:
             limit = d.site_power_w[s]
             j_rate = d.energy_usd_per_j / RATE_UNIT * d.site_pue[s]
-            rate_terms.append(round(j_rate * d.site_node_w[s] + d.site_node_usd_per_s[s] / RATE_UNIT) * nodes[s])
-            rate_terms += [round(j_rate * opt.module_w) * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r])]
+            rate_terms.append(
+                round(j_rate * d.site_node_w[s] + d.site_node_usd_per_s[s] / RATE_UNIT) * nodes[s]
+            )
+            rate_terms += [
+                round(j_rate * opt.module_w) * y[(r, i)]
+                for r in d.routes
+                if s in r
+                for i, opt in enumerate(d.wave_options[r])
+            ]
             if limit is None:
                 continue
             # milliwatts (rounded up: conservative by at most a milliwatt per term)
-            # (float noise below a microwatt is not rounded up: 1.3 x 6496 W is 8444800 mW, not 8444801)
+            # (float noise below a microwatt is not rounded up: 1.3 x 6496 W is 8444800 mW, not 8444801)  # noqa: E501
             coef_node = math.ceil(d.site_pue[s] * d.site_node_w[s] * 1000 - 1e-3)
-            optics = sum(math.ceil(d.site_pue[s] * opt.module_w * 1000 - 1e-3) * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r]))
-            self.add(M.Add(coef_node * nodes[s] + optics <= math.floor(limit * 1000 * (1 + 1e-9))), row("site.power", s))
+            optics = sum(
+                math.ceil(d.site_pue[s] * opt.module_w * 1000 - 1e-3) * y[(r, i)]
+                for r in d.routes
+                if s in r
+                for i, opt in enumerate(d.wave_options[r])
+            )
+            self.add(
+                M.Add(coef_node * nodes[s] + optics <= math.floor(limit * 1000 * (1 + 1e-9))),
+                row("site.power", s),
+            )
         self.rate = sum(rate_terms)  # USD per second in RATE_UNIT
 
     def define_budget(self) -> None:
@@ -123,7 +159,9 @@ class CpsatInner:
         d, M, u = self.d, self.m, self.u
         # every chain slower than the range (the cutoff): the rows below leave no chain in
         # use and the model infeasible (proved), rather than an empty domain (invalid)
-        self.T_pipe = M.NewIntVar(min(min(self.ticks(t) for t in d.chain_time), self.TT), self.TT, "T_pipe")
+        self.T_pipe = M.NewIntVar(
+            min(min(self.ticks(t) for t in d.chain_time), self.TT), self.TT, "T_pipe"
+        )
         for c in u:
             tc = self.ticks(d.chain_time[c])
             if tc > self.TT:
@@ -142,7 +180,10 @@ class CpsatInner:
         pp_flow_load = self._pp_flow_load
         TT = self.TT
         # route capacities in integer units: cap_i * T_ticks >= Q * load_bytes
-        max_cap_tick = max((opt.capacity_Bps * self.tau for r in d.routes for opt in d.wave_options[r]), default=1.0)
+        max_cap_tick = max(
+            (opt.capacity_Bps * self.tau for r in d.routes for opt in d.wave_options[r]),
+            default=1.0,
+        )
         # Q as large as int64 allows on both sides of a row (sum_i cap_i x ticks, Q x load bytes),
         # with room for the terms of one row (options, x sites and 2 x ticks in the resilience
         # rows). A fixed cap of Q <= 1e6 left a 10 Gbps route 31 100 units per tick on a 3e-11 s
@@ -150,21 +191,38 @@ class CpsatInner:
         # CP-SAT checks a row for overflow term by term (coefficient x the variable's upper
         # bound), so a route's load is bounded by dp replicas on every chain type at once
         max_load = max(
-            [cfg.dp * (sum(cr.get(r, 0) for cr in d.chain_cross) + self._max_routed) * d.pp_bytes_per_crossing for r in d.routes]
+            [
+                cfg.dp
+                * (sum(cr.get(r, 0) for cr in d.chain_cross) + self._max_routed)
+                * d.pp_bytes_per_crossing
+                for r in d.routes
+            ]
             + [len(d.pairs) * sum(d.wan_bytes), 1.0]
         )
         terms = 4 * max((len(o) for o in d.wave_options.values()), default=1) * len(d.sites)
-        self.Q = float(max(1, math.floor(min(INT_LIMIT / (max(max_cap_tick, 1e-30) * TT), INT_LIMIT / max_load) / terms)))
+        self.Q = float(
+            max(
+                1,
+                math.floor(
+                    min(INT_LIMIT / (max(max_cap_tick, 1e-30) * TT), INT_LIMIT / max_load) / terms
+                ),
+            )
+        )
         pp_bytes = round(d.pp_bytes_per_crossing)
         self.pp_loads: dict[Any, Any] = {}
         for r in d.routes:
             maxc = max((cr.get(r, 0) for cr in d.chain_cross), default=0)
             if maxc == 0 and r not in pp_flow_load:
                 continue
-            load = sum(n[c] * d.chain_cross[c].get(r, 0) for c in C if d.chain_cross[c].get(r, 0)) * pp_bytes
+            load = (
+                sum(n[c] * d.chain_cross[c].get(r, 0) for c in C if d.chain_cross[c].get(r, 0))
+                * pp_bytes
+            )
             load = load + sum(pp_flow_load.get(r, []))
             self.pp_loads[r] = load
-            self._hull(self.T_pipe, load, r, self._wave_caps(r), None, TT, "route.pp", by_route=True)
+            self._hull(
+                self.T_pipe, load, r, self._wave_caps(r), None, TT, "route.pp", by_route=True
+            )
 
     def define_dp_hosting(self) -> None:
         d, M, add, x = self.d, self.m, self.add, self.x
@@ -175,14 +233,18 @@ class CpsatInner:
         wan_factor = int(self.sync.window)
         self.TW = TW = wan_factor * TT
         self.Q_wan = Q_wan = float(max(1, math.floor(self.Q / wan_factor)))
-        self.T_intra = T_intra = M.NewIntVar(min(TT, math.floor(d.intra_lower_bound / self.tau)), TT, "T_intra")
+        self.T_intra = T_intra = M.NewIntVar(
+            min(TT, math.floor(d.intra_lower_bound / self.tau)), TT, "T_intra"
+        )
         self.T_dpbw = M.NewIntVar(0, TW, "T_dpbw")
         self.T_lat = T_lat = M.NewIntVar(0, TW, "T_lat")
         self._intra_terms: list[IntraTerm] = []
         self._pairs: list[HostPair] = []
         h: dict[tuple[str, int], Any] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
-        pair_dem: dict[Any, list[tuple[Any, Any, int]]] = {}  # routed pair -> (D, b, share bound) per class
+        pair_dem: dict[
+            Any, list[tuple[Any, Any, int]]
+        ] = {}  # routed pair -> (D, b, share bound) per class
         for cls in d.stage_classes:
             k = cls[0]  # the class's representative stage
             hosts = d.stage_sites[k]
@@ -192,8 +254,12 @@ class CpsatInner:
                 add(M.Add(x[(s, k)] >= hv), row("dp.host_lb", s, k))
                 if D >= 2 and d.class_intra(cls, s) > 0:
                     # every member's NIC carries the data-parallel volume of a flat ring
-                    add(M.Add(T_intra >= self.ticks(d.class_intra(cls, s))), row("dp.intra", s, k)).OnlyEnforceIf(hv)
-                    self._intra_terms.append(IntraTerm(hv, x[(s, k)], self.ticks(d.class_intra(cls, s))))
+                    add(
+                        M.Add(T_intra >= self.ticks(d.class_intra(cls, s))), row("dp.intra", s, k)
+                    ).OnlyEnforceIf(hv)
+                    self._intra_terms.append(
+                        IntraTerm(hv, x[(s, k)], self.ticks(d.class_intra(cls, s)))
+                    )
             if len(hosts) < 2:
                 continue
             S_k = d.class_wan_bytes(cls)
@@ -204,7 +270,10 @@ class CpsatInner:
             add(M.AddElement(n_hosts, shares, share), row("dp.k_share", k))
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
-                    add(M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not()]), row("dp.disconnected", a, b, k))
+                    add(
+                        M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not()]),
+                        row("dp.disconnected", a, b, k),
+                    )
             for a, b in d.pairs:
                 if a not in hosts or b not in hosts:
                     continue
@@ -212,8 +281,21 @@ class CpsatInner:
                 add(M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not(), bp]), row("dp.pair_on", a, b, k))
                 dem = M.NewIntVar(0, max(shares), f"D[{a},{b}][{k}]")
                 add(M.Add(dem >= share), row("dp.pair", a, b, k)).OnlyEnforceIf(bp)
-                add(M.Add(T_lat >= self.ticks(2 * d.pair_latency[(a, b)])), row("dp.pair_latency", a, b, k)).OnlyEnforceIf(bp)
-                self._pairs.append(HostPair(dem, share, bp, max(shares), h[(a, k)], h[(b, k)], self.ticks(2 * d.pair_latency[(a, b)])))
+                add(
+                    M.Add(T_lat >= self.ticks(2 * d.pair_latency[(a, b)])),
+                    row("dp.pair_latency", a, b, k),
+                ).OnlyEnforceIf(bp)
+                self._pairs.append(
+                    HostPair(
+                        dem,
+                        share,
+                        bp,
+                        max(shares),
+                        h[(a, k)],
+                        h[(b, k)],
+                        self.ticks(2 * d.pair_latency[(a, b)]),
+                    )
+                )
                 if d.routed((a, b)):
                     pair_dem.setdefault((a, b), []).append((dem, bp, max(shares)))
                     continue
@@ -224,7 +306,17 @@ class CpsatInner:
         for r in d.routes:
             if dp_load[r]:
                 self.dp_loads[r] = sum(dp_load[r])
-                self._hull(self.T_dpbw, sum(dp_load[r]), r, self._wave_caps(r), None, TW, "route.dp", Q_wan, by_route=True)
+                self._hull(
+                    self.T_dpbw,
+                    sum(dp_load[r]),
+                    r,
+                    self._wave_caps(r),
+                    None,
+                    TW,
+                    "route.dp",
+                    Q_wan,
+                    by_route=True,
+                )
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan when
@@ -246,7 +338,10 @@ class CpsatInner:
             # T * H == H * (T_pipe + exposed intra) + T_wan, rounded up to the tick grid
             E = self._dp_exposed(T_intra, None, self.TT)
             add(M.Add(L * H * T >= L * H * T_pipe + H * E + L * T_wan), row("step.time"))
-            add(M.Add(L * H * T < L * H * T_pipe + H * E + L * T_wan + L * H), row("step.time_round"))
+            add(
+                M.Add(L * H * T < L * H * T_pipe + H * E + L * T_wan + L * H),
+                row("step.time_round"),
+            )
         else:
             exposed = M.NewIntVar(0, self.TT, "T_exposed")
             self._exposed = exposed
@@ -258,7 +353,10 @@ class CpsatInner:
     def define_limits(self) -> None:
         d, M, add, T = self.d, self.m, self.add, self.T
         if d.max_step_time_s is not None:
-            add(M.Add(T <= math.floor(d.max_step_time_s / self.tau * (1 + 1e-9))), row("limits.max_step_time"))
+            add(
+                M.Add(T <= math.floor(d.max_step_time_s / self.tau * (1 + 1e-9))),
+                row("limits.max_step_time"),
+            )
         if self.t_cap is not None:
             add(M.Add(T <= math.floor(self.t_cap / self.tau)), row("limits.t_cap"))
         if self.rate_cap is not None:
@@ -277,7 +375,9 @@ class CpsatInner:
         d, M = self.d, self.m
         self.sites_used = {s: M.NewBoolVar(f"site_used[{s}]") for s in d.sites}
         for s in d.sites:
-            self.add(M.Add(self.nodes[s] <= d.site_nodes[s] * self.sites_used[s]), row("site.used", s))
+            self.add(
+                M.Add(self.nodes[s] <= d.site_nodes[s] * self.sites_used[s]), row("site.used", s)
+            )
         if d.resilience is None:
             return
         if d.resilience.max_step_time_s is None:
@@ -304,7 +404,15 @@ class CpsatInner:
             ws.append(w)
         return ws
 
-    def _split(self, phase: str, q: Any, demand: Any, max_demand: int, ws: list[Any], loads: dict[Any, list[Any]]) -> None:
+    def _split(
+        self,
+        phase: str,
+        q: Any,
+        demand: Any,
+        max_demand: int,
+        ws: list[Any],
+        loads: dict[Any, list[Any]],
+    ) -> None:
         M = self.m
         flows = []
         for j, path in enumerate(self.d.pair_paths[q]):
@@ -323,10 +431,19 @@ class CpsatInner:
         pp_bytes = round(d.pp_bytes_per_crossing)
         loads: dict[Any, list[Any]] = {}
         ws: dict[Any, list[Any]] = {}
-        self._max_routed = max((len(d.chain_routed_pairs(c)) for c in range(len(d.chains))), default=0)
+        self._max_routed = max(
+            (len(d.chain_routed_pairs(c)) for c in range(len(d.chains))), default=0
+        )
         for q, crossing in d.routed_crossings().items():
             ws[q] = self._paths_allowed("pp", q, [self.u[c] for c in crossing])
-            self._split("pp", q, sum(self.n[c] for c in crossing) * pp_bytes, d.cfg.dp * pp_bytes, ws[q], loads)
+            self._split(
+                "pp",
+                q,
+                sum(self.n[c] for c in crossing) * pp_bytes,
+                d.cfg.dp * pp_bytes,
+                ws[q],
+                loads,
+            )
         for c in range(len(d.chains)):
             routed = d.chain_routed_pairs(c)
             for levels, t in d.chain_level_time[c].items():
@@ -335,18 +452,31 @@ class CpsatInner:
                     continue
                 tc = self.ticks(t)
                 if tc > TT:
-                    self.add(M.AddBoolOr([self.u[c].Not(), *(w.Not() for w in chosen)]), row("pipe.chain_path", c, *levels))
+                    self.add(
+                        M.AddBoolOr([self.u[c].Not(), *(w.Not() for w in chosen)]),
+                        row("pipe.chain_path", c, *levels),
+                    )
                 else:
-                    self.add(M.Add(T_pipe >= tc * (self.u[c] + sum(chosen) - len(chosen))), row("pipe.chain_path", c, *levels))
+                    self.add(
+                        M.Add(T_pipe >= tc * (self.u[c] + sum(chosen) - len(chosen))),
+                        row("pipe.chain_path", c, *levels),
+                    )
                 self._pipe_level_terms.append(PathLevelTerm(min(tc, TT), self.u[c], chosen))
         return loads
 
-    def _route_data_parallel(self, pair_dem: dict[Any, list[tuple[Any, Any, int]]], T_lat: Any, dp_load: dict[Any, list[Any]]) -> None:
+    def _route_data_parallel(
+        self,
+        pair_dem: dict[Any, list[tuple[Any, Any, int]]],
+        T_lat: Any,
+        dp_load: dict[Any, list[Any]],
+    ) -> None:
         self._lat_terms: list[LatencyTerm] = []
         loads: dict[Any, list[Any]] = {}
         for q, dems in sorted(pair_dem.items()):
             ws = self._paths_allowed("dp", q, [bp for _, bp, _ in dems])
-            self._split("dp", q, sum(dem for dem, _, _ in dems), sum(mx for _, _, mx in dems), ws, loads)
+            self._split(
+                "dp", q, sum(dem for dem, _, _ in dems), sum(mx for _, _, mx in dems), ws, loads
+            )
             for j in range(1, len(ws)):
                 lat = self.ticks(2 * self.d.pair_paths[q][j].latency_s)
                 self.add(self.m.Add(T_lat >= lat * ws[j]), row("dp.path_latency", *q, j))
@@ -355,7 +485,12 @@ class CpsatInner:
             dp_load[r].extend(terms)
 
     def routing(self, solver: cp_model.CpSolver) -> list[dict[str, Any]]:
-        return extract_routing(self.d, self.f, lambda key: bool(solver.Value(self.w[key])), lambda key: float(solver.Value(self.f[key])))
+        return extract_routing(
+            self.d,
+            self.f,
+            lambda key: bool(solver.Value(self.w[key])),
+            lambda key: float(solver.Value(self.f[key])),
+        )
 
     # ------------------------------------------------------------------ exact step (resilience)
 
@@ -375,19 +510,43 @@ class CpsatInner:
             add(M.Add(hp.demand <= hp.share), row("exact.share", i))
             add(M.Add(hp.demand == 0), row("exact.pair_off", i)).OnlyEnforceIf(hp.on.Not())
         for c, uc in self.u.items():
-            add(M.Add(self.n[c] >= uc), row("exact.chain_used", c))  # a chain counts in the max only when it has replicas
+            add(
+                M.Add(self.n[c] >= uc), row("exact.chain_used", c)
+            )  # a chain counts in the max only when it has replicas
         pipe = [self.ticks(d.chain_time[c]) * self.u[c] for c in self.u]
         for i, term in enumerate(self._pipe_level_terms):
             a = M.NewBoolVar(f"exact.chain_path[{i}]")
-            add(M.AddBoolAnd([term.use, *term.allowed]), row("exact.chain_path_on", i)).OnlyEnforceIf(a)
-            add(M.AddBoolOr([a, term.use.Not(), *(w.Not() for w in term.allowed)]), row("exact.chain_path_off", i))
+            add(
+                M.AddBoolAnd([term.use, *term.allowed]), row("exact.chain_path_on", i)
+            ).OnlyEnforceIf(a)
+            add(
+                M.AddBoolOr([a, term.use.Not(), *(w.Not() for w in term.allowed)]),
+                row("exact.chain_path_off", i),
+            )
             pipe.append(term.time * a)
-        pipe += [self._exact_route_time(load, r, TT, self.Q, "exact.pp") for r, load in self.pp_loads.items()]
+        pipe += [
+            self._exact_route_time(load, r, TT, self.Q, "exact.pp")
+            for r, load in self.pp_loads.items()
+        ]
         add(M.AddMaxEquality(T_pipe, pipe), row("exact.pipe"))
-        dp = [0] + [self._exact_route_time(load, r, self.TW, self.Q_wan, "exact.dp") for r, load in self.dp_loads.items()]
+        dp = [0] + [
+            self._exact_route_time(load, r, self.TW, self.Q_wan, "exact.dp")
+            for r, load in self.dp_loads.items()
+        ]
         add(M.AddMaxEquality(T_dpbw, dp), row("exact.dpbw"))
-        add(M.AddMaxEquality(T_lat, [0] + [hp.latency * hp.on for hp in self._pairs] + [t.latency * t.allowed for t in self._lat_terms]), row("exact.lat"))
-        add(M.AddMaxEquality(T_intra, [0] + [t.time * t.host for t in self._intra_terms]), row("exact.intra"))
+        add(
+            M.AddMaxEquality(
+                T_lat,
+                [0]
+                + [hp.latency * hp.on for hp in self._pairs]
+                + [t.latency * t.allowed for t in self._lat_terms],
+            ),
+            row("exact.lat"),
+        )
+        add(
+            M.AddMaxEquality(T_intra, [0] + [t.time * t.host for t in self._intra_terms]),
+            row("exact.intra"),
+        )
         if self._exposed is not None:
             H = d.every_steps
             raw = M.NewIntVar(-4 * self.TW, 4 * self.TW, "exact.exposed_raw")
@@ -396,14 +555,18 @@ class CpsatInner:
             add(M.AddMaxEquality(pos, [0, raw]), row("exact.exposed_pos"))
             add(M.Add(H * self._exposed <= pos + H - 1), row("exact.exposed"))
         for i, (e, num, sync, w) in enumerate(self._overlap_terms):
-            raw = M.NewIntVar(-8 * self.TW * num - w, 8 * self.TW * num, f"exact.dp_overlap_raw[{i}]")
+            raw = M.NewIntVar(
+                -8 * self.TW * num - w, 8 * self.TW * num, f"exact.dp_overlap_raw[{i}]"
+            )
             add(M.Add(raw == num * sync - w), row("exact.dp_overlap_raw", i))
             add(M.AddMaxEquality(e, [0, raw]), row("exact.dp_overlap", i))
 
     def _overlap_den(self) -> int:
         """L: the overlap pieces count in 1/L ticks, so that a fraction f of the sync
         (L f integer) and the windows (rounded to 1/L tick) add no rounding of their own."""
-        return math.lcm(*(Fraction(f).limit_denominator(64).denominator for f, _ in self.d.dp_pieces))
+        return math.lcm(
+            *(Fraction(f).limit_denominator(64).denominator for f, _ in self.d.dp_pieces)
+        )
 
     def _dp_exposed(self, sync: Any, tag: str | None, ub: int) -> Any:
         """The per-step sync's exposed part (milp._dp_exposed) in 1/L ticks: a piece with
@@ -414,7 +577,9 @@ class CpsatInner:
             num = round(Fraction(f).limit_denominator(64) * L)
             w = round(L * window / self.tau)
             e = M.NewIntVar(0, 4 * L * ub, f"T_dp_exposed[{tag or 'healthy'}][{i}]")
-            self.add(M.Add(e >= num * sync - w), row("dp.overlap", *([] if tag is None else [tag]), i))
+            self.add(
+                M.Add(e >= num * sync - w), row("dp.overlap", *([] if tag is None else [tag]), i)
+            )
             if tag is None:
                 self._overlap_terms.append((e, num, sync, w))
             terms.append(e)
@@ -426,7 +591,10 @@ class CpsatInner:
         sync_all = self.d.sync_mode == "synchronous"
         ub = 2 * self.TW if sync_all else 2 * self.TT
         part = M.NewIntVar(0, 4 * ub, f"dp_part[{tag}]")
-        self.add(M.Add(L * part >= self._dp_exposed(T_intra + T_wan if sync_all else T_intra, tag, ub)), row("res.dp_part", tag))
+        self.add(
+            M.Add(L * part >= self._dp_exposed(T_intra + T_wan if sync_all else T_intra, tag, ub)),
+            row("res.dp_part", tag),
+        )
         if sync_all:
             return part
         return part + self._wan_part(T_wan, T_pipe, tag)
@@ -445,7 +613,9 @@ class CpsatInner:
             self.add(M.Add(H * part >= T_wan - H * T_pipe), row("res.wan_part", tag))
         return part
 
-    def _add_resilience(self, T: Any, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any, nodes: Any) -> None:
+    def _add_resilience(
+        self, T: Any, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any, nodes: Any
+    ) -> None:
         """The same survival constraints as placer.optimize.milp._add_resilience, on ticks."""
         d, M, res, add = self.d, self.m, self.d.resilience, self.add
         assert res is not None
@@ -453,7 +623,9 @@ class CpsatInner:
         big = 2 * TT
         if res.max_step_time_s is not None:
             limit_rhs = None
-            limit_ticks = math.floor((1 + res.max_slowdown) * res.max_step_time_s / self.tau * (1 + 1e-9))
+            limit_ticks = math.floor(
+                (1 + res.max_slowdown) * res.max_step_time_s / self.tau * (1 + 1e-9)
+            )
         else:
             limit_rhs = round((1 + res.max_slowdown) * 10**6)
         used = self.sites_used
@@ -479,11 +651,21 @@ class CpsatInner:
             add(M.Add(Td >= T_dpbw), row("res.dp_healthy", tag))
             if r in self.dp_loads:
                 healthy = [opt.capacity_Bps for opt in d.wave_options[r]]
-                eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
-                self._hull(Td, self.dp_loads[r], r, eff, zp, 2 * self.TW, f"res.dp.{tag}", self.Q_wan)
+                eff = [
+                    [
+                        (healthy[i] / f if f > 0 and math.isfinite(f) else 0.0)
+                        for f in res.dp_factor[(klass, r)][i]
+                    ]
+                    for i in range(len(healthy))
+                ]
+                self._hull(
+                    Td, self.dp_loads[r], r, eff, zp, 2 * self.TW, f"res.dp.{tag}", self.Q_wan
+                )
             within(Tp + self._dp_part(T_intra, Td + T_lat, Tp, tag), tag)
         if res.nic_factor is not None and math.isinf(res.nic_factor):
-            add(M.Add(T_intra <= 0), row("res.survive", "nic"))  # a lost NIC cuts its node off the collective
+            add(
+                M.Add(T_intra <= 0), row("res.survive", "nic")
+            )  # a lost NIC cuts its node off the collective
         elif res.nic_factor is not None:
             scaled = M.NewIntVar(0, big * 4, "res.T_intra_nic")
             num = round(res.nic_factor * 10**6)
@@ -518,7 +700,9 @@ class CpsatInner:
         taus, slack = [], []
         for cell in hull_cells(caps, zp is not None):
             i, p = cell.option, cell.participants
-            tau = M.NewIntVar(0, ub, f"tau[{family}][{r}][{i}]" if by_route else f"tau[{family}][{i}][{p}]")
+            tau = M.NewIntVar(
+                0, ub, f"tau[{family}][{r}][{i}]" if by_route else f"tau[{family}][{i}][{p}]"
+            )
             add(M.Add(tau <= ub * self.y[(r, i)]), row(f"{family}.hull", *r, i, p))
             if zp is not None:
                 add(M.Add(tau <= ub * zp[p]), row(f"{family}.hull_p", *r, i, p))
@@ -541,7 +725,9 @@ class CpsatInner:
     def _scale(self) -> float:
         return {"step_time": self.tau, "cost": 1.0, "rate": RATE_UNIT}[self.objective]
 
-    def solve(self, time_limit_s: float, threads: int | None, seed: int, options: dict[str, Any]) -> InnerSolution | NoPlan:
+    def solve(
+        self, time_limit_s: float, threads: int | None, seed: int, options: dict[str, Any]
+    ) -> InnerSolution | NoPlan:
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.01, time_limit_s)
@@ -574,7 +760,9 @@ class CpsatInner:
         first_routing = self.routing(solver)
         t_first = solver.Value(self.T) * self.tau
         # tie-break: same objective value, then fewer waves, then fewer sites
-        self.add(self.m.Add(self._main() <= round(solver.ObjectiveValue())), row("objective.tiebreak"))
+        self.add(
+            self.m.Add(self._main() <= round(solver.ObjectiveValue())), row("objective.tiebreak")
+        )
         for v in self.n.values():
             self.m.AddHint(v, solver.Value(v))
         # canonical order among the remaining ties (CP-SAT's parallel workers may otherwise
@@ -594,13 +782,31 @@ class CpsatInner:
                 st2 = solver.Solve(self.m)
         if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             counts, waves = first
-            return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else t_first, routing=first_routing)
+            return InnerSolution(
+                counts,
+                waves,
+                value,
+                bound,
+                optimal,
+                step_time_s=value if self.objective == "step_time" else t_first,
+                routing=first_routing,
+            )
         counts, waves = self._extract(solver)
-        return InnerSolution(counts, waves, value, bound, optimal, step_time_s=value if self.objective == "step_time" else None, routing=self.routing(solver))
+        return InnerSolution(
+            counts,
+            waves,
+            value,
+            bound,
+            optimal,
+            step_time_s=value if self.objective == "step_time" else None,
+            routing=self.routing(solver),
+        )
 
     def _extract(self, solver: cp_model.CpSolver) -> tuple[dict[int, int], dict[Any, int]]:
         counts = {c: solver.Value(v) for c, v in self.n.items() if solver.Value(v) > 0}
-        waves = {r: self.d.wave_options[r][i].waves for (r, i), yv in self.y.items() if solver.Value(yv)}
+        waves = {
+            r: self.d.wave_options[r][i].waves for (r, i), yv in self.y.items() if solver.Value(yv)
+        }
         return counts, waves
 
 

@@ -82,7 +82,9 @@ class InnerData:
     resilience: ResilienceData | None = None
     stage_classes: list[list[int]] = field(default_factory=list)
     # multi-commodity routing: pairs with several candidate paths get flow variables
-    pair_paths: dict[PairKey, list[Path]] = field(default_factory=dict)  # candidates, shortest first
+    pair_paths: dict[PairKey, list[Path]] = field(
+        default_factory=dict
+    )  # candidates, shortest first
     chain_pairs: list[list[PairKey]] = field(default_factory=list)  # pairs each chain crosses
     # chain -> {levels: 1F1B time} where levels[i] indexes the slowest path used for the
     # chain's i-th routed pair (only for chains that cross a routed pair)
@@ -127,7 +129,11 @@ class InnerData:
 
 
 def build_inner(
-    problem: Problem, perf: PerfModel, cfg: Config, chains: list[Chain], collective: str | None = None
+    problem: Problem,
+    perf: PerfModel,
+    cfg: Config,
+    chains: list[Chain],
+    collective: str | None = None,
 ) -> InnerData:
     inst, cat, net = problem.instance, problem.catalog, perf.net
     sites = [s.name for s in inst.sites]
@@ -152,7 +158,9 @@ def build_inner(
                 capex = net.link_capex_usd(r, v, o)
                 if budget is not None and capex > budget * (1 + 1e-9):
                     break
-                opts.append(WaveOption(v, net.capacity_Bps(r, v, o), capex, v * cat.optics[o].module_w))
+                opts.append(
+                    WaveOption(v, net.capacity_Bps(r, v, o), capex, v * cat.optics[o].module_w)
+                )
         options[r] = opts
     intra = {(k, s): perf.intra_sync_s(cfg, k, s) for k in range(cfg.pp) for s in sites}
     pairs, pair_routes, pair_lat, disconnected = [], {}, {}, []
@@ -182,9 +190,17 @@ def build_inner(
         levels_time: dict[tuple[int, ...], float] = {}
         if routed:
             for levels in itertools.product(*(range(len(pair_paths[q])) for q in routed)):
-                lat = dict(zip(routed, (pair_paths[q][lv].latency_s for q, lv in zip(routed, levels, strict=True)), strict=True))
+                lat = dict(
+                    zip(
+                        routed,
+                        (pair_paths[q][lv].latency_s for q, lv in zip(routed, levels, strict=True)),
+                        strict=True,
+                    )
+                )
                 lats = tuple(
-                    lat.get(route_key(a, b), pair_paths[route_key(a, b)][0].latency_s if a != b else 0.0)
+                    lat.get(
+                        route_key(a, b), pair_paths[route_key(a, b)][0].latency_s if a != b else 0.0
+                    )
                     for a, b in zip(c, c[1:], strict=False)
                 )
                 levels_time[levels] = perf.chain_time_at(cfg, c, lats)
@@ -266,14 +282,18 @@ def resilience_data(
                 c1 = net.capacity_Bps(r, opt.waves - lost, o)
                 cap_list.append(c1)
                 l = opt.capacity_Bps / c1 if c1 > 0 else math.inf  # noqa: E741
-                fac_list.append([slowdown_factor(collective, p, l, eps) for p in range(len(sites) + 1)])
+                fac_list.append(
+                    [slowdown_factor(collective, p, l, eps) for p in range(len(sites) + 1)]
+                )
             caps[(klass, r)] = cap_list
             factors[(klass, r)] = fac_list
     nic = None
     if "nic" in res.survive and cfg.dp >= 2:
         l = max(nic_factor(problem, s) for s in sites)  # noqa: E741
         nic = slowdown_factor(collective, cfg.dp, l, eps)
-    return ResilienceData(collective, res.max_slowdown, problem.instance.objective.max_step_time_s, caps, factors, nic)
+    return ResilienceData(
+        collective, res.max_slowdown, problem.instance.objective.max_step_time_s, caps, factors, nic
+    )
 
 
 @dataclass
@@ -340,7 +360,9 @@ def finite(x: float, cap: float = 1e9) -> float:
 PHASE_NAMES = {"pp": "pipeline", "dp": "data_parallel"}
 
 
-def extract_routing(data: InnerData, flow_keys: Any, allowed: Any, flow: Any) -> list[dict[str, Any]]:
+def extract_routing(
+    data: InnerData, flow_keys: Any, allowed: Any, flow: Any
+) -> list[dict[str, Any]]:
     """A plan's `routing` entries from a solved model: `flow_keys` are the model's
     (phase, pair, path) flow keys, `allowed(key)` whether path j is allowed and `flow(key)`
     its flow. A pair may use its paths up to the last allowed (listed, the slowest sets
@@ -357,5 +379,14 @@ def extract_routing(data: InnerData, flow_keys: Any, allowed: Any, flow: Any) ->
             shares = [f / total for f in flows]
             shares[-1] = max(0.0, 1.0 - sum(shares[:-1]))
             paths = data.pair_paths[q][:levels]
-            out.append({"phase": name, "sites": list(q), "paths": [{"via": list(p.sites), "share": sh} for p, sh in zip(paths, shares, strict=True)]})
+            out.append(
+                {
+                    "phase": name,
+                    "sites": list(q),
+                    "paths": [
+                        {"via": list(p.sites), "share": sh}
+                        for p, sh in zip(paths, shares, strict=True)
+                    ],
+                }
+            )
     return out

@@ -69,7 +69,11 @@ class SolveResult:
 
 
 def _objective_value(objective: str, ev: Evaluation) -> float:
-    return {"step_time": ev.step_time_s, "cost": ev.capex_usd, "cost_per_token": ev.cost_per_token_usd}[objective]
+    return {
+        "step_time": ev.step_time_s,
+        "cost": ev.capex_usd,
+        "cost_per_token": ev.cost_per_token_usd,
+    }[objective]
 
 
 def _tiebreak(objective: str, ev: Evaluation, plan: Plan, cfg: Config) -> tuple[Any, ...]:
@@ -83,14 +87,23 @@ BACKENDS = ("cpsat", "milp", "brute")
 RATE_STEP = 1e-6  # the cost-per-token walk's next cost-rate cap is this much (relative) lower
 
 
-def check_solver_options(time_limit_s: Any, threads: Any, names: tuple[str, str] = ("time_limit_s", "threads")) -> None:
+def check_solver_options(
+    time_limit_s: Any, threads: Any, names: tuple[str, str] = ("time_limit_s", "threads")
+) -> None:
     """Range checks of the run options (the CLI passes its option names): a finite positive
     time limit, and 1 to MAX_THREADS threads. Either may be None (the instance's setting)."""
     if time_limit_s is not None and (
-        isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float) or not math.isfinite(time_limit_s) or time_limit_s <= 0
+        isinstance(time_limit_s, bool)
+        or not isinstance(time_limit_s, int | float)
+        or not math.isfinite(time_limit_s)
+        or time_limit_s <= 0
     ):
-        raise InputError(f"{names[0]}: must be a finite number of seconds > 0, got {time_limit_s!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS):
+        raise InputError(
+            f"{names[0]}: must be a finite number of seconds > 0, got {time_limit_s!r}"
+        )
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS
+    ):
         raise InputError(f"{names[1]}: must be an integer from 1 to {MAX_THREADS}, got {threads!r}")
 
 
@@ -111,7 +124,14 @@ def solve(
     if inst.objective.within_fastest is not None and not _nested:
         from placer.optimize.lexicographic import solve_within_fastest
 
-        return solve_within_fastest(solve, problem, backend, time_limit_s if time_limit_s is not None else opts.time_limit_s, threads, progress)
+        return solve_within_fastest(
+            solve,
+            problem,
+            backend,
+            time_limit_s if time_limit_s is not None else opts.time_limit_s,
+            threads,
+            progress,
+        )
     backend = backend or opts.backend
     time_limit_s = time_limit_s if time_limit_s is not None else opts.time_limit_s
     threads = threads if threads is not None else opts.threads
@@ -136,7 +156,9 @@ def solve(
         t_eval = time.perf_counter()
         plan = solution_plan(problem, data, sol)
         ev = evaluate(problem, plan, perf)
-        finish_s = max(finish_s, 3 * (time.perf_counter() - t_eval))  # the final plan is evaluated again
+        finish_s = max(
+            finish_s, 3 * (time.perf_counter() - t_eval)
+        )  # the final plan is evaluated again
         if not ev.feasible:
             if source in {"greedy", "greedy-nowaves"}:
                 return
@@ -147,9 +169,11 @@ def solve(
         if source not in {"greedy", "greedy-nowaves"} and sol.step_time_s is not None:
             diff = ev.step_time_s - sol.step_time_s
             # an optimal backend's step time equals the evaluator's; a feasible one bounds it
-            if diff > AGREEMENT_REL * ev.step_time_s + 1e-9 or (sol.optimal and -diff > AGREEMENT_REL * ev.step_time_s + 1e-9):
+            if diff > AGREEMENT_REL * ev.step_time_s + 1e-9 or (
+                sol.optimal and -diff > AGREEMENT_REL * ev.step_time_s + 1e-9
+            ):
                 raise ModelMismatchError(
-                    f"{backend} step time {sol.step_time_s:.9g} s != evaluator {ev.step_time_s:.9g} s "
+                    f"{backend} step time {sol.step_time_s:.9g} s != evaluator {ev.step_time_s:.9g} s "  # noqa: E501
                     f"for {data.cfg.label()}"
                 )
         key = _tiebreak(objective, ev, plan, data.cfg)
@@ -191,10 +215,14 @@ def solve(
             open_bounds.extend(c.lower_bound for c in cands[i:])
             break
         t_build = time.perf_counter()
-        data = cand.data or build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+        data = cand.data or build_inner(
+            problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg)
+        )
         last_build_s = max(last_build_s, time.perf_counter() - t_build)
         remaining = deadline - finish_s - time.perf_counter()
-        res = _solve_inner(problem, perf, data, backend, objective, inc, remaining, threads, opts, best)
+        res = _solve_inner(
+            problem, perf, data, backend, objective, inc, remaining, threads, opts, best
+        )
         solved += 1
         sol = res if isinstance(res, InnerSolution) else None
         stopped = interrupt.requested()
@@ -203,7 +231,9 @@ def solve(
             # what it could still reach stays in the global bound (its own bound, or the
             # solver's if tighter)
             unproven += 1
-            open_bounds.append(cand.lower_bound if res.bound is None else max(cand.lower_bound, res.bound))
+            open_bounds.append(
+                cand.lower_bound if res.bound is None else max(cand.lower_bound, res.bound)
+            )
         if sol is not None:
             if not sol.optimal:
                 unproven += 1
@@ -213,8 +243,18 @@ def solve(
         inc = best[0][0] if best else math.inf
         say(
             f"[{i + 1}/{len(cands)}] {cand.cfg.label()}: "
-            + (_fmt(objective, sol.objective) if sol is not None else "no better plan" if res.proven else f"{res.reason or 'time limit'}, no plan yet")
-            + (f"; incumbent {_fmt(objective, inc)}, bound {_fmt(objective, min([inc, nxt, *open_bounds]))}" if objective != "cost" and math.isfinite(inc) else "")
+            + (
+                _fmt(objective, sol.objective)
+                if sol is not None
+                else "no better plan"
+                if res.proven
+                else f"{res.reason or 'time limit'}, no plan yet"
+            )
+            + (
+                f"; incumbent {_fmt(objective, inc)}, bound {_fmt(objective, min([inc, nxt, *open_bounds]))}"  # noqa: E501
+                if objective != "cost" and math.isfinite(inc)
+                else ""
+            )
         )
 
     seconds = time.perf_counter() - t0
@@ -222,7 +262,9 @@ def solve(
         raise SearchInterrupted(f"interrupted by {stopped} before any feasible plan was found")
     if best is None:
         if timed_out or unproven:
-            raise TimeLimitError(f"time limit {time_limit_s:g} s reached before any feasible plan was found")
+            raise TimeLimitError(
+                f"time limit {time_limit_s:g} s reached before any feasible plan was found"
+            )
         raise InfeasibleError(explain_infeasible(problem, perf, report, cands))
     _, plan, ev, cfg = best
     value = _objective_value(objective, ev)
@@ -230,7 +272,11 @@ def solve(
     gap = 0.0 if value <= 0 else max(0.0, (value - bound) / value)
     # optimal only when every configuration was solved to optimality, proved to have
     # nothing better, or pruned by a valid bound no lower than the plan's value
-    status = "optimal" if gap <= 1e-9 and not timed_out and not stopped else ("time_limit" if timed_out else "feasible")
+    status = (
+        "optimal"
+        if gap <= 1e-9 and not timed_out and not stopped
+        else ("time_limit" if timed_out else "feasible")
+    )
     bound_T = bound if objective == "step_time" else None
     final = completed_plan(
         problem,
@@ -255,7 +301,9 @@ def solve(
         summary = resilience_summary(problem, final, backend, left, threads)
         final = final.model_copy(update={"resilience": summary})
     if not _nested:
-        final = final.model_copy(update={"warnings": instance_warnings(problem) + plan_warnings(problem, final, ev)})
+        final = final.model_copy(
+            update={"warnings": instance_warnings(problem) + plan_warnings(problem, final, ev)}
+        )
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved)
 
 
@@ -265,7 +313,9 @@ def _variant(problem: Problem, resilience: Any) -> Problem:
     return problem_with(problem, resilience=resilience)
 
 
-def resilience_summary(problem: Problem, plan: Plan, backend: str, time_limit_s: float, threads: int | None) -> dict[str, Any]:
+def resilience_summary(
+    problem: Problem, plan: Plan, backend: str, time_limit_s: float, threads: int | None
+) -> dict[str, Any]:
     """Failure analysis of the resilient plan, and the spare waves the same guarantee costs
     under ring vs OptCC: each is solved again and compared with the plan solved without
     resilience (spare = waves with the guarantee - waves without it, per route)."""
@@ -275,14 +325,29 @@ def resilience_summary(problem: Problem, plan: Plan, backend: str, time_limit_s:
     assert res is not None
     fr = failure_report(problem, evaluate(problem, plan, check_resilience=False))
     waves_of = lambda p: {"-".join(sorted(link.sites)): link.waves for link in p.links}  # noqa: E731
-    out: dict[str, Any] = {"collective": res.collective, "survive": list(res.survive), "max_slowdown": res.max_slowdown, "failures": fr.to_dict()}
+    out: dict[str, Any] = {
+        "collective": res.collective,
+        "survive": list(res.survive),
+        "max_slowdown": res.max_slowdown,
+        "failures": fr.to_dict(),
+    }
     runs: dict[str, dict[str, int] | None] = {}
-    for name, variant in (("none", None), ("ring", {**res.model_dump(), "collective": "ring"}), ("optcc", {**res.model_dump(), "collective": "optcc"})):
+    for name, variant in (
+        ("none", None),
+        ("ring", {**res.model_dump(), "collective": "ring"}),
+        ("optcc", {**res.model_dump(), "collective": "optcc"}),
+    ):
         if variant is not None and variant["collective"] == res.collective:
             runs[name] = waves_of(plan)
             continue
         try:
-            r = solve(_variant(problem, variant), backend=backend, time_limit_s=time_limit_s / 3, threads=threads, _nested=True)
+            r = solve(
+                _variant(problem, variant),
+                backend=backend,
+                time_limit_s=time_limit_s / 3,
+                threads=threads,
+                _nested=True,
+            )
             runs[name] = waves_of(r.plan)
         except PlacerError as exc:
             runs[name] = None
@@ -301,7 +366,12 @@ def resilience_summary(problem: Problem, plan: Plan, backend: str, time_limit_s:
 
 
 def prepare_candidates(
-    problem: Problem, perf: PerfModel, configs: list[Config], report: SpaceReport, objective: str, deadline: float | None = None
+    problem: Problem,
+    perf: PerfModel,
+    configs: list[Config],
+    report: SpaceReport,
+    objective: str,
+    deadline: float | None = None,
 ) -> list[Candidate]:
     """Chain types and a lower bound on step time per configuration, sorted by bound."""
     inst = problem.instance
@@ -309,7 +379,7 @@ def prepare_candidates(
     for n, cfg in enumerate(configs):
         if deadline is not None and (time.perf_counter() > deadline or interrupt.requested()):
             raise (SearchInterrupted if interrupt.requested() else TimeLimitError)(
-                f"stopped while preparing the search: {n} of {len(configs)} configurations bounded, no plan yet"
+                f"stopped while preparing the search: {n} of {len(configs)} configurations bounded, no plan yet"  # noqa: E501
             )
         chains = chain_types(problem, perf, cfg, report)
         if not chains:
@@ -318,9 +388,15 @@ def prepare_candidates(
         lb_pipe = perf.pipeline_lower_bound(cfg, chains)
         lb_intra = 0.0
         if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
-            lb_intra = max(min(perf.intra_sync_s(cfg, k, s) for s in {c[k] for c in chains}) for k in range(cfg.pp))
+            lb_intra = max(
+                min(perf.intra_sync_s(cfg, k, s) for s in {c[k] for c in chains})
+                for k in range(cfg.pp)
+            )
             lb_intra = perf.dp_exposed_s(cfg, lb_intra)  # what the overlap windows cannot hide
-        if inst.objective.max_step_time_s is not None and lb_pipe + lb_intra > inst.objective.max_step_time_s:
+        if (
+            inst.objective.max_step_time_s is not None
+            and lb_pipe + lb_intra > inst.objective.max_step_time_s
+        ):
             report.drop_slow(lb_pipe + lb_intra)
             continue
         lb = lb_pipe + lb_intra
@@ -357,13 +433,26 @@ def _backend(
     rate_cap: float | None = None,
 ) -> InnerSolution | NoPlan:
     start = time.perf_counter()
-    t_max = t_cap or (cutoff if (objective == "step_time" and cutoff is not None) else _upper_bound_time(data))
+    t_max = t_cap or (
+        cutoff if (objective == "step_time" and cutoff is not None) else _upper_bound_time(data)
+    )
     if backend == "milp":
-        model = MilpInner(data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap)
+        model = MilpInner(
+            data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
+        )
         # building the model counts against the time limit too
-        return model.solve(max(0.05, remaining - (time.perf_counter() - start)), threads, dict(opts.options))
-    model_c = CpsatInner(data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap)
-    return model_c.solve(max(0.05, remaining - (time.perf_counter() - start)), threads, problem.instance.solver.seed, dict(opts.options))
+        return model.solve(
+            max(0.05, remaining - (time.perf_counter() - start)), threads, dict(opts.options)
+        )
+    model_c = CpsatInner(
+        data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
+    )
+    return model_c.solve(
+        max(0.05, remaining - (time.perf_counter() - start)),
+        threads,
+        problem.instance.solver.seed,
+        dict(opts.options),
+    )
 
 
 def _solve_inner(
@@ -382,7 +471,9 @@ def _solve_inner(
         sol = brute_inner(problem, perf, data, objective)
         return sol if sol is not None else NoPlan(proven=True, reason="no feasible plan")
     if objective == "cost_per_token":
-        return _cost_per_token_walk(problem, perf, data, backend, incumbent, remaining, threads, opts)
+        return _cost_per_token_walk(
+            problem, perf, data, backend, incumbent, remaining, threads, opts
+        )
     return _backend(problem, data, backend, objective, incumbent, remaining, threads, opts)
 
 
@@ -411,7 +502,9 @@ def _cost_per_token_walk(
         if left <= 0 or interrupt.requested():
             optimal = False
             break
-        fast = _backend(problem, data, backend, "step_time", None, left, threads, opts, rate_cap=rate_cap)
+        fast = _backend(
+            problem, data, backend, "step_time", None, left, threads, opts, rate_cap=rate_cap
+        )
         if isinstance(fast, NoPlan):
             optimal &= fast.proven
             break
@@ -420,24 +513,50 @@ def _cost_per_token_walk(
         if incumbent is not None and t_i * r_min / tokens >= incumbent * (1 - 1e-9):
             break
         left = deadline - time.perf_counter()
-        cheap_or_none = _backend(problem, data, backend, "rate", None, max(left, 0.05), threads, opts, t_cap=t_i * (1 + 1e-7) + 1e-9)
+        cheap_or_none = _backend(
+            problem,
+            data,
+            backend,
+            "rate",
+            None,
+            max(left, 0.05),
+            threads,
+            opts,
+            t_cap=t_i * (1 + 1e-7) + 1e-9,
+        )
         cheap = cheap_or_none if isinstance(cheap_or_none, InnerSolution) else fast
         ev = evaluate(problem, solution_plan(problem, data, cheap), perf)
         if not ev.feasible or ev.step_time_s > t_i * (1 + AGREEMENT_REL) + 1e-9:
-            raise ModelMismatchError(f"{backend}: cost_per_token walk produced a plan the evaluator disagrees with ({data.cfg.label()})")
+            raise ModelMismatchError(
+                f"{backend}: cost_per_token walk produced a plan the evaluator disagrees with ({data.cfg.label()})"  # noqa: E501
+            )
         value = ev.cost_per_token_usd
         if incumbent is None or value < incumbent:
             incumbent = value
-            best = InnerSolution(cheap.counts, cheap.waves, value, value, True, step_time_s=None, routing=cheap.routing)
+            best = InnerSolution(
+                cheap.counts,
+                cheap.waves,
+                value,
+                value,
+                True,
+                step_time_s=None,
+                routing=cheap.routing,
+            )
         if rate_cap is not None and ev.usd_per_s > rate_cap * (1 + RATE_STEP):
-            optimal = False  # the backend returned a plan over the cap (its tolerance): stop unproven
+            optimal = (
+                False  # the backend returned a plan over the cap (its tolerance): stop unproven
+            )
             break
         rate_cap = ev.usd_per_s * (1 - RATE_STEP)
     if best is not None:
         best.optimal = optimal
         best.bound = best.objective if optimal else 0.0
         return best
-    return NoPlan(proven=True) if optimal else NoPlan(proven=False, reason="time limit in the cost_per_token walk")
+    return (
+        NoPlan(proven=True)
+        if optimal
+        else NoPlan(proven=False, reason="time limit in the cost_per_token walk")
+    )
 
 
 def _upper_bound_time(data: InnerData) -> float:
@@ -453,12 +572,26 @@ def _upper_bound_time(data: InnerData) -> float:
     for r in data.routes:
         cap = min((o.capacity_Bps for o in data.wave_options[r] if o.capacity_Bps > 0), default=0.0)
         if cap > 0:
-            pp = data.cfg.dp * max(crossings, max((cr.get(r, 0) for cr in data.chain_cross), default=0)) * data.pp_bytes_per_crossing
+            pp = (
+                data.cfg.dp
+                * max(crossings, max((cr.get(r, 0) for cr in data.chain_cross), default=0))
+                * data.pp_bytes_per_crossing
+            )
             dp = sum(data.wan_bytes) * len(data.pairs)
             wan = max(wan, (pp + dp) / cap)
-    lat = 2 * max([*data.pair_latency.values(), *(p.latency_s for ps in data.pair_paths.values() for p in ps)], default=0.0)
+    lat = 2 * max(
+        [
+            *data.pair_latency.values(),
+            *(p.latency_s for ps in data.pair_paths.values() for p in ps),
+        ],
+        default=0.0,
+    )
     return t_pipe + t_intra + wan + lat + 1.0
 
 
 def _fmt(objective: str, v: float) -> str:
-    return {"step_time": f"{v:.6g} s", "cost": f"${v:,.0f}", "cost_per_token": f"${v * 1e6:.6g} per M tokens"}[objective]
+    return {
+        "step_time": f"{v:.6g} s",
+        "cost": f"${v:,.0f}",
+        "cost_per_token": f"${v * 1e6:.6g} per M tokens",
+    }[objective]

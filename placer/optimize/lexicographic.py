@@ -39,28 +39,72 @@ def objective_variant(problem: Problem, **fields: Any) -> Problem:
     return problem_with(problem, objective=obj)
 
 
-def solve_within_fastest(solve: Solve, problem: Problem, backend: str | None, time_limit_s: float, threads: int | None, progress: Any) -> Any:
+def solve_within_fastest(
+    solve: Solve,
+    problem: Problem,
+    backend: str | None,
+    time_limit_s: float,
+    threads: int | None,
+    progress: Any,
+) -> Any:
     """minimize cost subject to step <= (1 + within_fastest) x the fastest step; `solve` is
     placer.optimize.driver.solve (passed in: this module sits below the driver)."""
     obj = problem.instance.objective
     t0 = time.perf_counter()
     say = progress or (lambda _m: None)
-    fastest = solve(objective_variant(problem, minimize="step_time"), backend, time_limit_s / 2, threads, progress, _nested=True)
+    fastest = solve(
+        objective_variant(problem, minimize="step_time"),
+        backend,
+        time_limit_s / 2,
+        threads,
+        progress,
+        _nested=True,
+    )
     limit = fastest.evaluation.step_time_s * (1 + obj.within_fastest) * (1 + LIMIT_SLACK)
     if obj.max_step_time_s is not None:
         limit = min(limit, obj.max_step_time_s)
-    say(f"fastest step {fastest.evaluation.step_time_s:.6g} s ({fastest.status}); cheapest plan within {limit:.6g} s")
+    say(
+        f"fastest step {fastest.evaluation.step_time_s:.6g} s ({fastest.status}); cheapest plan within {limit:.6g} s"  # noqa: E501
+    )
     left = max(time_limit_s - (time.perf_counter() - t0), 0.05 * time_limit_s)
-    cheapest = solve(objective_variant(problem, minimize="cost", max_step_time_s=limit), backend, left, threads, progress)
-    status = "optimal" if fastest.status == "optimal" and cheapest.status == "optimal" else ("time_limit" if "time_limit" in {fastest.status, cheapest.status} else "feasible")
+    cheapest = solve(
+        objective_variant(problem, minimize="cost", max_step_time_s=limit),
+        backend,
+        left,
+        threads,
+        progress,
+    )
+    status = (
+        "optimal"
+        if fastest.status == "optimal" and cheapest.status == "optimal"
+        else ("time_limit" if "time_limit" in {fastest.status, cheapest.status} else "feasible")
+    )
     solver = dict(cheapest.plan.solver.model_dump() if cheapest.plan.solver else {})
     solver.update(
         status=status,
         seconds=round(time.perf_counter() - t0, 3),
-        lexicographic={"fastest_step_s": fastest.evaluation.step_time_s, "fastest_status": fastest.status, "step_limit_s": limit, "within_fastest": obj.within_fastest},
+        lexicographic={
+            "fastest_step_s": fastest.evaluation.step_time_s,
+            "fastest_status": fastest.status,
+            "step_limit_s": limit,
+            "within_fastest": obj.within_fastest,
+        },
     )
-    plan = cheapest.plan.model_copy(update={"status": status, "solver": SolverInfo.model_validate(solver)})
-    return type(cheapest)(plan, cheapest.evaluation, status, cheapest.objective, cheapest.bound, cheapest.gap, solver["seconds"], cheapest.backend, cheapest.configs_total, cheapest.configs_solved)
+    plan = cheapest.plan.model_copy(
+        update={"status": status, "solver": SolverInfo.model_validate(solver)}
+    )
+    return type(cheapest)(
+        plan,
+        cheapest.evaluation,
+        status,
+        cheapest.objective,
+        cheapest.bound,
+        cheapest.gap,
+        solver["seconds"],
+        cheapest.backend,
+        cheapest.configs_total,
+        cheapest.configs_solved,
+    )
 
 
 @dataclass(frozen=True)
@@ -74,7 +118,16 @@ class FrontierPoint:
     def row(self) -> dict[str, Any]:
         par = self.plan.parallelism
         waves = sum(link.waves for link in self.plan.links)
-        return {"capex_usd": self.capex_usd, "step_time_s": self.step_time_s, "waves": waves, "tp": par.tp, "pp": par.pp, "dp": par.dp, "status": self.status, "knee": self.knee}
+        return {
+            "capex_usd": self.capex_usd,
+            "step_time_s": self.step_time_s,
+            "waves": waves,
+            "tp": par.tp,
+            "pp": par.pp,
+            "dp": par.dp,
+            "status": self.status,
+            "knee": self.knee,
+        }
 
 
 def mark_knee(points: list[FrontierPoint]) -> list[FrontierPoint]:
@@ -90,7 +143,18 @@ def mark_knee(points: list[FrontierPoint]) -> list[FrontierPoint]:
     norm = math.hypot(x1 - x0, y1 - y0) or 1.0
     dist = [abs((y1 - y0) * x - (x1 - x0) * y + x1 * y0 - y1 * x0) / norm for x, y in xy]
     k = max(range(len(points)), key=lambda i: (dist[i], -i))
-    return [FrontierPoint(p.capex_usd, p.step_time_s, p.status, p.plan, knee=(i == k)) for i, p in enumerate(points)]
+    return [
+        FrontierPoint(p.capex_usd, p.step_time_s, p.status, p.plan, knee=(i == k))
+        for i, p in enumerate(points)
+    ]
 
 
-__all__ = ["BUDGET_STEP_REL", "BUDGET_STEP_USD", "LIMIT_SLACK", "FrontierPoint", "mark_knee", "objective_variant", "solve_within_fastest"]
+__all__ = [
+    "BUDGET_STEP_REL",
+    "BUDGET_STEP_USD",
+    "LIMIT_SLACK",
+    "FrontierPoint",
+    "mark_knee",
+    "objective_variant",
+    "solve_within_fastest",
+]

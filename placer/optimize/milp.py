@@ -112,19 +112,37 @@ class MilpInner:
     def define_placement(self) -> None:
         d, add, n = self.d, self.add, self.n
         cfg, C = d.cfg, range(len(d.chains))
-        self.x = x = {(s, k): pulp.lpSum(n[c] for c in C if d.chains[c][k] == s) for k in range(cfg.pp) for s in d.stage_sites[k]}
-        self.nodes = nodes = {s: pulp.LpVariable(_name("nodes", s), 0, d.site_nodes[s], cat="Integer") for s in d.sites}
+        self.x = x = {
+            (s, k): pulp.lpSum(n[c] for c in C if d.chains[c][k] == s)
+            for k in range(cfg.pp)
+            for s in d.stage_sites[k]
+        }
+        self.nodes = nodes = {
+            s: pulp.LpVariable(_name("nodes", s), 0, d.site_nodes[s], cat="Integer")
+            for s in d.sites
+        }
         for s in d.sites:
             used = pulp.lpSum(x[(s, k)] for k in range(cfg.pp) if (s, k) in x)
             add(d.site_groups_per_node[s] * nodes[s] >= used, row("site.nodes", s))
 
     def define_waves(self) -> None:
         d, add = self.d, self.add
-        self.y = y = {(r, i): pulp.LpVariable(_name("y", *r, i), cat="Binary") for r in d.routes for i in range(len(d.wave_options[r]))}
+        self.y = y = {
+            (r, i): pulp.LpVariable(_name("y", *r, i), cat="Binary")
+            for r in d.routes
+            for i in range(len(d.wave_options[r]))
+        }
         for r in d.routes:
-            add(pulp.lpSum(y[(r, i)] for i in range(len(d.wave_options[r]))) == 1, row("route.waves", *r))
-        self.capex = pulp.lpSum(opt.capex_usd * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
-        self.total_waves = pulp.lpSum(opt.waves * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r]))
+            add(
+                pulp.lpSum(y[(r, i)] for i in range(len(d.wave_options[r]))) == 1,
+                row("route.waves", *r),
+            )
+        self.capex = pulp.lpSum(
+            opt.capex_usd * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r])
+        )
+        self.total_waves = pulp.lpSum(
+            opt.waves * y[(r, i)] for r in d.routes for i, opt in enumerate(d.wave_options[r])
+        )
 
     def define_power(self) -> None:
         """Site power: node all-in power plus coherent modules, times PUE; and the running
@@ -133,7 +151,12 @@ class MilpInner:
         d, add, y = self.d, self.add, self.y
         power = {}
         for s in d.sites:
-            optics = pulp.lpSum(opt.module_w * y[(r, i)] for r in d.routes if s in r for i, opt in enumerate(d.wave_options[r]))
+            optics = pulp.lpSum(
+                opt.module_w * y[(r, i)]
+                for r in d.routes
+                if s in r
+                for i, opt in enumerate(d.wave_options[r])
+            )
             power[s] = d.site_pue[s] * (d.site_node_w[s] * self.nodes[s] + optics)
             if d.site_power_w[s] is not None:
                 add(power[s] <= d.site_power_w[s], row("site.power", s))
@@ -155,7 +178,9 @@ class MilpInner:
         self.T_pipe = pulp.LpVariable("T_pipe", min(d.chain_time) / ts)
         for c in self.u:
             self.add(self.T_pipe >= (d.chain_time[c] / ts) * self.u[c], row("pipe.chain", c))
-        self.w: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): path j of the pair may carry traffic
+        self.w: dict[
+            tuple[str, Any, int], Any
+        ] = {}  # (phase, pair, j): path j of the pair may carry traffic
         self.f: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): GB on path j
         self._pipe_level_terms: list[PathLevelTerm] = []
         self._pp_flow_load = self._route_pipeline(self.T_pipe)
@@ -166,15 +191,30 @@ class MilpInner:
         pp_flow_load = self._pp_flow_load
         self.pp_loads: dict[Any, Load] = {}
         for r in d.routes:
-            load = pulp.lpSum(n[c] * d.chain_cross[c].get(r, 0) for c in C) * (d.pp_bytes_per_crossing / GBYTE)
-            max_load = d.cfg.dp * max((cr.get(r, 0) for cr in d.chain_cross), default=0) * d.pp_bytes_per_crossing / GBYTE
+            load = pulp.lpSum(n[c] * d.chain_cross[c].get(r, 0) for c in C) * (
+                d.pp_bytes_per_crossing / GBYTE
+            )
+            max_load = (
+                d.cfg.dp
+                * max((cr.get(r, 0) for cr in d.chain_cross), default=0)
+                * d.pp_bytes_per_crossing
+                / GBYTE
+            )
             if r in pp_flow_load:
                 load = load + pulp.lpSum(pp_flow_load[r][0])
                 max_load += pp_flow_load[r][1]
             if max_load <= 0:
                 continue
             self.pp_loads[r] = Load(load, max_load)
-            self._hull(self.T_pipe, Load(load, max_load), r, self._wave_caps(r), None, self.t_max, "route.pp")
+            self._hull(
+                self.T_pipe,
+                Load(load, max_load),
+                r,
+                self._wave_caps(r),
+                None,
+                self.t_max,
+                "route.pp",
+            )
 
     def define_dp_hosting(self) -> None:
         d, add, x, ts = self.d, self.add, self.x, self.ts
@@ -187,7 +227,9 @@ class MilpInner:
         h: dict[tuple[str, int], pulp.LpVariable] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
         dp_max: dict[Any, float] = {r: 0.0 for r in d.routes}
-        pair_dem: dict[Any, list[tuple[Any, Any, float]]] = {}  # routed pair -> (D, b, S_k) per class
+        pair_dem: dict[
+            Any, list[tuple[Any, Any, float]]
+        ] = {}  # routed pair -> (D, b, S_k) per class
         for cls in d.stage_classes:
             k = cls[0]  # the class's representative stage
             hosts = d.stage_sites[k]
@@ -201,9 +243,14 @@ class MilpInner:
                     self._intra_terms.append(IntraTerm(hv, x[(s, k)], d.class_intra(cls, s) / ts))
             if len(hosts) < 2:
                 continue
-            z = {K: pulp.LpVariable(_name("z", k, K), cat="Binary") for K in range(1, len(hosts) + 1)}
+            z = {
+                K: pulp.LpVariable(_name("z", k, K), cat="Binary") for K in range(1, len(hosts) + 1)
+            }
             add(pulp.lpSum(z.values()) == 1, row("dp.k_onehot", k))
-            add(pulp.lpSum(K * z[K] for K in z) == pulp.lpSum(h[(s, k)] for s in hosts), row("dp.k_count", k))
+            add(
+                pulp.lpSum(K * z[K] for K in z) == pulp.lpSum(h[(s, k)] for s in hosts),
+                row("dp.k_count", k),
+            )
             S_k = d.class_wan_bytes(cls) / GBYTE
             share = pulp.lpSum((2 * S_k / K) * z[K] for K in z if K >= 2)
             for a, b in d.disconnected:
@@ -216,8 +263,14 @@ class MilpInner:
                 add(bp >= h[(a, k)] + h[(b, k)] - 1, row("dp.pair_on", a, b, k))
                 dem = pulp.LpVariable(_name("D", a, b, k), 0)
                 add(dem >= share - S_k * (1 - bp), row("dp.pair", a, b, k))
-                add(T_lat >= (2 * d.pair_latency[(a, b)] / ts) * bp, row("dp.pair_latency", a, b, k))
-                self._pairs.append(HostPair(dem, share, bp, S_k, h[(a, k)], h[(b, k)], 2 * d.pair_latency[(a, b)] / ts))
+                add(
+                    T_lat >= (2 * d.pair_latency[(a, b)] / ts) * bp, row("dp.pair_latency", a, b, k)
+                )
+                self._pairs.append(
+                    HostPair(
+                        dem, share, bp, S_k, h[(a, k)], h[(b, k)], 2 * d.pair_latency[(a, b)] / ts
+                    )
+                )
                 if d.routed((a, b)):
                     pair_dem.setdefault((a, b), []).append((dem, bp, S_k))
                     continue
@@ -229,7 +282,15 @@ class MilpInner:
         for r in d.routes:
             if dp_load[r]:
                 self.dp_loads[r] = Load(pulp.lpSum(dp_load[r]), dp_max[r])
-                self._hull(self.T_dpbw, Load(pulp.lpSum(dp_load[r]), dp_max[r]), r, self._wave_caps(r), None, self.t_max * self.sync.window, "route.dp")
+                self._hull(
+                    self.T_dpbw,
+                    Load(pulp.lpSum(dp_load[r]), dp_max[r]),
+                    r,
+                    self._wave_caps(r),
+                    None,
+                    self.t_max * self.sync.window,
+                    "route.dp",
+                )
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan =
@@ -294,7 +355,15 @@ class MilpInner:
             ws.append(w)
         return ws
 
-    def _split(self, phase: str, q: Any, demand: Any, max_demand: float, ws: list[Any], loads: dict[Any, tuple[list[Any], float]]) -> None:
+    def _split(
+        self,
+        phase: str,
+        q: Any,
+        demand: Any,
+        max_demand: float,
+        ws: list[Any],
+        loads: dict[Any, tuple[list[Any], float]],
+    ) -> None:
         """demand (GB) = sum of the flows on the pair's paths; a path carries flow only when
         allowed; every route of a path takes the path's flow."""
         d, add = self.d, self.add
@@ -326,18 +395,34 @@ class MilpInner:
                 chosen = [ws[q][lv] for q, lv in zip(routed, levels, strict=True) if lv >= 1]
                 if not chosen:
                     continue
-                add(T_pipe >= (t / self.ts) * (self.u[c] + pulp.lpSum(chosen) - len(chosen)), row("pipe.chain_path", c, *levels))
+                add(
+                    T_pipe >= (t / self.ts) * (self.u[c] + pulp.lpSum(chosen) - len(chosen)),
+                    row("pipe.chain_path", c, *levels),
+                )
                 self._pipe_level_terms.append(PathLevelTerm(t / self.ts, self.u[c], chosen))
         return loads
 
-    def _route_data_parallel(self, pair_dem: dict[Any, list[tuple[Any, Any, float]]], T_lat: Any, dp_load: dict[Any, list[Any]], dp_max: dict[Any, float]) -> None:
+    def _route_data_parallel(
+        self,
+        pair_dem: dict[Any, list[tuple[Any, Any, float]]],
+        T_lat: Any,
+        dp_load: dict[Any, list[Any]],
+        dp_max: dict[Any, float],
+    ) -> None:
         """Data-parallel WAN traffic of routed pairs: the same flow, and the WAN phase pays
         twice the latency of the slowest path a pair allows."""
         self._lat_terms: list[LatencyTerm] = []
         loads: dict[Any, tuple[list[Any], float]] = {}
         for q, dems in sorted(pair_dem.items()):
             ws = self._paths_allowed("dp", q, [bp for _, bp, _ in dems])
-            self._split("dp", q, pulp.lpSum(dem for dem, _, _ in dems), sum(S for _, _, S in dems), ws, loads)
+            self._split(
+                "dp",
+                q,
+                pulp.lpSum(dem for dem, _, _ in dems),
+                sum(S for _, _, S in dems),
+                ws,
+                loads,
+            )
             for j in range(1, len(ws)):
                 lat = 2 * self.d.pair_paths[q][j].latency_s / self.ts
                 self.add(T_lat >= lat * ws[j], row("dp.path_latency", *q, j))
@@ -348,7 +433,12 @@ class MilpInner:
 
     def routing(self) -> list[dict[str, Any]]:
         """The plan's `routing` entries from the solved model."""
-        return extract_routing(self.d, self.f, lambda key: (self.w[key].value() or 0) > 0.5, lambda key: self.f[key].value() or 0.0)
+        return extract_routing(
+            self.d,
+            self.f,
+            lambda key: (self.w[key].value() or 0) > 0.5,
+            lambda key: self.f[key].value() or 0.0,
+        )
 
     def _exact_max(self, var: Any, terms: list[tuple[Any, Any]], big: float, name: str) -> None:
         """var <= one of the terms (var >= every term is already in the model), chosen by a
@@ -365,7 +455,9 @@ class MilpInner:
     def _exact_route_time(self, load: Load, r: Any, family: str, factor: float = 1.0) -> Any:
         """A variable equal to load / capacity(waves): the hull with an equality row."""
         t = pulp.LpVariable(_name("t", family, *r), 0)
-        self._hull(t, load, r, self._wave_caps(r), None, self.t_max * 4 * factor, family, exact=True)
+        self._hull(
+            t, load, r, self._wave_caps(r), None, self.t_max * 4 * factor, family, exact=True
+        )
         return t
 
     def _exact_step(self, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any) -> None:
@@ -396,11 +488,25 @@ class MilpInner:
         # the WAN exchange may last H (diloco) or 2H (streaming) steps: its bigs scale with it
         big_wan = big * self.sync.window
         self._exact_max(T_dpbw, dp_terms, big_wan, "exact.dpbw")
-        self._exact_max(T_lat, [(0, None)] + [(hp.latency, hp.on) for hp in self._pairs] + [(t.latency, t.allowed) for t in self._lat_terms], big_wan, "exact.lat")
-        self._exact_max(T_intra, [(0, None)] + [(t.time, t.host) for t in self._intra_terms], big, "exact.intra")
+        self._exact_max(
+            T_lat,
+            [(0, None)]
+            + [(hp.latency, hp.on) for hp in self._pairs]
+            + [(t.latency, t.allowed) for t in self._lat_terms],
+            big_wan,
+            "exact.lat",
+        )
+        self._exact_max(
+            T_intra, [(0, None)] + [(t.time, t.host) for t in self._intra_terms], big, "exact.intra"
+        )
         if self._exposed is not None:
             T_wan = T_dpbw + T_lat
-            self._exact_max(self._exposed, [(0, None), ((1.0 / d.every_steps) * T_wan - T_pipe, None)], big_wan, "exact.exposed")
+            self._exact_max(
+                self._exposed,
+                [(0, None), ((1.0 / d.every_steps) * T_wan - T_pipe, None)],
+                big_wan,
+                "exact.exposed",
+            )
         for i, (piece, expr) in enumerate(self._overlap_terms):
             self._exact_max(piece, [(0, None), (expr, None)], big_wan, f"exact.dp_overlap.{i}")
 
@@ -432,12 +538,17 @@ class MilpInner:
         if not rule.overlapped:
             return (1.0 / rule.divisor) * T_wan
         exposed = pulp.LpVariable("T_exposed" if tag is None else _name("T_exposed", tag), 0)
-        self.add(exposed >= (1.0 / rule.divisor) * T_wan - T_pipe, row("dp.streaming_overlap", *([] if tag is None else [tag])))
+        self.add(
+            exposed >= (1.0 / rule.divisor) * T_wan - T_pipe,
+            row("dp.streaming_overlap", *([] if tag is None else [tag])),
+        )
         if tag is None:
             self._exposed = exposed
         return exposed
 
-    def _add_resilience(self, T: Any, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any, nodes: Any) -> None:
+    def _add_resilience(
+        self, T: Any, T_pipe: Any, T_intra: Any, T_dpbw: Any, T_lat: Any, nodes: Any
+    ) -> None:
         """Every single failure of the listed classes keeps the step within the limit:
         (1 + max_slowdown) x healthy, or max_step_time_s when set (placer.resilience).
         A degraded route's pipeline time uses its degraded capacity; its data-parallel time
@@ -446,32 +557,73 @@ class MilpInner:
         d, res = self.d, self.d.resilience
         assert res is not None
         add = self.add
-        limit = (1 + res.max_slowdown) * ((res.max_step_time_s / self.ts) if res.max_step_time_s is not None else T)
+        limit = (1 + res.max_slowdown) * (
+            (res.max_step_time_s / self.ts) if res.max_step_time_s is not None else T
+        )
         # number of sites the plan uses (participants of the inter-site collective)
         used = self.sites_used
         for s in d.sites:
             add(used[s] <= nodes[s], row("res.used_has_nodes", s))
-        zp = {p: pulp.LpVariable(_name("res.p", p), cat="Binary") for p in range(1, len(d.sites) + 1)}
+        zp = {
+            p: pulp.LpVariable(_name("res.p", p), cat="Binary") for p in range(1, len(d.sites) + 1)
+        }
         add(pulp.lpSum(zp.values()) == 1, row("res.p_onehot"))
-        add(pulp.lpSum(p * z for p, z in zp.items()) == pulp.lpSum(used.values()), row("res.p_count"))
-        t_max = self.t_max * (1 + res.max_slowdown) * 1.01 if res.max_step_time_s is None else (1 + res.max_slowdown) * res.max_step_time_s / self.ts * 1.01
+        add(
+            pulp.lpSum(p * z for p, z in zp.items()) == pulp.lpSum(used.values()),
+            row("res.p_count"),
+        )
+        t_max = (
+            self.t_max * (1 + res.max_slowdown) * 1.01
+            if res.max_step_time_s is None
+            else (1 + res.max_slowdown) * res.max_step_time_s / self.ts * 1.01
+        )
         for (klass, r), caps in sorted(res.degraded_capacity.items()):
             tag = f"{klass}_{r[0]}_{r[1]}"
             Tp = pulp.LpVariable(_name("res.T_pipe", tag), 0)
             add(Tp >= T_pipe, row("res.pipe_healthy", tag))
             if r in self.pp_loads:
-                self._hull(Tp, self.pp_loads[r], r, [[c] for c in caps], None, t_max, f"res.pp.{tag}", by_route=False)
+                self._hull(
+                    Tp,
+                    self.pp_loads[r],
+                    r,
+                    [[c] for c in caps],
+                    None,
+                    t_max,
+                    f"res.pp.{tag}",
+                    by_route=False,
+                )
             Td = pulp.LpVariable(_name("res.T_dpbw", tag), 0)
             add(Td >= T_dpbw, row("res.dp_healthy", tag))
             if r in self.dp_loads:
                 healthy = [opt.capacity_Bps for opt in d.wave_options[r]]
-                eff = [[(healthy[i] / f if f > 0 and math.isfinite(f) else 0.0) for f in res.dp_factor[(klass, r)][i]] for i in range(len(healthy))]
-                self._hull(Td, self.dp_loads[r], r, eff, zp, t_max * self.sync.window, f"res.dp.{tag}", by_route=False)
+                eff = [
+                    [
+                        (healthy[i] / f if f > 0 and math.isfinite(f) else 0.0)
+                        for f in res.dp_factor[(klass, r)][i]
+                    ]
+                    for i in range(len(healthy))
+                ]
+                self._hull(
+                    Td,
+                    self.dp_loads[r],
+                    r,
+                    eff,
+                    zp,
+                    t_max * self.sync.window,
+                    f"res.dp.{tag}",
+                    by_route=False,
+                )
             add(Tp + self._dp_part(T_intra, Td + T_lat, Tp, tag) <= limit, row("res.survive", tag))
         if res.nic_factor is not None and math.isinf(res.nic_factor):
-            add(T_intra <= 0, row("res.survive", "nic"))  # a lost NIC cuts its node off the collective
+            add(
+                T_intra <= 0, row("res.survive", "nic")
+            )  # a lost NIC cuts its node off the collective
         elif res.nic_factor is not None:
-            add(T_pipe + self._dp_part(res.nic_factor * T_intra, T_dpbw + T_lat, T_pipe, "nic") <= limit, row("res.survive", "nic"))
+            add(
+                T_pipe + self._dp_part(res.nic_factor * T_intra, T_dpbw + T_lat, T_pipe, "nic")
+                <= limit,
+                row("res.survive", "nic"),
+            )
 
     def _wave_caps(self, r: Any) -> list[list[float]]:
         return [[opt.capacity_Bps] for opt in self.d.wave_options[r]]
@@ -498,7 +650,9 @@ class MilpInner:
         taus, terms = [], []
         for cell in hull_cells(caps, zp is not None):
             i, p = cell.option, cell.participants
-            tau = pulp.LpVariable(_name("tau", family, *r, i) if by_route else _name("tau", family, i, p), 0)
+            tau = pulp.LpVariable(
+                _name("tau", family, *r, i) if by_route else _name("tau", family, i, p), 0
+            )
             self.add(tau <= t_max * self.y[(r, i)], row(f"{family}.hull", *r, i, p))
             if zp is not None:
                 self.add(tau <= t_max * zp[p], row(f"{family}.hull_p", *r, i, p))
@@ -506,7 +660,10 @@ class MilpInner:
             terms.append(cell.capacity_Bps * self.ts / GBYTE / scale * tau)
         self.add(pulp.lpSum(taus) == T_var, row(f"{family}.split", *r))
         lhs = (1.0 / scale) * load.expr
-        self.add(lhs == pulp.lpSum(terms) if exact else lhs <= pulp.lpSum(terms), row(f"{family}.capacity", *r))
+        self.add(
+            lhs == pulp.lpSum(terms) if exact else lhs <= pulp.lpSum(terms),
+            row(f"{family}.capacity", *r),
+        )
 
     def _main(self) -> Any:
         return {"step_time": self.T, "cost": self.capex, "rate": self.rate}[self.objective]
@@ -517,7 +674,9 @@ class MilpInner:
 
     # ------------------------------------------------------------------ solve
 
-    def solve(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> InnerSolution | NoPlan:
+    def solve(
+        self, time_limit_s: float, threads: int | None, options: dict[str, Any]
+    ) -> InnerSolution | NoPlan:
         """Solve, then break ties within the time left. A configuration the time limit ends
         without a plan keeps HiGHS' bound (NoPlan, not proven); a HiGHS error is an error."""
         t0 = time.perf_counter()
@@ -530,7 +689,10 @@ class MilpInner:
             bound = None if first.bound is None else first.bound * self._unit()
             return NoPlan(proven=False, bound=bound, reason=first.message)
         assert first.value is not None
-        value, optimal = first.value, first.kind == "optimal"  # in model units (time in units of ts)
+        value, optimal = (
+            first.value,
+            first.kind == "optimal",
+        )  # in model units (time in units of ts)
         bound = value if optimal else first.bound
         counts, waves = self._extract()
         routing = self.routing()
@@ -548,15 +710,31 @@ class MilpInner:
         left = time_limit_s - (time.perf_counter() - t0)
         # the tie-break only chooses among plans of the first solve's value: if it fails or
         # runs out of time without a plan, the first plan stands
-        if left > 0.05 and not interrupt.requested() and self._solve_once(left, threads, options).kind in ("optimal", "feasible"):
+        if (
+            left > 0.05
+            and not interrupt.requested()
+            and self._solve_once(left, threads, options).kind in ("optimal", "feasible")
+        ):
             counts, waves = self._extract()
             routing = self.routing()
         value = value * self._unit()
         bound_u = -math.inf if bound is None else bound * self._unit()
-        return InnerSolution(counts, waves, value, bound_u, optimal, step_time_s=value if self.objective == "step_time" else None, routing=routing)
+        return InnerSolution(
+            counts,
+            waves,
+            value,
+            bound_u,
+            optimal,
+            step_time_s=value if self.objective == "step_time" else None,
+            routing=routing,
+        )
 
     def _extract(self) -> tuple[dict[int, int], dict[Any, int]]:
-        counts = {c: int(round(v.value())) for c, v in self.n.items() if v.value() is not None and round(v.value()) > 0}
+        counts = {
+            c: int(round(v.value()))
+            for c, v in self.n.items()
+            if v.value() is not None and round(v.value()) > 0
+        }
         waves = {}
         for r in self.d.routes:
             for i, opt in enumerate(self.d.wave_options[r]):
@@ -565,10 +743,14 @@ class MilpInner:
                     waves[r] = opt.waves
         return counts, waves
 
-    def _solve_once(self, time_limit_s: float, threads: int | None, options: dict[str, Any]) -> Outcome:
+    def _solve_once(
+        self, time_limit_s: float, threads: int | None, options: dict[str, Any]
+    ) -> Outcome:
         which = options.get("milp_solver", "highs")
         if which == "cbc":
-            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=threads, gapRel=MIP_REL_GAP)
+            solver = pulp.PULP_CBC_CMD(
+                msg=False, timeLimit=time_limit_s, threads=threads, gapRel=MIP_REL_GAP
+            )
         else:
             kwargs = {k: v for k, v in options.items() if k != "milp_solver"}
             kwargs.setdefault("mip_rel_gap", MIP_REL_GAP)
@@ -587,7 +769,9 @@ class MilpInner:
             if highs is None:
                 raise
             col = list(highs.getSolution().col_value)
-            if highs.getInfo().primal_solution_status == 2 and len(col) == len(self.prob.variables()):
+            if highs.getInfo().primal_solution_status == 2 and len(col) == len(
+                self.prob.variables()
+            ):
                 for var, val in zip(self.prob.variables(), col, strict=True):
                     var.varValue = val
         except pulp.PulpSolverError as exc:
@@ -598,7 +782,11 @@ class MilpInner:
         # CBC through PuLP: its statuses (no bound when the limit strikes)
         sol_status = getattr(self.prob, "sol_status", None)
         v = self.prob.objective.value()
-        if status == pulp.LpStatusOptimal and sol_status == pulp.LpSolutionOptimal and v is not None:
+        if (
+            status == pulp.LpStatusOptimal
+            and sol_status == pulp.LpSolutionOptimal
+            and v is not None
+        ):
             return Outcome("optimal", float(v), float(v), "")
         if sol_status == pulp.LpSolutionIntegerFeasible and v is not None:
             return Outcome("feasible", float(v), None, "time limit")
@@ -624,10 +812,21 @@ class MilpInner:
             return Outcome("optimal", float(v), bound if bound is not None else float(v), "")
         if st in (S.kInfeasible, S.kUnboundedOrInfeasible):
             return Outcome("infeasible", None, None, "")
-        limits = (S.kTimeLimit, S.kInterrupt, S.kIterationLimit, S.kSolutionLimit, S.kObjectiveBound, S.kObjectiveTarget)
+        limits = (
+            S.kTimeLimit,
+            S.kInterrupt,
+            S.kIterationLimit,
+            S.kSolutionLimit,
+            S.kObjectiveBound,
+            S.kObjectiveTarget,
+        )
         if st in limits:
             msg = highs.modelStatusToString(st)
-            return Outcome("feasible", float(v), bound, msg) if v is not None else Outcome("limit", None, bound, msg)
+            return (
+                Outcome("feasible", float(v), bound, msg)
+                if v is not None
+                else Outcome("limit", None, bound, msg)
+            )
         return Outcome("error", None, None, f"model status '{highs.modelStatusToString(st)}'")
 
 
@@ -641,4 +840,7 @@ def _interrupt_callback() -> dict[str, Any]:
             data_in.user_interrupt = 1
 
     kinds = highspy.cb.HighsCallbackType
-    return {"callbackTuple": (cb, None), "callbacksToActivate": [kinds.kCallbackMipInterrupt, kinds.kCallbackSimplexInterrupt]}
+    return {
+        "callbackTuple": (cb, None),
+        "callbacksToActivate": [kinds.kCallbackMipInterrupt, kinds.kCallbackSimplexInterrupt],
+    }

@@ -5,7 +5,7 @@ HiGHS prints its copyright banner from C++ straight to file descriptor 1 the fir
 Python's ``sys.stdout`` redirection cannot catch it. We build that first object once with
 descriptor 1 pointed at descriptor 2, so the banner goes to stderr and every later solver
 object (PuLP's, the brute-force LP's) starts silent.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

@@ -47,7 +47,9 @@ class SpaceReport:
     dropped: dict[str, int] = field(default_factory=dict)
     best_memory_gap_gb: float = math.inf  # smallest memory overflow seen
     memory_example: str = ""
-    best_time_lb_s: float = math.inf  # fastest lower bound among configurations over max_step_time_s
+    best_time_lb_s: float = (
+        math.inf
+    )  # fastest lower bound among configurations over max_step_time_s
 
     def drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
@@ -111,15 +113,28 @@ def enumerate_configs(problem: Problem, report: SpaceReport | None = None) -> li
 
 
 def memory_fits(problem: Problem, cfg: Config, stage: int, gpu_key: str) -> tuple[bool, float]:
-    mem = stage_memory_bytes(
-        problem.model, cfg.stage_layers[stage], stage, cfg.pp, cfg.tp, cfg.dp, cfg.micro_batch,
-        cfg.num_micro_batches, cfg.recompute, cfg.zero1,
-    )["total"] / GB
+    mem = (
+        stage_memory_bytes(
+            problem.model,
+            cfg.stage_layers[stage],
+            stage,
+            cfg.pp,
+            cfg.tp,
+            cfg.dp,
+            cfg.micro_batch,
+            cfg.num_micro_batches,
+            cfg.recompute,
+            cfg.zero1,
+        )["total"]
+        / GB
+    )
     cap = problem.catalog.gpus[gpu_key].hbm_gb - problem.catalog.memory.reserve_gb
     return mem <= cap, mem - cap
 
 
-def chain_types(problem: Problem, perf: PerfModel, cfg: Config, report: SpaceReport | None = None) -> list[Chain]:
+def chain_types(
+    problem: Problem, perf: PerfModel, cfg: Config, report: SpaceReport | None = None
+) -> list[Chain]:
     """Every contiguous-block chain of at most K sites that fits in memory and is routable."""
     inst = problem.instance
     k_max = inst.solver.max_sites_per_replica
@@ -132,7 +147,9 @@ def chain_types(problem: Problem, perf: PerfModel, cfg: Config, report: SpaceRep
             fits[(k, s)] = ok
             if report is not None and not ok and gap < report.best_memory_gap_gb:
                 report.best_memory_gap_gb = gap
-                report.memory_example = f"{cfg.label()}: stage {k} on {gpu} needs {gap:.1f} GB more than it has"
+                report.memory_example = (
+                    f"{cfg.label()}: stage {k} on {gpu} needs {gap:.1f} GB more than it has"
+                )
     _check_chain_space(len(sites), k_max, cfg.pp)
     out: list[Chain] = []
     for n_blocks in range(1, min(k_max, len(sites), cfg.pp) + 1):
@@ -141,7 +158,9 @@ def chain_types(problem: Problem, perf: PerfModel, cfg: Config, report: SpaceRep
                 continue
             for cuts in itertools.combinations(range(1, cfg.pp), n_blocks - 1):
                 bounds = (0, *cuts, cfg.pp)
-                chain = tuple(order[i] for i in range(n_blocks) for _ in range(bounds[i], bounds[i + 1]))
+                chain = tuple(
+                    order[i] for i in range(n_blocks) for _ in range(bounds[i], bounds[i + 1])
+                )
                 if all(fits[(k, s)] for k, s in enumerate(chain)):
                     out.append(chain)
     return out
@@ -158,7 +177,7 @@ def _check_chain_space(n_sites: int, k_max: int, pp: int) -> None:
         total += math.perm(n_sites, n) * math.comb(pp - 1, n - 1)
         if total > MAX_CHAIN_CANDIDATES:
             raise InputError(
-                f"solver.max_sites_per_replica: {k_max} with {n_sites} usable sites and pp={pp} gives more than "
-                f"{MAX_CHAIN_CANDIDATES:,} candidate chains per configuration; lower solver.max_sites_per_replica "
+                f"solver.max_sites_per_replica: {k_max} with {n_sites} usable sites and pp={pp} gives more than "  # noqa: E501
+                f"{MAX_CHAIN_CANDIDATES:,} candidate chains per configuration; lower solver.max_sites_per_replica "  # noqa: E501
                 "or restrict job.parallelism.pp"
             )

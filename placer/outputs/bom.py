@@ -49,7 +49,14 @@ BOM_COLUMNS = [
 ]
 
 HUTS = "route huts (no site)"
-ITEM_ORDER = ["wave", "coherent transceiver", "router/switch port", "fiber pair lit", "DWDM mux/demux", "in-line amplifier"]
+ITEM_ORDER = [
+    "wave",
+    "coherent transceiver",
+    "router/switch port",
+    "fiber pair lit",
+    "DWDM mux/demux",
+    "in-line amplifier",
+]
 
 
 def _num(x: float | int | None) -> float | int | str:
@@ -61,7 +68,20 @@ def _num(x: float | int | None) -> float | int | str:
     return round(float(x), 6)
 
 
-def _line(label: str, name: str, model: str, qty: int, unit: str, unit_cost: float | None, charged: str, source: str, rule: str, power_w: float | None = None, buffer_mb: float | None = None, opex: float | None = None) -> dict[str, Any]:
+def _line(
+    label: str,
+    name: str,
+    model: str,
+    qty: int,
+    unit: str,
+    unit_cost: float | None,
+    charged: str,
+    source: str,
+    rule: str,
+    power_w: float | None = None,
+    buffer_mb: float | None = None,
+    opex: float | None = None,
+) -> dict[str, Any]:
     return {
         "route": label,
         "item": name,
@@ -97,20 +117,20 @@ def rules(problem: Problem) -> list[str]:
     cat = problem.catalog
     net = cat.network
     return [
-        "Optic: the plan's optic for the route, else the one placer buys: among the catalog optics whose reach covers the route length, the highest line rate, then the lowest cost per Gb/s (reach: "
+        "Optic: the plan's optic for the route, else the one placer buys: among the catalog optics whose reach covers the route length, the highest line rate, then the lowest cost per Gb/s (reach: "  # noqa: E501
         + ", ".join(f"{o} {spec.reach_km:g} km" for o, spec in cat.optics.items())
         + "; ZR+ routes need in-line amplifiers).",
         "Coherent transceiver modules = 2 x waves: one module per wave at each end.",
         "Router/switch ports = 2 x waves: one port per wave at each end.",
-        f"Fiber pairs lit = ceil(waves / channels per pair), channels per pair = floor({net.c_band_ghz:g} GHz of C-band / the optic's grid spacing) (32 at 150 GHz for 800G).",
+        f"Fiber pairs lit = ceil(waves / channels per pair), channels per pair = floor({net.c_band_ghz:g} GHz of C-band / the optic's grid spacing) (32 at 150 GHz for 800G).",  # noqa: E501
         "DWDM mux/demux units = 2 x fiber pairs lit: one per lit pair at each end.",
-        f"In-line amplifiers = fiber pairs lit x (ceil(km / {net.amplifier_spacing_km:g} km) - 1): one per amplified span beyond the first, on each lit pair.",
-        "Optics power: waves x module watts at each end, charged to that end's site (IT watts; the evaluator multiplies by the site PUE).",
-        f"Amplifier power: amplifiers x {cat.costs.amplifier_w:g} W, in huts along the route: reported per route and charged to no site.",
-        f"Switch buffer per inter-site port >= line rate x round-trip time, RTT = 2 x one-way latency (the route's latency_ms, else km x {net.fiber_us_per_km:g} us/km); decimal MB.",
-        "Capex = modules x module cost + ports x port cost + mux/demux x mux cost + amplifiers x amplifier cost; it equals the evaluator's link capex.",
-        "Fiber lease opex per year = fiber pairs lit x km x the route's fiber_usd_per_pair_km_year, when the route sets it (dark fiber is otherwise not priced).",
-        "Existing capacity (routes' capacity_gbps) is free and needs no new equipment; routes without new waves are not listed.",
+        f"In-line amplifiers = fiber pairs lit x (ceil(km / {net.amplifier_spacing_km:g} km) - 1): one per amplified span beyond the first, on each lit pair.",  # noqa: E501
+        "Optics power: waves x module watts at each end, charged to that end's site (IT watts; the evaluator multiplies by the site PUE).",  # noqa: E501
+        f"Amplifier power: amplifiers x {cat.costs.amplifier_w:g} W, in huts along the route: reported per route and charged to no site.",  # noqa: E501
+        f"Switch buffer per inter-site port >= line rate x round-trip time, RTT = 2 x one-way latency (the route's latency_ms, else km x {net.fiber_us_per_km:g} us/km); decimal MB.",  # noqa: E501
+        "Capex = modules x module cost + ports x port cost + mux/demux x mux cost + amplifiers x amplifier cost; it equals the evaluator's link capex.",  # noqa: E501
+        "Fiber lease opex per year = fiber pairs lit x km x the route's fiber_usd_per_pair_km_year, when the route sets it (dark fiber is otherwise not priced).",  # noqa: E501
+        "Existing capacity (routes' capacity_gbps) is free and needs no new equipment; routes without new waves are not listed.",  # noqa: E501
     ]
 
 
@@ -122,7 +142,9 @@ def bom_data(problem: Problem, plan: Plan | dict[str, Any]) -> dict[str, Any]:
     costs = cat.costs
     net = Network(problem)
     plan_optic = {link.key: link.optic for link in plan.links}
-    cost_src = _source(problem, "costs", None, ("router_port_usd", "mux_usd", "amplifier_usd", "amplifier_w"))
+    cost_src = _source(
+        problem, "costs", None, ("router_port_usd", "mux_usd", "amplifier_usd", "amplifier_w")
+    )
     routes: list[dict[str, Any]] = []
     for link in ev.links:
         key = (min(link["sites"]), max(link["sites"]))
@@ -131,7 +153,9 @@ def bom_data(problem: Problem, plan: Plan | dict[str, Any]) -> dict[str, Any]:
         label = f"{a}-{b}"
         optic = link["optic"]
         spec = cat.optics[optic]
-        opt_src = _source(problem, "optics", optic, ("module_cost_usd", "module_w", "line_rate_gbps"))
+        opt_src = _source(
+            problem, "optics", optic, ("module_cost_usd", "module_w", "line_rate_gbps")
+        )
         w = int(link["waves"])
         channels = cat.channels_per_pair(optic)
         pairs = net.fiber_pairs_lit(key, w, optic)
@@ -141,23 +165,103 @@ def bom_data(problem: Problem, plan: Plan | dict[str, Any]) -> dict[str, Any]:
         rtt_s = 2 * one_way_s
         buffer_bytes = spec.line_rate_gbps * 1e9 * rtt_s / 8
         chosen = "plan" if plan_optic.get(key) else "default"
-        why = "set by the plan" if chosen == "plan" else "placer's default (highest line rate, then lowest cost per Gb/s, among the optics that reach)"
+        why = (
+            "set by the plan"
+            if chosen == "plan"
+            else "placer's default (highest line rate, then lowest cost per Gb/s, among the optics that reach)"  # noqa: E501
+        )
         items: list[dict[str, Any]] = []
 
-        items.append(_line(label, "wave", optic, w, "wave", None, "", opt_src, f"waves from the plan; optic {why}: {spec.line_rate_gbps:g}G, reach {spec.reach_km:g} km >= {route.km:g} km"))
+        items.append(
+            _line(
+                label,
+                "wave",
+                optic,
+                w,
+                "wave",
+                None,
+                "",
+                opt_src,
+                f"waves from the plan; optic {why}: {spec.line_rate_gbps:g}G, reach {spec.reach_km:g} km >= {route.km:g} km",  # noqa: E501
+            )
+        )
         for end in key:
-            items.append(_line(label, "coherent transceiver", optic, w, "module", spec.module_cost_usd, end, opt_src, "one per wave per end", power_w=w * spec.module_w))
+            items.append(
+                _line(
+                    label,
+                    "coherent transceiver",
+                    optic,
+                    w,
+                    "module",
+                    spec.module_cost_usd,
+                    end,
+                    opt_src,
+                    "one per wave per end",
+                    power_w=w * spec.module_w,
+                )
+            )
         for end in key:
-            items.append(_line(label, "router/switch port", f"{spec.line_rate_gbps:g}G deep-buffer port", w, "port", costs.router_port_usd, end, cost_src, "one per wave per end; buffer >= line rate x RTT", buffer_mb=buffer_bytes / 1e6))
+            items.append(
+                _line(
+                    label,
+                    "router/switch port",
+                    f"{spec.line_rate_gbps:g}G deep-buffer port",
+                    w,
+                    "port",
+                    costs.router_port_usd,
+                    end,
+                    cost_src,
+                    "one per wave per end; buffer >= line rate x RTT",
+                    buffer_mb=buffer_bytes / 1e6,
+                )
+            )
         opex = None
         lease_src = ""
         if route.fiber_usd_per_pair_km_year is not None:
             opex = pairs * route.km * route.fiber_usd_per_pair_km_year
-            lease_src = f"instance route {label}: fiber_usd_per_pair_km_year = {route.fiber_usd_per_pair_km_year:g}"
-        items.append(_line(label, "fiber pair lit", "dark fiber pair", pairs, "pair", None, "", lease_src or "instance route fiber_pairs", f"ceil({w} waves / {channels} channels per pair); {route.fiber_pairs} available", opex=opex))
+            lease_src = f"instance route {label}: fiber_usd_per_pair_km_year = {route.fiber_usd_per_pair_km_year:g}"  # noqa: E501
+        items.append(
+            _line(
+                label,
+                "fiber pair lit",
+                "dark fiber pair",
+                pairs,
+                "pair",
+                None,
+                "",
+                lease_src or "instance route fiber_pairs",
+                f"ceil({w} waves / {channels} channels per pair); {route.fiber_pairs} available",
+                opex=opex,
+            )
+        )
         for end in key:
-            items.append(_line(label, "DWDM mux/demux", f"{channels}-channel", pairs, "unit", costs.mux_usd, end, cost_src, "one per lit pair per end"))
-        items.append(_line(label, "in-line amplifier", "ILA", amps, "unit", costs.amplifier_usd, HUTS, cost_src, f"{pairs} lit pair(s) x (ceil({route.km:g} km / {cat.network.amplifier_spacing_km:g} km) - 1 = {amps_per_pair})", power_w=amps * costs.amplifier_w))
+            items.append(
+                _line(
+                    label,
+                    "DWDM mux/demux",
+                    f"{channels}-channel",
+                    pairs,
+                    "unit",
+                    costs.mux_usd,
+                    end,
+                    cost_src,
+                    "one per lit pair per end",
+                )
+            )
+        items.append(
+            _line(
+                label,
+                "in-line amplifier",
+                "ILA",
+                amps,
+                "unit",
+                costs.amplifier_usd,
+                HUTS,
+                cost_src,
+                f"{pairs} lit pair(s) x (ceil({route.km:g} km / {cat.network.amplifier_spacing_km:g} km) - 1 = {amps_per_pair})",  # noqa: E501
+                power_w=amps * costs.amplifier_w,
+            )
+        )
         capex = sum(it["capex_usd"] or 0.0 for it in items)
         routes.append(
             {
@@ -195,7 +299,9 @@ def bom_data(problem: Problem, plan: Plan | dict[str, Any]) -> dict[str, Any]:
     for r in routes:
         for s, pw in r["optics_power_w"].items():
             power[s] += pw
-    opex_values = [r["fiber_opex_usd_per_year"] for r in routes if r["fiber_opex_usd_per_year"] is not None]
+    opex_values = [
+        r["fiber_opex_usd_per_year"] for r in routes if r["fiber_opex_usd_per_year"] is not None
+    ]
     totals: dict[str, Any] = {
         "waves": sum(r["waves"] for r in routes),
         "transceivers": sum(r["transceivers"] for r in routes),
@@ -210,7 +316,9 @@ def bom_data(problem: Problem, plan: Plan | dict[str, Any]) -> dict[str, Any]:
         "fiber_opex_usd_per_year": sum(opex_values) if opex_values else None,
     }
     for r in routes:
-        totals["transceivers_by_optic"][r["optic"]] = totals["transceivers_by_optic"].get(r["optic"], 0) + r["transceivers"]
+        totals["transceivers_by_optic"][r["optic"]] = (
+            totals["transceivers_by_optic"].get(r["optic"], 0) + r["transceivers"]
+        )
     return {
         "instance": problem.name,
         "feasible": ev.feasible,
@@ -227,7 +335,19 @@ def _total_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     for r in data["routes"]:
         for it in r["items"]:
             k = (it["item"], it["model"], it["charged_to"])
-            row = agg.setdefault(k, {**it, "route": "TOTAL", "quantity": 0, "capex_usd": None, "opex_usd_per_year": None, "power_w": None, "buffer_mb_per_port": None, "rule": "sum over routes"})
+            row = agg.setdefault(
+                k,
+                {
+                    **it,
+                    "route": "TOTAL",
+                    "quantity": 0,
+                    "capex_usd": None,
+                    "opex_usd_per_year": None,
+                    "power_w": None,
+                    "buffer_mb_per_port": None,
+                    "rule": "sum over routes",
+                },
+            )
             row["quantity"] += it["quantity"]
             for f in ("capex_usd", "opex_usd_per_year", "power_w"):
                 if it[f] is not None:
@@ -235,14 +355,68 @@ def _total_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
             if row["unit_cost_usd"] != it["unit_cost_usd"] or row["source"] != it["source"]:
                 row["unit_cost_usd"], row["source"] = None, "several"
     t = data["totals"]
-    out = sorted(agg.values(), key=lambda r: (ITEM_ORDER.index(r["item"]), r["model"], r["charged_to"]))
+    out = sorted(
+        agg.values(), key=lambda r: (ITEM_ORDER.index(r["item"]), r["model"], r["charged_to"])
+    )
     blank = {c: None for c in BOM_COLUMNS}
-    out.append({**blank, "route": "TOTAL", "item": "capex", "quantity": None, "unit": "USD", "capex_usd": t["capex_usd"], "charged_to": "", "model": "", "source": "", "rule": "sum of extended costs (= evaluate capex_usd)"})
+    out.append(
+        {
+            **blank,
+            "route": "TOTAL",
+            "item": "capex",
+            "quantity": None,
+            "unit": "USD",
+            "capex_usd": t["capex_usd"],
+            "charged_to": "",
+            "model": "",
+            "source": "",
+            "rule": "sum of extended costs (= evaluate capex_usd)",
+        }
+    )
     if t["fiber_opex_usd_per_year"] is not None:
-        out.append({**blank, "route": "TOTAL", "item": "fiber lease opex", "quantity": None, "unit": "USD/year", "opex_usd_per_year": t["fiber_opex_usd_per_year"], "charged_to": "", "model": "", "source": "", "rule": "sum over routes with a fiber price"})
+        out.append(
+            {
+                **blank,
+                "route": "TOTAL",
+                "item": "fiber lease opex",
+                "quantity": None,
+                "unit": "USD/year",
+                "opex_usd_per_year": t["fiber_opex_usd_per_year"],
+                "charged_to": "",
+                "model": "",
+                "source": "",
+                "rule": "sum over routes with a fiber price",
+            }
+        )
     for site, pw in t["optics_power_w_by_site"].items():
-        out.append({**blank, "route": "TOTAL", "item": "optics power", "quantity": None, "unit": "W", "power_w": pw, "charged_to": site, "model": "", "source": "", "rule": "module watts at this site's ends (IT, before PUE)"})
-    out.append({**blank, "route": "TOTAL", "item": "amplifier power", "quantity": None, "unit": "W", "power_w": t["amplifier_power_w"], "charged_to": HUTS, "model": "", "source": "", "rule": "in huts along the routes; charged to no site"})
+        out.append(
+            {
+                **blank,
+                "route": "TOTAL",
+                "item": "optics power",
+                "quantity": None,
+                "unit": "W",
+                "power_w": pw,
+                "charged_to": site,
+                "model": "",
+                "source": "",
+                "rule": "module watts at this site's ends (IT, before PUE)",
+            }
+        )
+    out.append(
+        {
+            **blank,
+            "route": "TOTAL",
+            "item": "amplifier power",
+            "quantity": None,
+            "unit": "W",
+            "power_w": t["amplifier_power_w"],
+            "charged_to": HUTS,
+            "model": "",
+            "source": "",
+            "rule": "in huts along the routes; charged to no site",
+        }
+    )
     return out
 
 
@@ -297,35 +471,74 @@ def markdown_of(data: dict[str, Any]) -> str:
     t = data["totals"]
     lines = ["## Link bill of materials", ""]
     if not data["routes"]:
-        return "\n".join(lines + ["No new coherent waves: nothing to buy (existing capacity only).", ""]) + "\n"
+        return (
+            "\n".join(
+                lines + ["No new coherent waves: nothing to buy (existing capacity only).", ""]
+            )
+            + "\n"
+        )
     lines += [
-        "| route | km | RTT ms | optic | waves | transceivers | router ports | fiber pairs lit | mux/demux | amplifiers | buffer per port MB | capex USD | fiber opex USD/yr |",
+        "| route | km | RTT ms | optic | waves | transceivers | router ports | fiber pairs lit | mux/demux | amplifiers | buffer per port MB | capex USD | fiber opex USD/yr |",  # noqa: E501
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in data["routes"]:
         lines.append(
-            f"| {r['route']} | {r['km']:g} | {r['rtt_ms']:.3f} | {r['optic']} | {r['waves']} | {r['transceivers']} | {r['router_ports']} | {r['fiber_pairs_lit']} | {r['mux_demux']} | {r['amplifiers']} | {r['buffer_per_port_mb']:.1f} | {_usd(r['capex_usd'])} | {_usd(r['fiber_opex_usd_per_year'])} |"
+            f"| {r['route']} | {r['km']:g} | {r['rtt_ms']:.3f} | {r['optic']} | {r['waves']} | {r['transceivers']} | {r['router_ports']} | {r['fiber_pairs_lit']} | {r['mux_demux']} | {r['amplifiers']} | {r['buffer_per_port_mb']:.1f} | {_usd(r['capex_usd'])} | {_usd(r['fiber_opex_usd_per_year'])} |"  # noqa: E501
         )
     lines.append(
-        f"| **total** | | | | {t['waves']} | {t['transceivers']} | {t['router_ports']} | {t['fiber_pairs_lit']} | {t['mux_demux']} | {t['amplifiers']} | | **{_usd(t['capex_usd'])}** | {_usd(t['fiber_opex_usd_per_year'])} |"
+        f"| **total** | | | | {t['waves']} | {t['transceivers']} | {t['router_ports']} | {t['fiber_pairs_lit']} | {t['mux_demux']} | {t['amplifiers']} | | **{_usd(t['capex_usd'])}** | {_usd(t['fiber_opex_usd_per_year'])} |"  # noqa: E501
     )
-    lines += ["", "Line items (unit costs from the catalog, with their source):", "", "| route | item | model | qty | unit cost USD | extended USD | charged to | source |", "|---|---|---|---:|---:|---:|---|---|"]
+    lines += [
+        "",
+        "Line items (unit costs from the catalog, with their source):",
+        "",
+        "| route | item | model | qty | unit cost USD | extended USD | charged to | source |",
+        "|---|---|---|---:|---:|---:|---|---|",
+    ]
     for r in data["routes"]:
         for it in r["items"]:
-            if (it["unit_cost_usd"] is None and it["opex_usd_per_year"] is None) or not it["quantity"]:
+            if (it["unit_cost_usd"] is None and it["opex_usd_per_year"] is None) or not it[
+                "quantity"
+            ]:
                 continue
-            ext = _usd(it["capex_usd"]) if it["capex_usd"] is not None else f"{_usd(it['opex_usd_per_year'])} /yr"
+            ext = (
+                _usd(it["capex_usd"])
+                if it["capex_usd"] is not None
+                else f"{_usd(it['opex_usd_per_year'])} /yr"
+            )
             unit = _usd(it["unit_cost_usd"]) if it["unit_cost_usd"] is not None else ""
-            lines.append(f"| {it['route']} | {it['item']} | {it['model']} | {it['quantity']} | {unit} | {ext} | {it['charged_to']} | {it['source']} |")
-    lines += ["", "Power of the link equipment (IT watts, before PUE):", "", "| where | W |", "|---|---:|"]
+            lines.append(
+                f"| {it['route']} | {it['item']} | {it['model']} | {it['quantity']} | {unit} | {ext} | {it['charged_to']} | {it['source']} |"  # noqa: E501
+            )
+    lines += [
+        "",
+        "Power of the link equipment (IT watts, before PUE):",
+        "",
+        "| where | W |",
+        "|---|---:|",
+    ]
     for site, pw in t["optics_power_w_by_site"].items():
         lines.append(f"| site {site} (coherent modules) | {pw:,.0f} |")
     for r in data["routes"]:
         if r["amplifier_power_w"]:
-            lines.append(f"| route {r['route']} huts ({r['amplifiers']} amplifiers; charged to no site) | {r['amplifier_power_w']:,.0f} |")
+            lines.append(
+                f"| route {r['route']} huts ({r['amplifiers']} amplifiers; charged to no site) | {r['amplifier_power_w']:,.0f} |"  # noqa: E501
+            )
     lines += ["", "How each quantity follows from the plan:", ""]
     lines += [f"- {s}" for s in data["rules"]]
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["BOM_COLUMNS", "bom_csv", "bom_data", "bom_json", "bom_markdown", "bom_rows", "csv_of", "json_of", "markdown_of", "rules", "rows_of"]
+__all__ = [
+    "BOM_COLUMNS",
+    "bom_csv",
+    "bom_data",
+    "bom_json",
+    "bom_markdown",
+    "bom_rows",
+    "csv_of",
+    "json_of",
+    "markdown_of",
+    "rules",
+    "rows_of",
+]

@@ -16,7 +16,7 @@ The plan is evaluated first: an infeasible plan is bad input (InputError naming 
 violation). Every text is generated before anything is written, and each file is written
 with the folder's other files as one set (placer.outputs.fileset), so a failure never
 leaves a partial file or a mix of two runs.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -47,18 +47,29 @@ LAYOUT_FORMATS: dict[str, Callable[[launch.Layout], dict[str, str]]] = {
 FORMAT_NAMES = ["bom", *LAYOUT_FORMATS, "all"]
 
 
-def render(problem: Problem, plan: Plan | dict[str, Any], fmt: str, torchtitan_version: str = "0.3") -> dict[str, str]:
+def render(
+    problem: Problem, plan: Plan | dict[str, Any], fmt: str, torchtitan_version: str = "0.3"
+) -> dict[str, str]:
     """File name -> text for a format, after checking the plan is feasible."""
     if fmt not in FORMAT_NAMES:
         raise InputError(f"--format: unknown format '{fmt}' (formats: {', '.join(FORMAT_NAMES)})")
     if torchtitan_version not in launch.TORCHTITAN_VERSIONS:
-        raise InputError(f"--torchtitan-version: expected one of {', '.join(launch.TORCHTITAN_VERSIONS)}, got '{torchtitan_version}'")
+        raise InputError(
+            f"--torchtitan-version: expected one of {', '.join(launch.TORCHTITAN_VERSIONS)}, got '{torchtitan_version}'"  # noqa: E501
+        )
     plan = plan_from_data(plan)
     ev = evaluate(problem, plan)
     if not ev.feasible:
         lines = list(dict.fromkeys(f"  - {v.kind}: {v.where}: {v.message}" for v in ev.violations))
-        other = f" (the plan names instance '{plan.instance}')" if plan.instance and plan.instance != problem.name else ""
-        raise InputError(f"the plan is not feasible for instance '{problem.name}'{other}; export needs a feasible plan:\n" + "\n".join(lines))
+        other = (
+            f" (the plan names instance '{plan.instance}')"
+            if plan.instance and plan.instance != problem.name
+            else ""
+        )
+        raise InputError(
+            f"the plan is not feasible for instance '{problem.name}'{other}; export needs a feasible plan:\n"  # noqa: E501
+            + "\n".join(lines)
+        )
     names = [n for n in FORMAT_NAMES if n != "all"] if fmt == "all" else [fmt]
     files: dict[str, str] = {}
     if "bom" in names:
@@ -73,13 +84,21 @@ def render(problem: Problem, plan: Plan | dict[str, Any], fmt: str, torchtitan_v
     return files
 
 
-def export(problem: Problem, plan: Plan | dict[str, Any], fmt: str, outdir: str | Path, torchtitan_version: str = "0.3") -> list[Path]:
+def export(
+    problem: Problem,
+    plan: Plan | dict[str, Any],
+    fmt: str,
+    outdir: str | Path,
+    torchtitan_version: str = "0.3",
+) -> list[Path]:
     """Write the files of `fmt` into `outdir`; return their paths."""
     from placer.outputs.fileset import write_set
 
     files = render(problem, plan, fmt, torchtitan_version)
     # added to the folder's set (solve's plan.json stays), the whole set swapped in at once
-    return write_set(Path(outdir), files, keep_others=True, run={"command": "export", "format": fmt})
+    return write_set(
+        Path(outdir), files, keep_others=True, run={"command": "export", "format": fmt}
+    )
 
 
 __all__ = ["FORMAT_NAMES", "LAYOUT_FORMATS", "export", "render"]

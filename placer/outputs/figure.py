@@ -53,12 +53,16 @@ def site_positions(problem: Problem) -> dict[str, tuple[float, float]]:
         g.add_edge(*r.key, weight=1.0 / max(r.km, 1.0))
     if len(g) == 1:
         return {sites[0].name: (0.0, 0.0)}
-    pos = nx.spring_layout(g, seed=LAYOUT_SEED, weight="weight") if g.number_of_edges() else nx.circular_layout(g)
+    pos = (
+        nx.spring_layout(g, seed=LAYOUT_SEED, weight="weight")
+        if g.number_of_edges()
+        else nx.circular_layout(g)
+    )
     return {n: (float(x), float(y)) for n, (x, y) in pos.items()}
 
 
 def stages_by_site(plan: Plan) -> dict[str, list[str]]:
-    """Per site, one line per replica group: which of its stages run there, and how many replicas."""
+    """Per site, one line per replica group: which of its stages run there, and how many replicas."""  # noqa: E501
     out: dict[str, list[str]] = defaultdict(list)
     for g in plan.replica_groups:
         ks: dict[str, list[int]] = defaultdict(list)
@@ -84,7 +88,10 @@ def route_busy_share(ev: Evaluation) -> dict[RouteKey, float]:
     if step is None or not ev.step_time_s or not math.isfinite(ev.step_time_s):
         return {}
     keys = set(step.route_pp_s) | set(step.route_dp_s)
-    return {k: (step.route_pp_s.get(k, 0.0) + step.route_dp_s.get(k, 0.0)) / ev.step_time_s for k in keys}
+    return {
+        k: (step.route_pp_s.get(k, 0.0) + step.route_dp_s.get(k, 0.0)) / ev.step_time_s
+        for k in keys
+    }
 
 
 def plan_figure(problem: Problem, plan: Plan, ev: Evaluation) -> Figure:
@@ -107,7 +114,12 @@ def plan_figure(problem: Problem, plan: Plan, ev: Evaluation) -> Figure:
     cmap, norm = colormaps["viridis"], Normalize(0.0, 1.0)
     busy = route_busy_share(ev)
     waves = {tuple(sorted(link["sites"])): link for link in ev.links}
-    caps = {r.key: net.capacity_Bps(r.key, waves.get(r.key, {}).get("waves", 0), waves.get(r.key, {}).get("optic")) for r in problem.instance.routes}
+    caps = {
+        r.key: net.capacity_Bps(
+            r.key, waves.get(r.key, {}).get("waves", 0), waves.get(r.key, {}).get("optic")
+        )
+        for r in problem.instance.routes
+    }
     cap_max = max([c for c in caps.values() if math.isfinite(c)] + [1.0])
     for r in problem.instance.routes:
         (x0, y0), (x1, y1) = pos[r.key[0]], pos[r.key[1]]
@@ -115,7 +127,15 @@ def plan_figure(problem: Problem, plan: Plan, ev: Evaluation) -> Figure:
         link = waves.get(r.key)
         carries = share > 0
         width = 1.0 + 7.0 * (caps[r.key] / cap_max if math.isfinite(caps[r.key]) else 1.0)
-        ax.plot([x0, x1], [y0, y1], color=cmap(norm(min(share, 1.0))) if carries else "0.7", lw=width if carries else 1.0, ls="-" if carries else "--", zorder=1, solid_capstyle="round")
+        ax.plot(
+            [x0, x1],
+            [y0, y1],
+            color=cmap(norm(min(share, 1.0))) if carries else "0.7",
+            lw=width if carries else 1.0,
+            ls="-" if carries else "--",
+            zorder=1,
+            solid_capstyle="round",
+        )
         label = f"{r.km:g} km"
         if link:
             label += f"\n{link['waves']} x {link['optic']}"
@@ -123,7 +143,15 @@ def plan_figure(problem: Problem, plan: Plan, ev: Evaluation) -> Figure:
             label += f"\n+{r.capacity_gbps:g} Gb/s existing"
         if carries:
             label += f"\nbusy {share:.0%} of step"
-        ax.annotate(label, (x0 + LABEL_AT * (x1 - x0), y0 + LABEL_AT * (y1 - y0)), ha="center", va="center", fontsize=7, bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.8", "alpha": 0.9}, zorder=3)
+        ax.annotate(
+            label,
+            (x0 + LABEL_AT * (x1 - x0), y0 + LABEL_AT * (y1 - y0)),
+            ha="center",
+            va="center",
+            fontsize=7,
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.8", "alpha": 0.9},
+            zorder=3,
+        )
     xs, ys = zip(*pos.values(), strict=True)
     span = max(max(xs) - min(xs), max(ys) - min(ys), 1e-9)
     r_max = 0.09 * span if len(pos) > 1 else 1.0
@@ -139,18 +167,37 @@ def plan_figure(problem: Problem, plan: Plan, ev: Evaluation) -> Figure:
             ax.add_patch(_circle((x, y), r_in, fc="#e4572e", ec="none", alpha=0.85, zorder=5))
         power = ev.power_mw.get(s.name, 0.0)
         lim = f"/{s.power_mw:g}" if s.power_mw is not None else ""
-        text = [f"{s.name} ({s.gpu})", f"{used:,}/{s.gpus:,} GPUs, {power:.1f}{lim} MW"] + hosted.get(s.name, ["unused"])[:4]
+        text = [
+            f"{s.name} ({s.gpu})",
+            f"{used:,}/{s.gpus:,} GPUs, {power:.1f}{lim} MW",
+        ] + hosted.get(s.name, ["unused"])[:4]
         if len(hosted.get(s.name, [])) > 4:
             text.append(f"... {len(hosted[s.name]) - 4} more groups")
-        ax.annotate("\n".join(text), (x, y - r_out), xytext=(0, -4), textcoords="offset points", ha="center", va="top", fontsize=7.5, zorder=6, bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.8})
+        ax.annotate(
+            "\n".join(text),
+            (x, y - r_out),
+            xytext=(0, -4),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize=7.5,
+            zorder=6,
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.8},
+        )
         ax.update_datalim([(x - r_out, y - r_out * 3.2), (x + r_out, y + r_out)])
     par = plan.parallelism
     ax.set_title(
-        f"{problem.name}: tp {par.tp} x pp {par.pp} x dp {par.dp}, step {ev.step_time_s:.3f} s, link capex ${ev.capex_usd:,.0f}",
+        f"{problem.name}: tp {par.tp} x pp {par.pp} x dp {par.dp}, step {ev.step_time_s:.3f} s, link capex ${ev.capex_usd:,.0f}",  # noqa: E501
         fontsize=10,
     )
     ax.autoscale_view()
-    fig.text(0.01, 0.01, "disc area: GPUs a site offers; filled: GPUs the plan uses. Line width: route capacity; dashed: no traffic.", fontsize=7, color="0.35")
+    fig.text(
+        0.01,
+        0.01,
+        "disc area: GPUs a site offers; filled: GPUs the plan uses. Line width: route capacity; dashed: no traffic.",  # noqa: E501
+        fontsize=7,
+        color="0.35",
+    )
     sm = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
     fig.colorbar(sm, ax=ax, shrink=0.5, label="route busy share of the step")
     return fig
@@ -186,4 +233,11 @@ def write_plan_figure(problem: Problem, plan: Plan, ev: Evaluation, path: str | 
     return path
 
 
-__all__ = ["plan_figure", "render_plan_figure", "route_busy_share", "site_positions", "stages_by_site", "write_plan_figure"]
+__all__ = [
+    "plan_figure",
+    "render_plan_figure",
+    "route_busy_share",
+    "site_positions",
+    "stages_by_site",
+    "write_plan_figure",
+]

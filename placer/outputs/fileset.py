@@ -68,7 +68,9 @@ def _check_target(folder: Path) -> bool:
         raise _os_error(folder, exc) from None
 
 
-def _write_in_place(folder: Path, files: dict[str, str], run: dict[str, object] | None) -> list[Path]:
+def _write_in_place(
+    folder: Path, files: dict[str, str], run: dict[str, object] | None
+) -> list[Path]:
     """Manifest mode for a folder with user files: old manifest out, files in, manifest last."""
     from placer.io import write_atomic
 
@@ -81,7 +83,12 @@ def _write_in_place(folder: Path, files: dict[str, str], run: dict[str, object] 
         write_atomic(folder / name, text)
         data = text.encode("utf-8")
         meta[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    manifest = {"placer_output_set": 1, "written_unix_s": round(time.time(), 3), "run": run or {}, "files": meta}
+    manifest = {
+        "placer_output_set": 1,
+        "written_unix_s": round(time.time(), 3),
+        "run": run or {},
+        "files": meta,
+    }
     write_atomic(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return [folder / n for n in files]
 
@@ -126,7 +133,13 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(e, os.strerror(e), str(b))
 
 
-def write_set(folder: Path, files: dict[str, str], *, keep_others: bool = False, run: dict[str, object] | None = None) -> list[Path]:
+def write_set(
+    folder: Path,
+    files: dict[str, str],
+    *,
+    keep_others: bool = False,
+    run: dict[str, object] | None = None,
+) -> list[Path]:
     """Write `files` (name -> text) as DIR's new content in one step. With `keep_others`, the
     files already in DIR that are not rewritten stay (export adds to solve's folder)."""
     folder = Path(folder)
@@ -156,14 +169,26 @@ def write_set(folder: Path, files: dict[str, str], *, keep_others: bool = False,
         for e in sorted(tmp.iterdir()):
             if e.name not in manifest_files:
                 data = e.read_bytes()
-                manifest_files[e.name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        manifest = {"placer_output_set": 1, "written_unix_s": round(time.time(), 3), "run": run or {}, "files": manifest_files}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+                manifest_files[e.name] = {
+                    "bytes": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                }
+        manifest = {
+            "placer_output_set": 1,
+            "written_unix_s": round(time.time(), 3),
+            "run": run or {},
+            "files": manifest_files,
+        }
+        (tmp / MANIFEST).write_text(
+            json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+        )
         os.chmod(tmp / MANIFEST, 0o666 & ~_umask())
         _fsync_dir(tmp)
         if folder.exists():
             if not _exchange(tmp, folder):
-                old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-{os.getpid()}-", dir=parent))
+                old = Path(
+                    tempfile.mkdtemp(prefix=f".{folder.name}.old-{os.getpid()}-", dir=parent)
+                )
                 os.rmdir(old)
                 os.rename(folder, old)
                 os.rename(tmp, folder)

@@ -25,7 +25,7 @@ th { background: #f3f3f3; }
 figure { margin: 1rem 0; }
 figure svg { max-width: 100%; height: auto; }
 figcaption { color: #555; font-size: 0.9rem; }
-"""
+"""  # noqa: E501
 BREAKDOWN_FIGSIZE_IN = (7.0, 3.0)
 
 
@@ -43,7 +43,9 @@ def breakdown_svg(ev: Evaluation) -> str:
     vals = [v for _, v in items][::-1]
     ax.barh(names, vals, color="#3b7dd8")
     for y, v in enumerate(vals):
-        ax.annotate(f"{v:.4g} s", (v, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
+        ax.annotate(
+            f"{v:.4g} s", (v, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8
+        )
     ax.set_xlabel("seconds per step")
     ax.set_title(f"step time {ev.step_time_s:.4g} s", fontsize=10)
     ax.margins(x=0.15)
@@ -59,19 +61,27 @@ def _inline(svg: str) -> str:
     return svg[start:] if start >= 0 else svg
 
 
-def html_report(problem: Problem, plan: Plan, ev: Evaluation, solver: dict[str, Any] | None = None) -> str:
+def html_report(
+    problem: Problem, plan: Plan, ev: Evaluation, solver: dict[str, Any] | None = None
+) -> str:
     import markdown
 
-    body = markdown.markdown(markdown_report(problem, plan, ev, solver), extensions=["tables"], output_format="html")
+    body = markdown.markdown(
+        markdown_report(problem, plan, ev, solver), extensions=["tables"], output_format="html"
+    )
     picture = _inline(render_plan_figure(problem, plan, ev, "svg").decode("utf-8"))
     figures = (
-        f"<figure>{picture}<figcaption>The plan: sites, routes (waves, busy share of the step) and the stages each site hosts.</figcaption></figure>\n"
+        f"<figure>{picture}<figcaption>The plan: sites, routes (waves, busy share of the step) and the stages each site hosts.</figcaption></figure>\n"  # noqa: E501
         f"<figure>{breakdown_svg(ev)}<figcaption>Step-time breakdown.</figcaption></figure>\n"
     )
     head_end = body.find("</h1>")
-    body = body[: head_end + 5] + "\n" + figures + body[head_end + 5 :] if head_end >= 0 else figures + body
+    body = (
+        body[: head_end + 5] + "\n" + figures + body[head_end + 5 :]
+        if head_end >= 0
+        else figures + body
+    )
     title = html.escape(f"placer plan: {problem.name}")
-    return f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{title}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n'
+    return f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{title}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n'  # noqa: E501
 
 
 __all__ = ["breakdown_svg", "html_report"]

@@ -67,7 +67,20 @@ from placer.schema import Plan
 
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
 TORCHTITAN_MESH = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
-RANKMAP_COLUMNS = ["rank", "site", "node", "host", "local_gpu", "tp", "pp", "dp", "replica_group", "node_rank", "local_rank", "domain"]
+RANKMAP_COLUMNS = [
+    "rank",
+    "site",
+    "node",
+    "host",
+    "local_gpu",
+    "tp",
+    "pp",
+    "dp",
+    "replica_group",
+    "node_rank",
+    "local_rank",
+    "domain",
+]
 MiB = 1 << 20
 
 
@@ -84,7 +97,9 @@ def megatron_coords(rank: int, tp: int, dp: int) -> tuple[int, int, int]:
     return rank % tp, (rank // tp) % dp, rank // (tp * dp)
 
 
-def torchtitan_coords(rank: int, pp: int, dp_replicate: int, dp_shard: int, tp: int, cp: int = 1) -> dict[str, int]:
+def torchtitan_coords(
+    rank: int, pp: int, dp_replicate: int, dp_shard: int, tp: int, cp: int = 1
+) -> dict[str, int]:
     """Coordinates of a rank in torchtitan's mesh ['pp', 'dp_replicate', 'dp_shard', 'cp', 'tp'],
     rightmost fastest (row-major, like torch's init_device_mesh)."""
     sizes = dict(zip(TORCHTITAN_MESH, (pp, dp_replicate, dp_shard, cp, tp), strict=True))
@@ -197,7 +212,7 @@ def host_name(site: str, node: int) -> str:
 
 
 def site_host_name(problem: Problem, site: str, node: int) -> str:
-    """The real name of host `node` of `site` (instance `hosts` / `hostfile`), else a placeholder."""
+    """The real name of host `node` of `site` (instance `hosts` / `hostfile`), else a placeholder."""  # noqa: E501
     hosts = problem.instance.site(site).hosts
     return hosts[node] if hosts is not None else host_name(site, node)
 
@@ -212,7 +227,9 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
     for i, g in enumerate(groups):
         for s in g.stage_sites:
             if s not in known:
-                raise InputError(f"replica_groups[{i}].stage_sites: unknown site '{s}' (known: {', '.join(sorted(known))})")
+                raise InputError(
+                    f"replica_groups[{i}].stage_sites: unknown site '{s}' (known: {', '.join(sorted(known))})"  # noqa: E501
+                )
     order = sorted(range(len(groups)), key=lambda i: tuple(groups[i].stage_sites))
     replica_group = [i for i in order for _ in range(groups[i].count)]
     replica_sites = [tuple(groups[i].stage_sites) for i in replica_group]
@@ -221,7 +238,9 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
     gph = {s.name: site_gpus_per_host(problem, s.name) for s in inst.sites}
     for s in inst.sites:
         if s.name in used and tp > gpn[s.name]:
-            raise InputError(f"cannot launch: tp={tp} does not fit in an NVLink domain of site '{s.name}' ({gpn[s.name]} GPUs); a TP group must sit inside one domain")
+            raise InputError(
+                f"cannot launch: tp={tp} does not fit in an NVLink domain of site '{s.name}' ({gpn[s.name]} GPUs); a TP group must sit inside one domain"  # noqa: E501
+            )
     per_node = {s: gpn[s] // tp for s in used}
     filled: dict[str, int] = dict.fromkeys(used, 0)
     rows: list[RankRow] = []
@@ -232,7 +251,16 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
 
     def close() -> None:
         if cur is not None:
-            node_ranks.append(NodeRank(len(node_ranks), cur[0], cur[1], site_host_name(problem, *cur), tuple(cur_gpus), cur_first))
+            node_ranks.append(
+                NodeRank(
+                    len(node_ranks),
+                    cur[0],
+                    cur[1],
+                    site_host_name(problem, *cur),
+                    tuple(cur_gpus),
+                    cur_first,
+                )
+            )
 
     for pp_r in range(pp):
         for dp_r in range(dp):
@@ -252,14 +280,55 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
                     close()
                     cur, cur_gpus, cur_first = (site, node), [], rank
                 cur_gpus.append(gpu)
-                rows.append(RankRow(rank, site, node, "", gpu, tp_r, pp_r, dp_r, replica_group[dp_r], len(node_ranks), len(cur_gpus) - 1, domain))
+                rows.append(
+                    RankRow(
+                        rank,
+                        site,
+                        node,
+                        "",
+                        gpu,
+                        tp_r,
+                        pp_r,
+                        dp_r,
+                        replica_group[dp_r],
+                        len(node_ranks),
+                        len(cur_gpus) - 1,
+                        domain,
+                    )
+                )
     close()
-    nodes_by_site = {s.name: (math.ceil(filled[s.name] / per_node[s.name]) if filled.get(s.name) else 0) for s in inst.sites}
+    nodes_by_site = {
+        s.name: (math.ceil(filled[s.name] / per_node[s.name]) if filled.get(s.name) else 0)
+        for s in inst.sites
+    }
     for s in inst.sites:
         have = s.gpus // gpn[s.name]
         if nodes_by_site[s.name] > have:
-            raise InputError(f"cannot launch: site '{s.name}' needs {nodes_by_site[s.name]} NVLink domains of {gpn[s.name]} GPUs for its {filled[s.name]} TP groups of {tp}, has {have}")
-    rows = [RankRow(r.rank, r.site, r.node, site_host_name(problem, r.site, r.node), *[getattr(r, f) for f in ("local_gpu", "tp", "pp", "dp", "replica_group", "node_rank", "local_rank", "domain")]) for r in rows]
+            raise InputError(
+                f"cannot launch: site '{s.name}' needs {nodes_by_site[s.name]} NVLink domains of {gpn[s.name]} GPUs for its {filled[s.name]} TP groups of {tp}, has {have}"  # noqa: E501
+            )
+    rows = [
+        RankRow(
+            r.rank,
+            r.site,
+            r.node,
+            site_host_name(problem, r.site, r.node),
+            *[
+                getattr(r, f)
+                for f in (
+                    "local_gpu",
+                    "tp",
+                    "pp",
+                    "dp",
+                    "replica_group",
+                    "node_rank",
+                    "local_rank",
+                    "domain",
+                )
+            ],
+        )
+        for r in rows
+    ]
     hosts_by_site = {s.name: sorted({r.node for r in rows if r.site == s.name}) for s in inst.sites}
     # within a host, increasing rank must mean increasing local GPU (SLURM_LOCALID)
     seen: dict[tuple[str, int], int] = {}
@@ -267,7 +336,21 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
         if seen.get((r.site, r.node), -1) >= r.local_gpu:
             raise AssertionError(f"local GPU order broken on {r.host}")
         seen[(r.site, r.node)] = r.local_gpu
-    return Layout(problem, plan, tp, pp, dp, replica_group, replica_sites, rows, node_ranks, nodes_by_site, gpn, gph, hosts_by_site)
+    return Layout(
+        problem,
+        plan,
+        tp,
+        pp,
+        dp,
+        replica_group,
+        replica_sites,
+        rows,
+        node_ranks,
+        nodes_by_site,
+        gpn,
+        gph,
+        hosts_by_site,
+    )
 
 
 # ----------------------------------------------------------------------------- shared text
@@ -276,24 +359,26 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
 def _mapping_comment(layout: Layout, framework: str) -> list[str]:
     tp, pp, dp = layout.tp, layout.pp, layout.dp
     lines = [
-        f"placer launch layout for instance '{layout.problem.name}': tp={tp} pp={pp} dp={dp}, world size {layout.world_size}, {len(layout.node_ranks)} node ranks on {layout.host_count} hosts ({sum(layout.nodes_by_site.values())} NVLink domains)",
+        f"placer launch layout for instance '{layout.problem.name}': tp={tp} pp={pp} dp={dp}, world size {layout.world_size}, {len(layout.node_ranks)} node ranks on {layout.host_count} hosts ({sum(layout.nodes_by_site.values())} NVLink domains)",  # noqa: E501
     ]
     if framework == "megatron":
         lines += [
-            f"Rank order: Megatron-Core default order '{MEGATRON_ORDER}' (leftmost fastest), cp = ep = 1:",
+            f"Rank order: Megatron-Core default order '{MEGATRON_ORDER}' (leftmost fastest), cp = ep = 1:",  # noqa: E501
             "  rank = tp_rank + tp * (dp_rank + dp * pp_rank)",
             "  (do not pass --use-tp-pp-dp-mapping: it switches to order tp-cp-ep-pp-dp)",
         ]
     elif framework == "torchtitan":
         lines += [
-            "Rank order: torchtitan DeviceMesh dims ['pp', 'dp_replicate', 'dp_shard', 'cp', 'tp'], rightmost fastest, cp = 1:",
-            "  rank = tp_rank + tp * (dp_shard_rank + dp_shard * (dp_replicate_rank + dp_replicate * pp_rank))",
+            "Rank order: torchtitan DeviceMesh dims ['pp', 'dp_replicate', 'dp_shard', 'cp', 'tp'], rightmost fastest, cp = 1:",  # noqa: E501
+            "  rank = tp_rank + tp * (dp_shard_rank + dp_shard * (dp_replicate_rank + dp_replicate * pp_rank))",  # noqa: E501
             "  dp_rank = dp_replicate_rank * dp_shard + dp_shard_rank (the flattened 'dp' mesh)",
         ]
     else:
-        lines += ["Rank order (Megatron 'tp-cp-ep-dp-pp' = torchtitan mesh order): rank = tp_rank + tp * (dp_rank + dp * pp_rank)"]
+        lines += [
+            "Rank order (Megatron 'tp-cp-ep-dp-pp' = torchtitan mesh order): rank = tp_rank + tp * (dp_rank + dp * pp_rank)"  # noqa: E501
+        ]
     lines += [
-        "Replicas: dp_rank numbers replicas group by group, the plan's replica groups sorted by stage_sites:",
+        "Replicas: dp_rank numbers replicas group by group, the plan's replica groups sorted by stage_sites:",  # noqa: E501
     ]
     start = 0
     groups = layout.plan.replica_groups
@@ -303,21 +388,30 @@ def _mapping_comment(layout: Layout, framework: str) -> list[str]:
             seen.append(g)
     for g in seen:
         n = groups[g].count
-        lines.append(f"  dp_rank {start}-{start + n - 1}: replica_groups[{g}] stages on {_chain(groups[g].stage_sites)}")
+        lines.append(
+            f"  dp_rank {start}-{start + n - 1}: replica_groups[{g}] stages on {_chain(groups[g].stage_sites)}"  # noqa: E501
+        )
         start += n
     lines += [
-        "Placement: TP group (pp_rank, dp_rank) sits at the site of that stage of that replica; each site's TP groups fill its",
-        "  NVLink domains (gpus_per_node GPUs) gpus_per_node // tp at a time in rank order; GPU in the domain = slot * tp + tp_rank;",
-        "  a domain is gpus_per_node / gpus_per_host hosts: host = domain * that + GPU in domain // gpus_per_host, local GPU = the rest.",
-        "  A TP group never leaves its NVLink domain; it spans hosts when tp > gpus_per_host (e.g. NVL72 trays of 4 GPUs).",
-        "Node rank i = the i-th maximal run of consecutive ranks on one host (line i of the host-order file).",
+        "Placement: TP group (pp_rank, dp_rank) sits at the site of that stage of that replica; each site's TP groups fill its",  # noqa: E501
+        "  NVLink domains (gpus_per_node GPUs) gpus_per_node // tp at a time in rank order; GPU in the domain = slot * tp + tp_rank;",  # noqa: E501
+        "  a domain is gpus_per_node / gpus_per_host hosts: host = domain * that + GPU in domain // gpus_per_host, local GPU = the rest.",  # noqa: E501
+        "  A TP group never leaves its NVLink domain; it spans hosts when tp > gpus_per_host (e.g. NVL72 trays of 4 GPUs).",  # noqa: E501
+        "Node rank i = the i-th maximal run of consecutive ranks on one host (line i of the host-order file).",  # noqa: E501
     ]
     for s in layout.sites:
-        lines.append(f"  site {s}: NVLink domain {layout.gpus_per_node[s]} GPUs, host {layout.gpus_per_host[s]} GPUs" + ("" if layout.named_hosts(s) else f" (placeholder host names {host_name(s, 0)} ...: name real hosts with sites[].hosts or hostfile)"))
+        lines.append(
+            f"  site {s}: NVLink domain {layout.gpus_per_node[s]} GPUs, host {layout.gpus_per_host[s]} GPUs"  # noqa: E501
+            + (
+                ""
+                if layout.named_hosts(s)
+                else f" (placeholder host names {host_name(s, 0)} ...: name real hosts with sites[].hosts or hostfile)"  # noqa: E501
+            )
+        )
     if len(layout.node_ranks) != layout.host_count:
         lines += [
-            "NOTE: some hosts run more than one node rank (same-site replica runs are not multiples of gpus_per_host / tp):",
-            "  run one torchrun agent per node rank with CUDA_VISIBLE_DEVICES set to its GPUs; nproc_per_node differs.",
+            "NOTE: some hosts run more than one node rank (same-site replica runs are not multiples of gpus_per_host / tp):",  # noqa: E501
+            "  run one torchrun agent per node rank with CUDA_VISIBLE_DEVICES set to its GPUs; nproc_per_node differs.",  # noqa: E501
         ]
     return lines
 
@@ -327,7 +421,11 @@ def _chain(stage_sites: list[str] | tuple[str, ...]) -> str:
     start = 0
     for k in range(1, len(stage_sites) + 1):
         if k == len(stage_sites) or stage_sites[k] != stage_sites[start]:
-            parts.append(f"{stage_sites[start]} (stage {start})" if k - 1 == start else f"{stage_sites[start]} (stages {start}-{k - 1})")
+            parts.append(
+                f"{stage_sites[start]} (stage {start})"
+                if k - 1 == start
+                else f"{stage_sites[start]} (stages {start}-{k - 1})"
+            )
             start = k
     return " -> ".join(parts)
 
@@ -341,7 +439,10 @@ def host_order_text(layout: Layout, framework: str) -> str:
         "Line i (not counting '#' lines) = node rank i.",
         "columns: node_rank site node host gpus nproc first_rank",
     ]
-    body = [f"{u.index} {u.site} {u.node} {u.host} {u.gpu_range} {u.nproc} {u.first_rank}" for u in layout.node_ranks]
+    body = [
+        f"{u.index} {u.site} {u.node} {u.host} {u.gpu_range} {u.nproc} {u.first_rank}"
+        for u in layout.node_ranks
+    ]
     return _comment(head) + "\n".join(body) + "\n"
 
 
@@ -368,13 +469,23 @@ def rankmap_files(layout: Layout) -> dict[str, str]:
         "instance": layout.problem.name,
         "world_size": layout.world_size,
         "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
-        "rank_order": "rank = tp + tp_size * (dp + dp_size * pp)  (Megatron 'tp-cp-ep-dp-pp'; torchtitan mesh ['pp','dp_replicate','dp_shard','cp','tp'])",
-        "placement": "each site's TP groups fill its NVLink domains gpus_per_node // tp at a time in rank order; GPU in domain = slot * tp + tp_rank; node = host index in the site = domain * (gpus_per_node / gpus_per_host) + GPU in domain // gpus_per_host; local_gpu = GPU in domain % gpus_per_host",
+        "rank_order": "rank = tp + tp_size * (dp + dp_size * pp)  (Megatron 'tp-cp-ep-dp-pp'; torchtitan mesh ['pp','dp_replicate','dp_shard','cp','tp'])",  # noqa: E501
+        "placement": "each site's TP groups fill its NVLink domains gpus_per_node // tp at a time in rank order; GPU in domain = slot * tp + tp_rank; node = host index in the site = domain * (gpus_per_node / gpus_per_host) + GPU in domain // gpus_per_host; local_gpu = GPU in domain % gpus_per_host",  # noqa: E501
         "nodes_by_site": layout.nodes_by_site,
         "gpus_per_node": {s: layout.gpus_per_node[s] for s in layout.sites},
         "gpus_per_host": {s: layout.gpus_per_host[s] for s in layout.sites},
         "hosts": {s: layout.host_names(s) for s in layout.sites},
-        "node_ranks": [{"node_rank": u.index, "site": u.site, "node": u.node, "host": u.host, "gpus": list(u.gpus), "first_rank": u.first_rank} for u in layout.node_ranks],
+        "node_ranks": [
+            {
+                "node_rank": u.index,
+                "site": u.site,
+                "node": u.node,
+                "host": u.host,
+                "gpus": list(u.gpus),
+                "first_rank": u.first_rank,
+            }
+            for u in layout.node_ranks
+        ],
         "columns": RANKMAP_COLUMNS,
         "ranks": [[getattr(r, c) for c in RANKMAP_COLUMNS] for r in layout.ranks],
     }
@@ -383,7 +494,10 @@ def rankmap_files(layout: Layout) -> dict[str, str]:
     w.writerow(RANKMAP_COLUMNS)
     for r in layout.ranks:
         w.writerow([getattr(r, c) for c in RANKMAP_COLUMNS])
-    return {"rankmap.json": json.dumps(data, separators=(",", ":")) + "\n", "rankmap.csv": buf.getvalue()}
+    return {
+        "rankmap.json": json.dumps(data, separators=(",", ":")) + "\n",
+        "rankmap.csv": buf.getvalue(),
+    }
 
 
 # ----------------------------------------------------------------------------- Megatron-LM
@@ -399,7 +513,9 @@ def megatron_pipeline_args(stage_layers: list[int]) -> tuple[list[str], list[str
     if pp == 1 or len(set(stage_layers)) == 1:
         return [], []
     if pp == 2:
-        return ["--decoder-first-pipeline-num-layers", str(stage_layers[0])], [f"uneven split {stage_layers}: first stage set, the last takes the rest"]
+        return ["--decoder-first-pipeline-num-layers", str(stage_layers[0])], [
+            f"uneven split {stage_layers}: first stage set, the last takes the rest"
+        ]
     middle = stage_layers[1:-1]
     if len(set(middle)) == 1:
         m = middle[0]
@@ -409,11 +525,14 @@ def megatron_pipeline_args(stage_layers: list[int]) -> tuple[list[str], list[str
         if stage_layers[-1] != m:
             args += ["--decoder-last-pipeline-num-layers", str(stage_layers[-1])]
         return args, [f"uneven ends {stage_layers}: middle stages {m} layers each"]
-    layout = "|".join(("E" if k == 0 else "") + f"t*{n}" + (",L" if k == pp - 1 else "") for k, n in enumerate(stage_layers))
+    layout = "|".join(
+        ("E" if k == 0 else "") + f"t*{n}" + (",L" if k == pp - 1 else "")
+        for k, n in enumerate(stage_layers)
+    )
     return ["--pipeline-model-parallel-layout", layout], [
-        f"WARNING: the plan's middle stages are uneven ({middle}): Megatron's --decoder-first/last-pipeline-num-layers",
-        "require equal middle stages, so they cannot express this split. The custom layout below does (Megatron-Core",
-        "with --pipeline-model-parallel-layout, experimental; E = embedding, t = decoder layer, L = loss); on an older",
+        f"WARNING: the plan's middle stages are uneven ({middle}): Megatron's --decoder-first/last-pipeline-num-layers",  # noqa: E501
+        "require equal middle stages, so they cannot express this split. The custom layout below does (Megatron-Core",  # noqa: E501
+        "with --pipeline-model-parallel-layout, experimental; E = embedding, t = decoder layer, L = loss); on an older",  # noqa: E501
         "Megatron, re-solve with even middle stages.",
     ]
 
@@ -431,9 +550,15 @@ def megatron_files(layout: Layout) -> dict[str, str]:
     pipe_args, pipe_notes = megatron_pipeline_args(list(plan.stage_layers))
     args: list[tuple[list[str], str]] = [
         (["--tensor-model-parallel-size", str(par.tp)], "TP inside one node"),
-        (["--pipeline-model-parallel-size", str(par.pp)], f"data-parallel size = world / (tp * pp) = {par.dp}"),
+        (
+            ["--pipeline-model-parallel-size", str(par.pp)],
+            f"data-parallel size = world / (tp * pp) = {par.dp}",
+        ),
         (["--micro-batch-size", str(par.micro_batch)], ""),
-        (["--global-batch-size", str(job.global_batch)], f"= micro_batch {par.micro_batch} x dp {par.dp} x {cfg.num_micro_batches} micro-batches"),
+        (
+            ["--global-batch-size", str(job.global_batch)],
+            f"= micro_batch {par.micro_batch} x dp {par.dp} x {cfg.num_micro_batches} micro-batches",  # noqa: E501
+        ),
         (["--num-layers", str(model.layers)], f"layers per stage {list(plan.stage_layers)}"),
     ]
     if pipe_args:
@@ -445,36 +570,62 @@ def megatron_files(layout: Layout) -> dict[str, str]:
         (["--seq-length", str(model.seq_len)], ""),
         (["--max-position-embeddings", str(model.seq_len)], ""),
     ]
-    args += megatron_model_args(problem, plan)  # architecture and what the perf/memory model assumes
-    prec = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.precision]
+    args += megatron_model_args(
+        problem, plan
+    )  # architecture and what the perf/memory model assumes
+    prec = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[
+        job.precision
+    ]
     args.append((prec, f"precision {job.precision}"))
     if job.recompute == "selective":
         args.append((["--recompute-granularity", "selective"], ""))
     elif job.recompute == "full":
-        args.append((["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"], ""))
+        args.append(
+            (
+                [
+                    "--recompute-granularity",
+                    "full",
+                    "--recompute-method",
+                    "uniform",
+                    "--recompute-num-layers",
+                    "1",
+                ],
+                "",
+            )
+        )
     if job.zero1:
-        args.append((["--use-distributed-optimizer"], "ZeRO-1: optimizer state sharded over dp, as the plan's memory model assumes"))
-    text = "#!/usr/bin/env bash\n" + _comment(_mapping_comment(layout, "megatron") + [
-        "Launch: on the host of node rank i (line i of megatron_hosts.txt) run",
-        "  CUDA_VISIBLE_DEVICES=<its gpus> torchrun --nnodes=N --node_rank=i --nproc_per_node=<its nproc> \\",
-        "    --master_addr=${MASTER_ADDR} --master_port=${MASTER_PORT} pretrain_gpt.py \"${MEGATRON_ARGS[@]}\"",
-        "  (static rendezvous so that --node_rank is honoured; the torchrun_<site>.sh files spell this out)",
-        "Data, tokenizer, optimizer and checkpoint arguments are yours to add.",
-        "What placer's step-time and memory model assumes, realised below (placer.outputs.model_flags):",
-        *model_notes(problem, plan),
-    ])
+        args.append(
+            (
+                ["--use-distributed-optimizer"],
+                "ZeRO-1: optimizer state sharded over dp, as the plan's memory model assumes",
+            )
+        )
+    text = "#!/usr/bin/env bash\n" + _comment(
+        _mapping_comment(layout, "megatron")
+        + [
+            "Launch: on the host of node rank i (line i of megatron_hosts.txt) run",
+            "  CUDA_VISIBLE_DEVICES=<its gpus> torchrun --nnodes=N --node_rank=i --nproc_per_node=<its nproc> \\",  # noqa: E501
+            '    --master_addr=${MASTER_ADDR} --master_port=${MASTER_PORT} pretrain_gpt.py "${MEGATRON_ARGS[@]}"',  # noqa: E501
+            "  (static rendezvous so that --node_rank is honoured; the torchrun_<site>.sh files spell this out)",  # noqa: E501
+            "Data, tokenizer, optimizer and checkpoint arguments are yours to add.",
+            "What placer's step-time and memory model assumes, realised below (placer.outputs.model_flags):",  # noqa: E501
+            *model_notes(problem, plan),
+        ]
+    )
     env = megatron_env(problem, plan)
     for k, v in env.items():
-        text += f"export {k}={v}  # required by Megatron-LM's validate_args for tp > 1 before Blackwell (compute capability < 10)\n"
+        text += f"export {k}={v}  # required by Megatron-LM's validate_args for tp > 1 before Blackwell (compute capability < 10)\n"  # noqa: E501
     if pipe_notes[1:]:
         text += _comment(pipe_notes)
     mode = sync_mode_of(problem, plan)
     if mode != "synchronous":
-        text += _comment([
-            f"NOTE: the plan assumes sync mode '{mode}' (outer sync every {job.sync.every_steps} steps, {job.sync.bits}-bit exchange).",
-            "Megatron-LM has no built-in DiLoCo: the data-parallel groups that cross sites need an outer optimizer",
-            "(e.g. a DiLoCo implementation such as torchft's) instead of the per-step all-reduce.",
-        ])
+        text += _comment(
+            [
+                f"NOTE: the plan assumes sync mode '{mode}' (outer sync every {job.sync.every_steps} steps, {job.sync.bits}-bit exchange).",  # noqa: E501
+                "Megatron-LM has no built-in DiLoCo: the data-parallel groups that cross sites need an outer optimizer",  # noqa: E501
+                "(e.g. a DiLoCo implementation such as torchft's) instead of the per-step all-reduce.",  # noqa: E501
+            ]
+        )
     text += "MEGATRON_ARGS=(\n"
     for a, note in args:
         text += "  " + " ".join(shlex.quote(x) for x in a) + (f"  # {note}" if note else "") + "\n"
@@ -507,7 +658,11 @@ TORCHTITAN_VERSIONS = ("0.3", "0.2")
 # 0.2.x's Llama Transformer (an unknown name silently leaves the last stage without it)
 TORCHTITAN_OUTPUT_MODULE = {"0.3": "lm_head", "0.2": "output"}
 # placer model name -> torchtitan 0.3 (module, config registry function) of the same shape
-TORCHTITAN_RECIPES = {"llama3-8b": ("llama3", "llama3_8b"), "llama3-70b": ("llama3", "llama3_70b"), "llama3-405b": ("llama3", "llama3_405b")}
+TORCHTITAN_RECIPES = {
+    "llama3-8b": ("llama3", "llama3_8b"),
+    "llama3-70b": ("llama3", "llama3_70b"),
+    "llama3-405b": ("llama3", "llama3_405b"),
+}
 
 
 def torchtitan_parts(layout: Layout, version: str) -> list[list[str]]:
@@ -516,7 +671,9 @@ def torchtitan_parts(layout: Layout, version: str) -> list[list[str]]:
     parts: list[list[str]] = []
     start = 0
     for k, n in enumerate(layout.plan.stage_layers):
-        part = (["tok_embeddings"] if k == 0 else []) + [f"layers.{i}" for i in range(start, start + n)]
+        part = (["tok_embeddings"] if k == 0 else []) + [
+            f"layers.{i}" for i in range(start, start + n)
+        ]
         if k == layout.pp - 1:
             part += ["norm", TORCHTITAN_OUTPUT_MODULE[version]]
         parts.append(part)
@@ -548,7 +705,9 @@ def torchtitan_settings(layout: Layout, version: str) -> list[tuple[str, str, An
             ("parallelism", "module_fqns_per_model_part", torchtitan_parts(layout, version)),
         ]
         if version == "0.3":
-            out.append(("training", "disable_cuda_graphs", True))  # 0.3: CUDA graphs do not support PP yet
+            out.append(
+                ("training", "disable_cuda_graphs", True)
+            )  # 0.3: CUDA graphs do not support PP yet
     return out
 
 
@@ -563,36 +722,44 @@ def torchtitan_files(layout: Layout, version: str = "0.3") -> dict[str, str]:
     `--config` + command-line overrides) torchtitan_args.sh; for 0.2.x a TOML job file
     (torchtitan.toml, `--job.config_file`)."""
     if version not in TORCHTITAN_VERSIONS:
-        raise InputError(f"--torchtitan-version: expected one of {', '.join(TORCHTITAN_VERSIONS)}, got '{version}'")
+        raise InputError(
+            f"--torchtitan-version: expected one of {', '.join(TORCHTITAN_VERSIONS)}, got '{version}'"  # noqa: E501
+        )
     problem, plan = layout.problem, layout.plan
     rep, shard = torchtitan_dp_split(plan, problem.instance.job.zero1)
     for r in layout.ranks:
         c = torchtitan_coords(r.rank, layout.pp, rep, shard, layout.tp)
         if (c["tp"], c["dp_replicate"] * shard + c["dp_shard"], c["pp"]) != (r.tp, r.dp, r.pp):
-            raise AssertionError(f"torchtitan mesh order disagrees with the layout at rank {r.rank}")
+            raise AssertionError(
+                f"torchtitan mesh order disagrees with the layout at rank {r.rank}"
+            )
     cfg = config_of(problem, plan)
     settings = torchtitan_settings(layout, version)
     head = _mapping_comment(layout, "torchtitan") + [
-        "Host order: torchtitan_hosts.txt (line i = node rank i); launch with torchrun --node_rank=i on that host",
-        "  (static rendezvous: --master_addr/--master_port, not --rdzv_backend=c10d, which orders nodes itself).",
+        "Host order: torchtitan_hosts.txt (line i = node rank i); launch with torchrun --node_rank=i on that host",  # noqa: E501
+        "  (static rendezvous: --master_addr/--master_port, not --rdzv_backend=c10d, which orders nodes itself).",  # noqa: E501
         *(
             [
-                f"data_parallel_shard_degree = {shard}: the gcd of the replica-group counts, so every FSDP shard group is",
-                "  consecutive replicas with the same chain, i.e. inside one site; replicate groups (all-reduce) cross sites.",
-                "  The plan's memory model assumes ZeRO-1 over all dp: check memory if dp_shard is small.",
+                f"data_parallel_shard_degree = {shard}: the gcd of the replica-group counts, so every FSDP shard group is",  # noqa: E501
+                "  consecutive replicas with the same chain, i.e. inside one site; replicate groups (all-reduce) cross sites.",  # noqa: E501
+                "  The plan's memory model assumes ZeRO-1 over all dp: check memory if dp_shard is small.",  # noqa: E501
             ]
             if problem.instance.job.zero1
             else ["job.zero1 is false: pure replication (DDP), data_parallel_shard_degree = 1."]
         ),
-        f"Batch: {par_text(plan, cfg.num_micro_batches, problem.instance.job.global_batch, problem.model.seq_len)}",
-        "  (local_batch_size = per data-parallel rank per step; pipeline_parallel_microbatch_size = micro-batch).",
+        f"Batch: {par_text(plan, cfg.num_micro_batches, problem.instance.job.global_batch, problem.model.seq_len)}",  # noqa: E501
+        "  (local_batch_size = per data-parallel rank per step; pipeline_parallel_microbatch_size = micro-batch).",  # noqa: E501
     ]
     if layout.pp > 1:
-        head += [f"module_fqns_per_model_part pins the plan's layers per stage {list(plan.stage_layers)}: torchtitan {version}'s Llama",
-                 f"  module names (tok_embeddings, layers.<i>, norm, {TORCHTITAN_OUTPUT_MODULE[version]}); rename for other model families."]
+        head += [
+            f"module_fqns_per_model_part pins the plan's layers per stage {list(plan.stage_layers)}: torchtitan {version}'s Llama",  # noqa: E501
+            f"  module names (tok_embeddings, layers.<i>, norm, {TORCHTITAN_OUTPUT_MODULE[version]}); rename for other model families.",  # noqa: E501
+        ]
     mode = sync_mode_of(problem, plan)
     if mode != "synchronous":
-        head += [f"NOTE: the plan assumes sync mode '{mode}': torchtitan's own DP syncs every step; use torchft's DiLoCo for the cross-site replicas."]
+        head += [
+            f"NOTE: the plan assumes sync mode '{mode}': torchtitan's own DP syncs every step; use torchft's DiLoCo for the cross-site replicas."  # noqa: E501
+        ]
     files = {"torchtitan_hosts.txt": host_order_text(layout, "torchtitan")}
     if version == "0.2":
         lines: list[str] = []
@@ -602,15 +769,23 @@ def torchtitan_files(layout: Layout, version: str = "0.3") -> dict[str, str]:
                 if sec == section:
                     lines.append(f"{key} = {json.dumps(v)}")
             lines.append("")
-        head = ["torchtitan 0.2.x job file: torchrun ... -m torchtitan.train --job.config_file torchtitan.toml", *head]
+        head = [
+            "torchtitan 0.2.x job file: torchrun ... -m torchtitan.train --job.config_file torchtitan.toml",  # noqa: E501
+            *head,
+        ]
         files["torchtitan.toml"] = _comment(head) + "\n" + "\n".join(lines)
         return files
     module, recipe = TORCHTITAN_RECIPES.get(problem.model.name, ("llama3", "llama3_debugmodel"))
     known = problem.model.name in TORCHTITAN_RECIPES
     head = [
-        "torchtitan 0.3+ launch arguments: a config registry function (--module, --config) plus command-line overrides.",
-        "  torchrun ... -m torchtitan.train \"${TORCHTITAN_ARGS[@]}\"   (torchtitan 0.2.x: export --torchtitan-version 0.2 for TOML)",
-        f"Base recipe: {module}.{recipe}" + ("" if known else f" (no torchtitan recipe of model '{problem.model.name}' is known: set TORCHTITAN_MODULE/TORCHTITAN_CONFIG to yours)")
+        "torchtitan 0.3+ launch arguments: a config registry function (--module, --config) plus command-line overrides.",  # noqa: E501
+        '  torchrun ... -m torchtitan.train "${TORCHTITAN_ARGS[@]}"   (torchtitan 0.2.x: export --torchtitan-version 0.2 for TOML)',  # noqa: E501
+        f"Base recipe: {module}.{recipe}"
+        + (
+            ""
+            if known
+            else f" (no torchtitan recipe of model '{problem.model.name}' is known: set TORCHTITAN_MODULE/TORCHTITAN_CONFIG to yours)"  # noqa: E501
+        )
         + "; the overrides below fix what the plan decides.",
         *head,
     ]
@@ -638,7 +813,7 @@ def parse_torchtitan_args(text: str) -> list[str]:
 
 def par_text(plan: Plan, m: int, global_batch: int, seq_len: int) -> str:
     p = plan.parallelism
-    return f"global batch {global_batch} sequences of {seq_len} tokens = micro-batch {p.micro_batch} x {m} pipeline micro-batches x dp {p.dp}"
+    return f"global batch {global_batch} sequences of {seq_len} tokens = micro-batch {p.micro_batch} x {m} pipeline micro-batches x dp {p.dp}"  # noqa: E501
 
 
 # ----------------------------------------------------------------------------- NCCL
@@ -653,11 +828,27 @@ def inter_site_groups(layout: Layout) -> list[dict[str, Any]]:
         for k in range(layout.pp - 1):
             a, b = g.stage_sites[k], g.stage_sites[k + 1]
             if a != b:
-                out.append({"kind": "pp", "stage": k, "sites": [a, b], "replicas": g.count, "what": f"pipeline p2p stage {k} -> {k + 1} of replica_groups[{i}] ({g.count} replicas x tp {layout.tp})"})
+                out.append(
+                    {
+                        "kind": "pp",
+                        "stage": k,
+                        "sites": [a, b],
+                        "replicas": g.count,
+                        "what": f"pipeline p2p stage {k} -> {k + 1} of replica_groups[{i}] ({g.count} replicas x tp {layout.tp})",  # noqa: E501
+                    }
+                )
     for k in range(layout.pp):
         sites = sorted({layout.site_of(k, d) for d in range(layout.dp)})
         if len(sites) > 1:
-            out.append({"kind": "dp", "stage": k, "sites": sites, "replicas": layout.dp, "what": f"data-parallel groups of stage {k} ({layout.tp} groups of {layout.dp}) over {', '.join(sites)}"})
+            out.append(
+                {
+                    "kind": "dp",
+                    "stage": k,
+                    "sites": sites,
+                    "replicas": layout.dp,
+                    "what": f"data-parallel groups of stage {k} ({layout.tp} groups of {layout.dp}) over {', '.join(sites)}",  # noqa: E501
+                }
+            )
     return out
 
 
@@ -666,7 +857,9 @@ def nccl_suggestions(layout: Layout, site: str) -> list[str]:
     problem = layout.problem
     net = Network(problem)
     mine = [g for g in inter_site_groups(layout) if site in g["sites"]]
-    lines = [f"NCCL suggestions for site {site} (SUGGESTIONS TO TUNE: measure with nccl-tests across the WAN first)."]
+    lines = [
+        f"NCCL suggestions for site {site} (SUGGESTIONS TO TUNE: measure with nccl-tests across the WAN first)."  # noqa: E501
+    ]
     if not mine:
         return lines + ["No communicator of this site crosses sites: keep NCCL defaults."]
     peers = sorted({p for g in mine for p in g["sites"] if p != site})
@@ -682,30 +875,34 @@ def nccl_suggestions(layout: Layout, site: str) -> list[str]:
     lines += ["Inter-site communicators at this site:"] + [f"  - {g['what']}" for g in mine]
     mode = sync_mode_of(problem, layout.plan)
     if mode != "synchronous" and any(g["kind"] == "dp" for g in mine):
-        lines.append(f"  (sync mode '{mode}': the cross-site data-parallel exchange runs every {problem.instance.job.sync.every_steps} steps)")
+        lines.append(
+            f"  (sync mode '{mode}': the cross-site data-parallel exchange runs every {problem.instance.job.sync.every_steps} steps)"  # noqa: E501
+        )
     lines += [f"  RTT to {p}: {rtt[p] * 1e3:.3f} ms" for p in peers]
     lines += [
-        f"Bandwidth-delay product per GPU NIC: {nic_gbps:g} Gb/s x {rtt_max * 1e3:.3f} ms = {bdp / 1e6:.1f} MB.",
-        "NCCL environment variables apply to every communicator of the process (intra-site TP/DP too): compare both.",
-        "export NCCL_ALGO=Ring            # rings stream large messages over each WAN hop; trees add hops whose latency is ms here",
-        "export NCCL_PROTO=Simple         # LL/LL128 trade bandwidth for latency on small messages; WAN transfers are large",
-        "export NCCL_CROSS_NIC=1          # the WAN router aggregates all rails: let rings pair different NICs across sites",
-        f"export NCCL_BUFFSIZE={buff}  # {buff // MiB} MiB: a channel keeps at most BUFFSIZE in flight, so rate/channel <= BUFFSIZE/RTT;",
-        "                                  # sized ~BDP / 2 channels per NIC (power of 2, >= the 4 MiB default, <= 64 MiB);",
-        "                                  # costs BUFFSIZE x peers x channels of GPU memory per communicator",
+        f"Bandwidth-delay product per GPU NIC: {nic_gbps:g} Gb/s x {rtt_max * 1e3:.3f} ms = {bdp / 1e6:.1f} MB.",  # noqa: E501
+        "NCCL environment variables apply to every communicator of the process (intra-site TP/DP too): compare both.",  # noqa: E501
+        "export NCCL_ALGO=Ring            # rings stream large messages over each WAN hop; trees add hops whose latency is ms here",  # noqa: E501
+        "export NCCL_PROTO=Simple         # LL/LL128 trade bandwidth for latency on small messages; WAN transfers are large",  # noqa: E501
+        "export NCCL_CROSS_NIC=1          # the WAN router aggregates all rails: let rings pair different NICs across sites",  # noqa: E501
+        f"export NCCL_BUFFSIZE={buff}  # {buff // MiB} MiB: a channel keeps at most BUFFSIZE in flight, so rate/channel <= BUFFSIZE/RTT;",  # noqa: E501
+        "                                  # sized ~BDP / 2 channels per NIC (power of 2, >= the 4 MiB default, <= 64 MiB);",  # noqa: E501
+        "                                  # costs BUFFSIZE x peers x channels of GPU memory per communicator",  # noqa: E501
     ]
     if capped:
-        lines.append(f"  (BDP/2 exceeds 64 MiB: raise NCCL_MIN_NCHANNELS so that channels x BUFFSIZE >= {bdp / 1e6:.0f} MB per NIC)")
+        lines.append(
+            f"  (BDP/2 exceeds 64 MiB: raise NCCL_MIN_NCHANNELS so that channels x BUFFSIZE >= {bdp / 1e6:.0f} MB per NIC)"  # noqa: E501
+        )
     lines += [
-        "export NCCL_IB_QPS_PER_CONNECTION=4   # RoCE: more queue pairs spread flows over ECMP paths and waves",
-        "export NCCL_IB_TIMEOUT=20             # 4.096 us x 2^20 = 4.3 s >> RTT; raise only if retransmit timeouts appear",
+        "export NCCL_IB_QPS_PER_CONNECTION=4   # RoCE: more queue pairs spread flows over ECMP paths and waves",  # noqa: E501
+        "export NCCL_IB_TIMEOUT=20             # 4.096 us x 2^20 = 4.3 s >> RTT; raise only if retransmit timeouts appear",  # noqa: E501
         "export NCCL_IB_RETRY_CNT=7",
-        "export NCCL_IB_TC=${LOSSLESS_TC}      # lossless (PFC) class on the deep-buffer WAN switch ports: buffer >= rate x RTT (see bom.csv)",
+        "export NCCL_IB_TC=${LOSSLESS_TC}      # lossless (PFC) class on the deep-buffer WAN switch ports: buffer >= rate x RTT (see bom.csv)",  # noqa: E501
         "export NCCL_IB_GID_INDEX=${ROCE_V2_GID_INDEX}",
         "If the WAN path uses NCCL's socket transport (TCP) instead of RoCE:",
         "export NCCL_SOCKET_IFNAME=${WAN_IFNAME}",
-        "export NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4   # 16 TCP streams: each stream's rate <= window / RTT",
-        f"  (threads x sockets <= 64); and raise net.core.rmem_max / wmem_max to >= {bdp / 1e6:.0f} MB (the BDP)",
+        "export NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4   # 16 TCP streams: each stream's rate <= window / RTT",  # noqa: E501
+        f"  (threads x sockets <= 64); and raise net.core.rmem_max / wmem_max to >= {bdp / 1e6:.0f} MB (the BDP)",  # noqa: E501
     ]
     return lines
 
@@ -715,8 +912,8 @@ def nccl_suggestions(layout: Layout, site: str) -> list[str]:
 
 def torchrun_line(layout: Layout, u: NodeRank) -> str:
     return (
-        f"CUDA_VISIBLE_DEVICES={u.gpu_list} PLACER_SITE={u.site} torchrun --nnodes={len(layout.node_ranks)} --node_rank={u.index} "
-        f"--nproc_per_node={u.nproc} --master_addr=${{MASTER_ADDR}} --master_port=${{MASTER_PORT}} \"${{TRAIN_SCRIPT}}\" ${{TRAIN_ARGS:-}}"
+        f"CUDA_VISIBLE_DEVICES={u.gpu_list} PLACER_SITE={u.site} torchrun --nnodes={len(layout.node_ranks)} --node_rank={u.index} "  # noqa: E501
+        f'--nproc_per_node={u.nproc} --master_addr=${{MASTER_ADDR}} --master_port=${{MASTER_PORT}} "${{TRAIN_SCRIPT}}" ${{TRAIN_ARGS:-}}'  # noqa: E501
     )
 
 
@@ -726,14 +923,23 @@ def torchrun_files(layout: Layout) -> dict[str, str]:
     for site in layout.sites:
         units = [u for u in layout.node_ranks if u.site == site]
         head = [
-            f"torchrun launch lines for site {site}: {len(layout.hosts_by_site[site])} hosts, {len(units)} of the {len(layout.node_ranks)} node ranks.",
-            f"Run `bash torchrun_{site}.sh <host>` on each host of hosts_{site}.txt (default host: $(hostname)).",
-            f"One rendezvous for all sites: MASTER_ADDR = address of {rank0.host} (node rank 0, site {rank0.site}), reachable from every site.",
-            "Static rendezvous (no --rdzv_backend=c10d): torchrun honours --node_rank, so global ranks follow the plan.",
+            f"torchrun launch lines for site {site}: {len(layout.hosts_by_site[site])} hosts, {len(units)} of the {len(layout.node_ranks)} node ranks.",  # noqa: E501
+            f"Run `bash torchrun_{site}.sh <host>` on each host of hosts_{site}.txt (default host: $(hostname)).",  # noqa: E501
+            f"One rendezvous for all sites: MASTER_ADDR = address of {rank0.host} (node rank 0, site {rank0.site}), reachable from every site.",  # noqa: E501
+            "Static rendezvous (no --rdzv_backend=c10d): torchrun honours --node_rank, so global ranks follow the plan.",  # noqa: E501
         ] + _mapping_comment(layout, "torchrun")
-        text = "#!/usr/bin/env bash\n" + _comment(head) + "#\n" + _comment(nccl_suggestions(layout, site))
-        text += 'set -euo pipefail\n: "${MASTER_ADDR:?set MASTER_ADDR to the address of ' + rank0.host + '}"\n'
-        text += ': "${MASTER_PORT:=29500}"\n: "${TRAIN_SCRIPT:?set TRAIN_SCRIPT to the training entry point}"\n'
+        text = (
+            "#!/usr/bin/env bash\n"
+            + _comment(head)
+            + "#\n"
+            + _comment(nccl_suggestions(layout, site))
+        )
+        text += (
+            'set -euo pipefail\n: "${MASTER_ADDR:?set MASTER_ADDR to the address of '
+            + rank0.host
+            + '}"\n'
+        )
+        text += ': "${MASTER_PORT:=29500}"\n: "${TRAIN_SCRIPT:?set TRAIN_SCRIPT to the training entry point}"\n'  # noqa: E501
         text += 'HOST="${1:-$(hostname)}"\ncase "$HOST" in\n'
         by_host: dict[str, list[NodeRank]] = {}
         for u in units:
@@ -741,13 +947,23 @@ def torchrun_files(layout: Layout) -> dict[str, str]:
         for host, us in by_host.items():
             text += f"  {host})\n"
             for u in us:
-                text += f"    # node rank {u.index}: GPUs {u.gpu_range}, global ranks {u.first_rank}-{u.first_rank + u.nproc - 1}\n"
+                text += f"    # node rank {u.index}: GPUs {u.gpu_range}, global ranks {u.first_rank}-{u.first_rank + u.nproc - 1}\n"  # noqa: E501
                 text += f"    {torchrun_line(layout, u)} &\n"
             text += "    wait ;;\n"
-        text += f'  *) echo "host $HOST is not a host of site {site} in this plan" >&2; exit 2 ;;\nesac\n'
+        text += f'  *) echo "host $HOST is not a host of site {site} in this plan" >&2; exit 2 ;;\nesac\n'  # noqa: E501
         out[f"torchrun_{site}.sh"] = text
-        what = "the instance's host names" if layout.named_hosts(site) else "placeholders: name real hosts with sites[].hosts or hostfile"
-        hosts = [f"# hosts of site {site} ({what}); slots = GPUs used", *(f"{layout.host(site, n)} slots={sum(u.nproc for u in units if u.node == n)}" for n in layout.hosts_by_site[site])]
+        what = (
+            "the instance's host names"
+            if layout.named_hosts(site)
+            else "placeholders: name real hosts with sites[].hosts or hostfile"
+        )
+        hosts = [
+            f"# hosts of site {site} ({what}); slots = GPUs used",
+            *(
+                f"{layout.host(site, n)} slots={sum(u.nproc for u in units if u.node == n)}"
+                for n in layout.hosts_by_site[site]
+            ),
+        ]
         out[f"hosts_{site}.txt"] = "\n".join(hosts) + "\n"
     return out
 
@@ -761,10 +977,12 @@ def slurm_gpu_request(layout: Layout) -> tuple[str, list[str]]:
     of different sizes)."""
     sizes = sorted({layout.gpus_per_host[s] for s in layout.sites})
     if len(sizes) == 1:
-        return f"#SBATCH --gpus-per-node={sizes[0]}\n", [f"GPU request: --gpus-per-node={sizes[0]} (every host's GPUs; tasks use the GPU their SLURM_LOCALID names)."]
+        return f"#SBATCH --gpus-per-node={sizes[0]}\n", [
+            f"GPU request: --gpus-per-node={sizes[0]} (every host's GPUs; tasks use the GPU their SLURM_LOCALID names)."  # noqa: E501
+        ]
     return "#SBATCH --exclusive\n", [
-        f"GPU request: the hosts have different sizes ({', '.join(map(str, sizes))} GPUs), which one --gpus-per-node cannot",
-        "  describe: --exclusive asks for whole hosts. Where GPUs are scheduled as GRES and --exclusive does not grant them,",
+        f"GPU request: the hosts have different sizes ({', '.join(map(str, sizes))} GPUs), which one --gpus-per-node cannot",  # noqa: E501
+        "  describe: --exclusive asks for whole hosts. Where GPUs are scheduled as GRES and --exclusive does not grant them,",  # noqa: E501
         "  submit one heterogeneous job component per host size (#SBATCH hetjob) instead.",
     ]
 
@@ -774,33 +992,43 @@ def slurm_files(layout: Layout) -> dict[str, str]:
     nodes = [layout.host(s, n) for s in layout.sites for n in layout.hosts_by_site[s]]
     gres, gres_notes = slurm_gpu_request(layout)
     head = [
-        f"SLURM launch for instance '{layout.problem.name}': {layout.world_size} tasks on {len(nodes)} hosts.",
-        "Submit from this folder: sbatch slurm.sbatch (TRAIN_SCRIPT and TRAIN_ARGS in the environment).",
-        "slurm_hostfile.txt has one host per task in task (= global rank) order: the srun step's arbitrary distribution",
-        "puts task i on line i (SLURM_HOSTFILE). Arbitrary distribution is a step option only: on #SBATCH lines sbatch",
-        "would read the node list as a per-task hostfile, and srun takes no -N/--nodes with it (SLURM >= 23.11 rejects them).",
-        "Within a host tasks get SLURM_LOCALID 0, 1, ... in rank order, which is the GPU the plan gives them (placer's",
+        f"SLURM launch for instance '{layout.problem.name}': {layout.world_size} tasks on {len(nodes)} hosts.",  # noqa: E501
+        "Submit from this folder: sbatch slurm.sbatch (TRAIN_SCRIPT and TRAIN_ARGS in the environment).",  # noqa: E501
+        "slurm_hostfile.txt has one host per task in task (= global rank) order: the srun step's arbitrary distribution",  # noqa: E501
+        "puts task i on line i (SLURM_HOSTFILE). Arbitrary distribution is a step option only: on #SBATCH lines sbatch",  # noqa: E501
+        "would read the node list as a per-task hostfile, and srun takes no -N/--nodes with it (SLURM >= 23.11 rejects them).",  # noqa: E501
+        "Within a host tasks get SLURM_LOCALID 0, 1, ... in rank order, which is the GPU the plan gives them (placer's",  # noqa: E501
         "local_gpu). Do not bind GPUs per task (no --gpus-per-task); LOCAL_RANK = SLURM_LOCALID.",
         *gres_notes,
     ]
     for s in layout.sites:
         k = sum(1 for r in layout.ranks if r.site == s)
         names = layout.host_names(s)
-        what = "" if layout.named_hosts(s) else " (placeholder names: set sites[].hosts or hostfile in the instance and export again)"
-        head.append(f"site {s}: {len(names)} hosts {names[0]} .. {names[-1]}{what}, {layout.gpus_per_host[s]} GPUs per host, {k} tasks")
+        what = (
+            ""
+            if layout.named_hosts(s)
+            else " (placeholder names: set sites[].hosts or hostfile in the instance and export again)"  # noqa: E501
+        )
+        head.append(
+            f"site {s}: {len(names)} hosts {names[0]} .. {names[-1]}{what}, {layout.gpus_per_host[s]} GPUs per host, {k} tasks"  # noqa: E501
+        )
     head += _mapping_comment(layout, "slurm")
     rank0 = layout.ranks[0].host
     text = "#!/bin/bash\n"
-    text += f"#SBATCH --job-name=placer-{layout.problem.name}\n#SBATCH --nodes={len(nodes)}\n#SBATCH --ntasks={layout.world_size}\n"
+    text += f"#SBATCH --job-name=placer-{layout.problem.name}\n#SBATCH --nodes={len(nodes)}\n#SBATCH --ntasks={layout.world_size}\n"  # noqa: E501
     text += f"#SBATCH --nodelist={','.join(nodes)}\n" + gres
     text += _comment(head)
     for s in layout.sites:
         text += "#\n" + _comment(nccl_suggestions(layout, s))
-    text += f'\nexport SLURM_HOSTFILE="${{SLURM_SUBMIT_DIR:-.}}/slurm_hostfile.txt"\nexport MASTER_ADDR="${{MASTER_ADDR:-{rank0}}}"  # host of rank 0\n'
-    text += 'export MASTER_PORT="${MASTER_PORT:-29500}"\n: "${TRAIN_SCRIPT:?set TRAIN_SCRIPT to the training entry point}"\n'
+    text += f'\nexport SLURM_HOSTFILE="${{SLURM_SUBMIT_DIR:-.}}/slurm_hostfile.txt"\nexport MASTER_ADDR="${{MASTER_ADDR:-{rank0}}}"  # host of rank 0\n'  # noqa: E501
+    text += 'export MASTER_PORT="${MASTER_PORT:-29500}"\n: "${TRAIN_SCRIPT:?set TRAIN_SCRIPT to the training entry point}"\n'  # noqa: E501
     text += f"srun --ntasks={layout.world_size} --distribution=arbitrary --kill-on-bad-exit=1 \\\n"
-    text += "  bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; exec python \"$TRAIN_SCRIPT\" ${TRAIN_ARGS:-}'\n"
-    return {"slurm_hostfile.txt": hostfile, "slurm_nodes.txt": "\n".join(nodes) + "\n", "slurm.sbatch": text}
+    text += "  bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS; exec python \"$TRAIN_SCRIPT\" ${TRAIN_ARGS:-}'\n"  # noqa: E501
+    return {
+        "slurm_hostfile.txt": hostfile,
+        "slurm_nodes.txt": "\n".join(nodes) + "\n",
+        "slurm.sbatch": text,
+    }
 
 
 __all__ = [

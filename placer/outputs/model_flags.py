@@ -42,7 +42,9 @@ def _pre_blackwell_tp(problem: Problem, plan: Plan) -> bool:
     if plan.parallelism.tp == 1:
         return False
     used = {s for g in plan.replica_groups for s in g.stage_sites}
-    return any((problem.catalog.gpus[problem.instance.site(s).gpu].cuda_arch or 0) < 10 for s in used)
+    return any(
+        (problem.catalog.gpus[problem.instance.site(s).gpu].cuda_arch or 0) < 10 for s in used
+    )
 
 
 def _job(problem: Problem):  # noqa: ANN202 - the instance's job block
@@ -55,7 +57,7 @@ def _sequence_parallel(problem: Problem, plan: Plan) -> bool:
 
 ASSUMPTIONS: list[Assumption] = [
     Assumption(
-        "sequence parallelism (activation memory 34 s b h / tp per layer, Korthikanti et al. 2022; job.sequence_parallel)",
+        "sequence parallelism (activation memory 34 s b h / tp per layer, Korthikanti et al. 2022; job.sequence_parallel)",  # noqa: E501
         _sequence_parallel,
         megatron=["--sequence-parallel"],
         torchtitan=["--parallelism.enable_sequence_parallel"],
@@ -70,7 +72,13 @@ ASSUMPTIONS: list[Assumption] = [
     Assumption(
         "Llama architecture: rotary embeddings, RMSNorm, no linear biases",
         _llama,
-        megatron=["--position-embedding-type", "rope", "--normalization", "RMSNorm", "--disable-bias-linear"],
+        megatron=[
+            "--position-embedding-type",
+            "rope",
+            "--normalization",
+            "RMSNorm",
+            "--disable-bias-linear",
+        ],
     ),
     Assumption(
         "GQA: key/value heads",
@@ -78,14 +86,18 @@ ASSUMPTIONS: list[Assumption] = [
         megatron=["--group-query-attention", "--num-query-groups", "{kv_heads}"],
     ),
     Assumption("gated FFN (SwiGLU)", lambda p, plan: p.model.gated_ffn, megatron=["--swiglu"]),
-    Assumption("untied input and output embeddings", lambda p, plan: not p.model.tied_embeddings, megatron=["--untie-embeddings-and-output-weights"]),
     Assumption(
-        "gradient reduce in buckets under the last micro-batch's backward (job.overlap.grad_reduce)",
+        "untied input and output embeddings",
+        lambda p, plan: not p.model.tied_embeddings,
+        megatron=["--untie-embeddings-and-output-weights"],
+    ),
+    Assumption(
+        "gradient reduce in buckets under the last micro-batch's backward (job.overlap.grad_reduce)",  # noqa: E501
         lambda p, plan: _job(p).overlap.grad_reduce,
         megatron=["--overlap-grad-reduce"],
     ),
     Assumption(
-        "parameter all-gather under the next step's first forward (job.overlap.param_gather, ZeRO-1)",
+        "parameter all-gather under the next step's first forward (job.overlap.param_gather, ZeRO-1)",  # noqa: E501
         lambda p, plan: _job(p).overlap.param_gather and _job(p).zero1,
         megatron=["--overlap-param-gather"],
     ),
@@ -110,7 +122,11 @@ def applicable(problem: Problem, plan: Plan) -> list[Assumption]:
 def megatron_model_args(problem: Problem, plan: Plan) -> list[tuple[list[str], str]]:
     """(arguments, comment) per applicable assumption that has Megatron arguments."""
     fill = {"kv_heads": str(problem.model.kv)}
-    return [([a.format(**fill) for a in x.megatron], x.note or x.name) for x in applicable(problem, plan) if x.megatron]
+    return [
+        ([a.format(**fill) for a in x.megatron], x.note or x.name)
+        for x in applicable(problem, plan)
+        if x.megatron
+    ]
 
 
 def megatron_env(problem: Problem, plan: Plan) -> dict[str, str]:
@@ -128,4 +144,12 @@ def torchtitan_overrides(problem: Problem, plan: Plan) -> list[str]:
     return [t for a in applicable(problem, plan) for t in a.torchtitan]
 
 
-__all__ = ["ASSUMPTIONS", "Assumption", "applicable", "megatron_env", "megatron_model_args", "model_notes", "torchtitan_overrides"]
+__all__ = [
+    "ASSUMPTIONS",
+    "Assumption",
+    "applicable",
+    "megatron_env",
+    "megatron_model_args",
+    "model_notes",
+    "torchtitan_overrides",
+]

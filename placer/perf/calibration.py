@@ -90,7 +90,9 @@ def published_flops(row: Row) -> float:
     return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
 
 
-def instance_data(row: Row, gpu: str | None = None, catalog: dict[str, Any] | None = None) -> dict[str, Any]:
+def instance_data(
+    row: Row, gpu: str | None = None, catalog: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A one-site instance running the row's model with the published run's settings."""
     model = {
         "name": row.label.replace(".", "p"),
@@ -102,9 +104,19 @@ def instance_data(row: Row, gpu: str | None = None, catalog: dict[str, Any] | No
         "tied_embeddings": True,
     }
     if row.table == SC21:
-        job = {"recompute": "full", "sequence_parallel": False, "zero1": False, "overlap": {"grad_reduce": False, "param_gather": False, "tp_comm": False}}
+        job = {
+            "recompute": "full",
+            "sequence_parallel": False,
+            "zero1": False,
+            "overlap": {"grad_reduce": False, "param_gather": False, "tp_comm": False},
+        }
     else:
-        job = {"recompute": "selective", "sequence_parallel": True, "zero1": True, "overlap": {"grad_reduce": True, "param_gather": True, "tp_comm": True}}
+        job = {
+            "recompute": "selective",
+            "sequence_parallel": True,
+            "zero1": True,
+            "overlap": {"grad_reduce": True, "param_gather": True, "tp_comm": True},
+        }
     return {
         "name": "calibration",
         "sites": [{"name": "dc", "gpu": gpu or GPU[row.table], "gpus": row.gpus}],
@@ -123,14 +135,18 @@ def plan_data(row: Row) -> dict[str, Any]:
     }
 
 
-def predict(row: Row, gpu: str | None = None, catalog: dict[str, Any] | None = None) -> tuple[float, dict[str, float]]:
+def predict(
+    row: Row, gpu: str | None = None, catalog: dict[str, Any] | None = None
+) -> tuple[float, dict[str, float]]:
     """(TFLOP/s per GPU in the table's own FLOP count, the step's breakdown)."""
     prob = problem_from_data(instance_data(row, gpu, catalog))
     ev = evaluate(prob, plan_data(row))
     return published_flops(row) / (ev.step_time_s * row.gpus) / 1e12, ev.breakdown
 
 
-def errors(table: str, gpu: str | None = None, catalog: dict[str, Any] | None = None) -> list[tuple[Row, float, float]]:
+def errors(
+    table: str, gpu: str | None = None, catalog: dict[str, Any] | None = None
+) -> list[tuple[Row, float, float]]:
     """(row, predicted TFLOP/s, relative error) for every row of a table."""
     out = []
     for row in TABLES[table]:

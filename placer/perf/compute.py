@@ -139,7 +139,9 @@ def attention_core_s(gpu: GpuSpec, m: ModelSpec, tokens: int, tp: int) -> float:
 # ----------------------------------------------------------------------------- memory-bound
 
 
-def layer_memory_bytes(m: ModelSpec, tokens: int, tp: int, sequence_parallel: bool, rotary: bool) -> float:
+def layer_memory_bytes(
+    m: ModelSpec, tokens: int, tp: int, sequence_parallel: bool, rotary: bool
+) -> float:
     """Forward bytes the memory-bound operators of one block read and write on one rank.
 
     Per token, bf16: two layer norms (read h, write h: 4h bytes each), two fused
@@ -207,7 +209,17 @@ def stage_ops(
         n_bwd_ar += 1  # 2 all-gathers of the column-parallel inputs repeated in backward
     tp_f, tp_b = layers * n_fwd_ar * tp_allreduce_s, layers * n_bwd_ar * tp_allreduce_s
     keep = 1.0 - tp_overlap
-    return StageOps(gemm_fwd, gemm_bwd, attn_fwd, attn_bwd, mem_fwd, mem_bwd, keep * tp_f, keep * tp_b, tp_overlap * (tp_f + tp_b))
+    return StageOps(
+        gemm_fwd,
+        gemm_bwd,
+        attn_fwd,
+        attn_bwd,
+        mem_fwd,
+        mem_bwd,
+        keep * tp_f,
+        keep * tp_b,
+        tp_overlap * (tp_f + tp_b),
+    )
 
 
 # ----------------------------------------------------------------------------- optimizer

@@ -100,7 +100,9 @@ def stage_flops(
 def model_flops_per_step(m: ModelSpec, global_batch: int) -> float:
     """Model FLOPs (no recompute) of one optimizer step: the numerator of MFU."""
     tokens = global_batch * m.seq_len
-    per_token = m.layers * (layer_matmul_flops_per_token(m) + attention_core_flops_per_token(m, m.seq_len))
+    per_token = m.layers * (
+        layer_matmul_flops_per_token(m) + attention_core_flops_per_token(m, m.seq_len)
+    )
     per_token += logits_flops_per_token(m)
     return 3.0 * tokens * per_token
 
@@ -149,7 +151,9 @@ def stage_memory_bytes(
     in_flight = min(pp - stage, num_micro_batches)
     act = layers * in_flight * activation_bytes_per_layer(m, micro_batch, tp, recompute)
     if recompute == "full":
-        act += activation_bytes_per_layer(m, micro_batch, tp, "selective")  # the block being recomputed
+        act += activation_bytes_per_layer(
+            m, micro_batch, tp, "selective"
+        )  # the block being recomputed
     if last:
         act += 4.0 * micro_batch * m.seq_len * m.vocab / tp  # fp32 logits of one micro-batch
     return {"model_state": state, "activations": act, "total": state + act}

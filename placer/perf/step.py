@@ -126,7 +126,15 @@ class PerfModel:
 
     def stage_times(self, cfg: Config, gpu_key: str) -> tuple[StageTime, ...]:
         return self._stage_times(
-            cfg.tp, cfg.pp, cfg.micro_batch, cfg.stage_layers, gpu_key, cfg.recompute, cfg.precision, cfg.sequence_parallel, cfg.overlap_tp_comm
+            cfg.tp,
+            cfg.pp,
+            cfg.micro_batch,
+            cfg.stage_layers,
+            gpu_key,
+            cfg.recompute,
+            cfg.precision,
+            cfg.sequence_parallel,
+            cfg.overlap_tp_comm,
         )
 
     def _stage_times_uncached(
@@ -143,19 +151,37 @@ class PerfModel:
     ) -> tuple[StageTime, ...]:
         """Operator-level times (placer.perf.compute) of one micro-batch per stage."""
         gpu = self.catalog.gpus[gpu_key]
-        ar = comm.ring_allreduce_s(tp, b * self.model.seq_len * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu))
+        ar = comm.ring_allreduce_s(
+            tp, b * self.model.seq_len * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu)
+        )
         overlap = gpu.tp_comm_overlap if tp_overlap and sequence_parallel else 0.0  # TE needs SP
         out = []
         for k, layers in enumerate(stage_layers):
             ops = compute.stage_ops(
-                gpu, self.model, layers, k == pp - 1, b, tp, recompute, precision, sequence_parallel, ar, overlap
+                gpu,
+                self.model,
+                layers,
+                k == pp - 1,
+                b,
+                tp,
+                recompute,
+                precision,
+                sequence_parallel,
+                ar,
+                overlap,
             )
             fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
             bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
-            out.append(StageTime(ops.fwd, ops.bwd, fc, bc, ops, self._optimizer_s(gpu, tp, pp, k, stage_layers)))
+            out.append(
+                StageTime(
+                    ops.fwd, ops.bwd, fc, bc, ops, self._optimizer_s(gpu, tp, pp, k, stage_layers)
+                )
+            )
         return tuple(out)
 
-    def _optimizer_s(self, gpu: GpuSpec, tp: int, pp: int, k: int, stage_layers: tuple[int, ...]) -> float:
+    def _optimizer_s(
+        self, gpu: GpuSpec, tp: int, pp: int, k: int, stage_layers: tuple[int, ...]
+    ) -> float:
         """Adam over the parameters one GPU of stage k updates. Under ZeRO-1 that is its
         1/d shard; d is not an argument of the stage-time cache, so the ZeRO-1 division is
         applied by the caller (optimizer_step_s)."""
@@ -166,7 +192,13 @@ class PerfModel:
         """The step waits for the slowest GPU's optimizer step: the max over the chain's
         stages (ZeRO-1 shards it over the dp replicas)."""
         shard = cfg.dp if cfg.zero1 else 1
-        return max(self.stage_times(cfg, self.problem.instance.site(s).gpu)[k].optimizer for k, s in enumerate(chain)) / shard
+        return (
+            max(
+                self.stage_times(cfg, self.problem.instance.site(s).gpu)[k].optimizer
+                for k, s in enumerate(chain)
+            )
+            / shard
+        )
 
     def dp_pieces(self, cfg: Config) -> tuple[tuple[float, float], ...]:
         """How the data-parallel sync overlaps with compute: (fraction of the sync, window
@@ -194,7 +226,9 @@ class PerfModel:
 
     # ------------------------------------------------------------------ per chain
 
-    def boundary(self, cfg: Config, a: str, b: str, fiber_s: float | None = None) -> tuple[float, float]:
+    def boundary(
+        self, cfg: Config, a: str, b: str, fiber_s: float | None = None
+    ) -> tuple[float, float]:
         """(latency, transmit) of one pipeline message from a stage at site a to site b;
         `fiber_s` is the one-way latency of the path used (default: the shortest)."""
         gpu_a, gpu_b = self.site_gpu(a), self.site_gpu(b)
@@ -207,7 +241,9 @@ class PerfModel:
             fiber_s = self.net.path_latency_s(a, b)
         return self.catalog.network.intra_site_latency_s + fiber_s, transmit
 
-    def chain_time(self, cfg: Config, chain: Chain, with_comm: bool = True, routing: Routing | None = None) -> float:
+    def chain_time(
+        self, cfg: Config, chain: Chain, with_comm: bool = True, routing: Routing | None = None
+    ) -> float:
         """1F1B time of one replica chain; its cross-site boundaries pay the latency of the
         slowest path the routing uses for that pair (default: shortest paths)."""
         lats = self.boundary_latencies(chain, routing) if routing else None
@@ -215,14 +251,17 @@ class PerfModel:
 
     def boundary_latencies(self, chain: Chain, routing: Routing | None) -> tuple[float, ...]:
         return tuple(
-            self.net.pair_latency_s(routing, "pipeline", a, b) for a, b in zip(chain, chain[1:], strict=False)
+            self.net.pair_latency_s(routing, "pipeline", a, b)
+            for a, b in zip(chain, chain[1:], strict=False)
         )
 
     def chain_time_at(self, cfg: Config, chain: Chain, lats: tuple[float, ...]) -> float:
         """1F1B time of a chain with given one-way fiber latencies per boundary."""
         return self._chain_time(cfg, chain, True, lats)
 
-    def _chain_time_uncached(self, cfg: Config, chain: Chain, with_comm: bool, lats: tuple[float, ...] | None) -> float:
+    def _chain_time_uncached(
+        self, cfg: Config, chain: Chain, with_comm: bool, lats: tuple[float, ...] | None
+    ) -> float:
         fwd, bwd, lat, tx = [], [], [], []
         for k, site in enumerate(chain):
             st = self.stage_times(cfg, self.problem.instance.site(site).gpu)[k]
@@ -235,7 +274,9 @@ class PerfModel:
                 tx.append(t)
         if any(math.isinf(x) for x in lat):
             return math.inf
-        return one_f_one_b_time(fwd, bwd, lat, tx, cfg.num_micro_batches) + self.optimizer_step_s(cfg, chain)
+        return one_f_one_b_time(fwd, bwd, lat, tx, cfg.num_micro_batches) + self.optimizer_step_s(
+            cfg, chain
+        )
 
     def pipeline_lower_bound(self, cfg: Config, chains: list[Chain]) -> float:
         """A bound no chain beats: every stage on the fastest GPU any chain gives it, and no
@@ -249,10 +290,21 @@ class PerfModel:
             bwd.append(min(t.bwd for t in options))
         zeros = [0.0] * (cfg.pp - 1)
         shard = cfg.dp if cfg.zero1 else 1
-        opt = max(min(self.stage_times(cfg, inst.site(s).gpu)[k].optimizer for s in {c[k] for c in chains}) for k in range(cfg.pp)) / shard
+        opt = (
+            max(
+                min(
+                    self.stage_times(cfg, inst.site(s).gpu)[k].optimizer
+                    for s in {c[k] for c in chains}
+                )
+                for k in range(cfg.pp)
+            )
+            / shard
+        )
         return one_f_one_b_time(fwd, bwd, zeros, zeros, cfg.num_micro_batches) + opt
 
-    def chain_crossings(self, chain: Chain, routing: Routing | None = None) -> dict[RouteKey, float]:
+    def chain_crossings(
+        self, chain: Chain, routing: Routing | None = None
+    ) -> dict[RouteKey, float]:
         """How many pipeline boundaries of one chain use each route (fractions when the
         routing splits a pair over several paths)."""
         out: dict[RouteKey, float] = defaultdict(float)
@@ -337,7 +389,9 @@ class PerfModel:
             for key, n in self.chain_crossings(chain, routing).items():
                 pp_load[key] += count * n * self.pp_bytes_per_crossing(cfg)
         cap = {key: net.capacity_Bps(key, waves.get(key, 0), optics.get(key)) for key in net.routes}
-        route_pp_s = {k: _div(v, cap[k]) * ppf.get(k, 1.0) if v > 0 else 0.0 for k, v in pp_load.items()}
+        route_pp_s = {
+            k: _div(v, cap[k]) * ppf.get(k, 1.0) if v > 0 else 0.0 for k, v in pp_load.items()
+        }
         t_pipe = max([chain_t[crit], *route_pp_s.values()])
 
         # data parallel: hierarchical per stage
@@ -364,8 +418,12 @@ class PerfModel:
                         for use in uses:
                             for key in use.path.routes:
                                 dp_load[key] += demand * use.share
-                        wan_lat = max(wan_lat, 2 * net.pair_latency_s(routing, "data_parallel", a, b))
-        route_dp_s = {k: _div(v, cap[k]) * dpf.get(k, 1.0) if v > 0 else 0.0 for k, v in dp_load.items()}
+                        wan_lat = max(
+                            wan_lat, 2 * net.pair_latency_s(routing, "data_parallel", a, b)
+                        )
+        route_dp_s = {
+            k: _div(v, cap[k]) * dpf.get(k, 1.0) if v > 0 else 0.0 for k, v in dp_load.items()
+        }
         if t_intra > 0:
             t_intra *= intra_factor
         t_wan = (max(route_dp_s.values()) + wan_lat) if route_dp_s else 0.0
@@ -377,12 +435,16 @@ class PerfModel:
         if cfg.sync_mode == "synchronous":
             t_dp = self.dp_exposed_s(cfg, t_intra + t_wan)
         else:
-            t_dp = self.dp_exposed_s(cfg, t_intra) + wan_part_s(cfg.sync_mode, cfg.every_steps, t_wan, t_pipe)
+            t_dp = self.dp_exposed_s(cfg, t_intra) + wan_part_s(
+                cfg.sync_mode, cfg.every_steps, t_wan, t_pipe
+            )
         total = t_pipe + t_dp
 
         # additive breakdown of the critical chain (CONTRACT: compute, bubble, tp, pp, dp);
         # the finer terms (matmul, memory-bound, optimizer, ...) split these further
-        times = [self.stage_times(cfg, self.problem.instance.site(s).gpu)[k] for k, s in enumerate(crit)]
+        times = [
+            self.stage_times(cfg, self.problem.instance.site(s).gpu)[k] for k, s in enumerate(crit)
+        ]
         m = cfg.num_micro_batches
         slow = max(range(len(times)), key=lambda i: times[i].fwd_compute + times[i].bwd_compute)
         compute_s = m * (times[slow].fwd_compute + times[slow].bwd_compute)
@@ -423,7 +485,9 @@ class PerfModel:
         return self.global_batch * self.model.seq_len
 
     def mfu(self, cfg: Config, step_time_s: float, gpus_by_site: dict[str, int]) -> float:
-        peak = sum(n * self.peak_flops(self.site_gpu(s), cfg.precision) for s, n in gpus_by_site.items())
+        peak = sum(
+            n * self.peak_flops(self.site_gpu(s), cfg.precision) for s, n in gpus_by_site.items()
+        )
         if step_time_s <= 0 or peak <= 0 or math.isinf(step_time_s):
             return 0.0
         return model_flops_per_step(self.model, self.global_batch) / (step_time_s * peak)

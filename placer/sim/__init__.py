@@ -4,4 +4,12 @@ closed-form step time (placer.perf.step). `simulate(problem, plan)` is the entry
 from placer.sim.fabric import Fabric, max_min_fair
 from placer.sim.job import SimOptions, SimulationResult, Transfer, schedule, simulate
 
-__all__ = ["Fabric", "SimOptions", "SimulationResult", "Transfer", "max_min_fair", "schedule", "simulate"]
+__all__ = [
+    "Fabric",
+    "SimOptions",
+    "SimulationResult",
+    "Transfer",
+    "max_min_fair",
+    "schedule",
+    "simulate",
+]

@@ -162,7 +162,9 @@ class Fabric:
             (f,) = flows
             rates = {f: min(link.capacity_Bps for link in f.links)}
         else:
-            rates = max_min_fair({f: f.links for f in flows}, {link: link.capacity_Bps for link in links})
+            rates = max_min_fair(
+                {f: f.links for f in flows}, {link: link.capacity_Bps for link in links}
+            )
         for link in links:
             link._set_load(now, sum(rates[f] for f in link.flows))
         for f in flows:

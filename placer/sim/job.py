@@ -136,14 +136,20 @@ class SimulationResult:
             "step_time_s": self.step_time_s,
             "pipe_s": self.pipe_s,
             "breakdown": self.breakdown,
-            "closed_form": {"step_time_s": self.closed_form_s, "pipe_s": self.closed_pipe_s, "breakdown": self.closed_breakdown},
+            "closed_form": {
+                "step_time_s": self.closed_form_s,
+                "pipe_s": self.closed_pipe_s,
+                "breakdown": self.closed_breakdown,
+            },
             "rel_diff": self.rel_diff,
             "routes": self.routes,
             "pipeline_messages": {
                 "total": len(self.transfers),
                 "cross_site": len(cross),
                 "max_cross_site_s": self.max_cross_site_transfer_s(),
-                "mean_cross_site_s": sum(t.arrival - t.start for t in cross) / len(cross) if cross else 0.0,
+                "mean_cross_site_s": sum(t.arrival - t.start for t in cross) / len(cross)
+                if cross
+                else 0.0,
             },
             "sync_end_s": self.sync_end_s,
             "outer_sync_s": self.outer_sync_s,
@@ -151,7 +157,10 @@ class SimulationResult:
             "replicas": self.replicas,
             "micro_batches": self.micro_batches,
             "sync_mode": self.sync_mode,
-            "options": {"dp_buckets": self.options.dp_buckets, "virtual_stages": self.options.virtual_stages},
+            "options": {
+                "dp_buckets": self.options.dp_buckets,
+                "virtual_stages": self.options.virtual_stages,
+            },
             "flows": self.flows,
             "wall_s": self.wall_s,
             "cpu_s": self.cpu_s,
@@ -176,7 +185,9 @@ def schedule(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
     if v == 1:
         return [(kind, x, rank) for kind, x in one_f_one_b_order(p, m, rank)]
     if m % p:
-        raise InputError(f"interleaved 1F1B needs the micro-batch count ({m}) to be a multiple of pp ({p})")
+        raise InputError(
+            f"interleaved 1F1B needs the micro-batch count ({m}) to be a multiple of pp ({p})"
+        )
     total = m * v
     warm = min(total, (p - rank - 1) * 2 + (v - 1) * p)
 
@@ -197,7 +208,9 @@ def schedule(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
 # ----------------------------------------------------------------------------- simulate
 
 
-def simulate(problem: Problem, plan: Plan | dict[str, Any], options: SimOptions | None = None) -> SimulationResult:
+def simulate(
+    problem: Problem, plan: Plan | dict[str, Any], options: SimOptions | None = None
+) -> SimulationResult:
     """Simulate one step of `plan` and put the evaluator's closed form beside it."""
     options = options or SimOptions()
     if options.dp_buckets < 0:
@@ -209,15 +222,21 @@ def simulate(problem: Problem, plan: Plan | dict[str, Any], options: SimOptions 
     ev = evaluate(problem, plan, perf, check_resilience=False)
     broken = [str(v) for v in ev.violations if v.kind in {"topology", "shape"}]
     if ev.step is None or broken:
-        raise InputError("plan cannot be simulated: " + "; ".join(broken or ["it has no step time"]))
+        raise InputError(
+            "plan cannot be simulated: " + "; ".join(broken or ["it has no step time"])
+        )
     if not math.isfinite(ev.step_time_s):
         why = [str(v) for v in ev.violations if v.kind in {"channels", "topology"}]
-        raise InputError("plan cannot be simulated: " + "; ".join(why or ["its step time is infinite"]))
+        raise InputError(
+            "plan cannot be simulated: " + "; ".join(why or ["its step time is infinite"])
+        )
     t0, c0 = time.perf_counter(), time.process_time()
     job = _Job(problem, plan, perf, ev, options)
     full = job.run(comm=True)
     bare_s = job.pipe_without_comm()
-    outer, outer_routes = job.run_outer_sync() if ev.config.sync_mode != "synchronous" else (0.0, [])
+    outer, outer_routes = (
+        job.run_outer_sync() if ev.config.sync_mode != "synchronous" else (0.0, [])
+    )
     h = problem.instance.job.sync.every_steps
     # the optimizer step runs once gradients are reduced, on every GPU at once: the step
     # waits for the slowest stage's (PerfModel.optimizer_step_s, as the closed form adds it)
@@ -284,7 +303,9 @@ class _Run:
                     "capacity_Bps": link.capacity_Bps,
                     "bytes": link.bytes,
                     "peak_utilisation": link.peak_Bps / link.capacity_Bps,
-                    "mean_utilisation": link.bytes / (link.capacity_Bps * step_s) if step_s > 0 else 0.0,
+                    "mean_utilisation": link.bytes / (link.capacity_Bps * step_s)
+                    if step_s > 0
+                    else 0.0,
                 }
             )
         return out
@@ -293,7 +314,9 @@ class _Run:
 class _Job:
     """The static description of the step: devices, stage times, links, paths."""
 
-    def __init__(self, problem: Problem, plan: Plan, perf: PerfModel, ev: Evaluation, options: SimOptions):
+    def __init__(
+        self, problem: Problem, plan: Plan, perf: PerfModel, ev: Evaluation, options: SimOptions
+    ):
         self.problem, self.perf, self.ev, self.opt = problem, perf, ev, options
         cfg: Config = ev.config
         self.cfg = cfg
@@ -315,7 +338,9 @@ class _Job:
         net = perf.net
         optic_of = {tuple(r["sites"]): r["optic"] for r in ev.links}
         waves = {tuple(r["sites"]): r["waves"] for r in ev.links}
-        self.route_cap = {key: net.capacity_Bps(key, waves.get(key, 0), optic_of.get(key)) for key in net.routes}
+        self.route_cap = {
+            key: net.capacity_Bps(key, waves.get(key, 0), optic_of.get(key)) for key in net.routes
+        }
 
     def device_stage_sites(self) -> list[tuple[int, str]]:
         return sorted({(k, s) for c in self.chains for k, s in enumerate(c)})
@@ -335,7 +360,9 @@ class _Job:
                 fab.add_link(("route", b, a), cap)
         return fab
 
-    def paths(self, phase: str, a: str, b: str) -> list[tuple[float, list[tuple[str, str, str]], float]]:
+    def paths(
+        self, phase: str, a: str, b: str
+    ) -> list[tuple[float, list[tuple[str, str, str]], float]]:
         """(share, route links a -> b, one-way latency) of every path the pair uses."""
         uses: tuple[PathUse, ...] = self.perf.net.pair_paths(self.ev.routing, phase, a, b) or ()
         out = []
@@ -345,7 +372,13 @@ class _Job:
             sites = list(use.path.sites)
             if sites[0] != a:
                 sites.reverse()
-            out.append((use.share, [("route", u, w) for u, w in zip(sites, sites[1:], strict=False)], use.path.latency_s))
+            out.append(
+                (
+                    use.share,
+                    [("route", u, w) for u, w in zip(sites, sites[1:], strict=False)],
+                    use.path.latency_s,
+                )
+            )
         return out
 
     def pipe_without_comm(self) -> float:
@@ -372,14 +405,20 @@ class _Job:
         act: dict[tuple[int, int, int], simpy.Event] = {}
         grad: dict[tuple[int, int, int], simpy.Event] = {}
         n_buckets = max(1, self.opt.dp_buckets)
-        ready = {(r, k): [env.event() for _ in range(n_buckets)] for r in range(len(self.chains)) for k in range(p)}
+        ready = {
+            (r, k): [env.event() for _ in range(n_buckets)]
+            for r in range(len(self.chains))
+            for k in range(p)
+        }
 
         def inbox(box: dict, key: tuple[int, int, int]) -> simpy.Event:
             if key not in box:
                 box[key] = env.event()
             return box[key]
 
-        last_out: dict[tuple[int, int, int], simpy.Event] = {}  # per channel: its last message is out
+        last_out: dict[
+            tuple[int, int, int], simpy.Event
+        ] = {}  # per channel: its last message is out
 
         def send(kind: str, r: int, s: int, x: int, sent: simpy.Event | None = None) -> None:
             dst = s + 1 if kind == "F" else s - 1
@@ -394,7 +433,16 @@ class _Job:
             out = last_out[key] = sent or env.event()
             env.process(transmit(kind, r, s, dst, x, target, prev, out))
 
-        def transmit(kind: str, r: int, s: int, dst: int, x: int, target: simpy.Event, prev: simpy.Event | None, out: simpy.Event) -> Generator:
+        def transmit(
+            kind: str,
+            r: int,
+            s: int,
+            dst: int,
+            x: int,
+            target: simpy.Event,
+            prev: simpy.Event | None,
+            out: simpy.Event,
+        ) -> Generator:
             """One message through its channel's FIFO: first byte when the message ahead
             of it is out, arrival latency after its last byte."""
             src_dev, dst_dev = s % p, dst % p
@@ -411,8 +459,14 @@ class _Job:
                 yield env.timeout(self.intra_lat)
             else:
                 legs = self.paths("pipeline", a, b)
-                flows = [run.fabric.transfer(self.msg_bytes * share, head + links + tail) for share, links, _ in legs]
-                arrivals = [env.process(_after(env, f, self.intra_lat + lat)) for f, (_, _, lat) in zip(flows, legs, strict=True)]
+                flows = [
+                    run.fabric.transfer(self.msg_bytes * share, head + links + tail)
+                    for share, links, _ in legs
+                ]
+                arrivals = [
+                    env.process(_after(env, f, self.intra_lat + lat))
+                    for f, (_, _, lat) in zip(flows, legs, strict=True)
+                ]
                 yield env.all_of(flows)
                 t_sent = env.now
                 out.succeed()
@@ -439,7 +493,9 @@ class _Job:
                 elif kind == "B" and s > 0:
                     # without overlap the sync starts once the schedule's last send is out
                     # (Megatron reduces gradients after forward_backward_func returns)
-                    send("B", r, s, x, ready[(r, k)][0] if last and not self.opt.dp_buckets else None)
+                    send(
+                        "B", r, s, x, ready[(r, k)][0] if last and not self.opt.dp_buckets else None
+                    )
                 elif last and not self.opt.dp_buckets:
                     ready[(r, k)][0].succeed()
             run.pipe_s = max(run.pipe_s, env.now)
@@ -502,7 +558,9 @@ class _Job:
                     for share, links, lat in self.paths("data_parallel", a, b):
                         for i, j, frac in _pairing(len(src), len(dst)):
                             nbytes = wan_bytes / n_sites * frac * share
-                            f = fab.transfer(nbytes, [("nic-out", src[i], k), *links, ("nic-in", dst[j], k)])
+                            f = fab.transfer(
+                                nbytes, [("nic-out", src[i], k), *links, ("nic-in", dst[j], k)]
+                            )
                             procs.append(env.process(_after(env, f, lat)))
             if procs:
                 yield env.all_of(procs)
@@ -520,7 +578,9 @@ class _Job:
         its duration and the routes' use during it."""
         env = simpy.Environment()
         run = _Run(env, self._fabric(env))
-        procs = [env.process(self._allreduce(run, k, 1.0, wan=True, intra=False)) for k in range(self.p)]
+        procs = [
+            env.process(self._allreduce(run, k, 1.0, wan=True, intra=False)) for k in range(self.p)
+        ]
         env.run(env.all_of(procs))
         return env.now, run.routes(env.now)
 

@@ -13,13 +13,32 @@ import typer
 
 
 def sweep(
-    study: Annotated[Path, typer.Argument(help="study file (YAML): base instance and grid or points")],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="output folder (default out/sweeps/<study name>)")] = None,
-    executor: Annotated[str | None, typer.Option(help="local | dask (default local; dask when --scheduler is given)")] = None,
-    workers: Annotated[int | None, typer.Option(help="parallel tasks, one solver thread each (default: CPU count)")] = None,
-    scheduler: Annotated[str | None, typer.Option(help="dask scheduler address, e.g. tcp://host:8786 (default: a local cluster)")] = None,
-    backend: Annotated[str | None, typer.Option(help="cpsat | milp | brute (overrides the study and the instance)")] = None,
-    time_limit: Annotated[float | None, typer.Option("--time-limit", help="seconds per point")] = None,
+    study: Annotated[
+        Path, typer.Argument(help="study file (YAML): base instance and grid or points")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="output folder (default out/sweeps/<study name>)"),
+    ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(help="local | dask (default local; dask when --scheduler is given)"),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="parallel tasks, one solver thread each (default: CPU count)")
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="dask scheduler address, e.g. tcp://host:8786 (default: a local cluster)"
+        ),
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option(help="cpsat | milp | brute (overrides the study and the instance)")
+    ] = None,
+    time_limit: Annotated[
+        float | None, typer.Option("--time-limit", help="seconds per point")
+    ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress bar")] = False,
 ) -> None:
     """Solve every point of a study; resumable; writes DIR/points/*.json and DIR/results.csv.
@@ -45,33 +64,58 @@ def sweep(
         raise InputError(f"--workers: must be >= 1, got {workers}")
     st = load_study(study).with_settings(backend=backend, time_limit_s=time_limit)
     folder = output or Path("out") / "sweeps" / st.name
-    err.print(f"[dim]{st.name}: {len(st.points)} points from {st.base_path} -> {folder}[/dim]", highlight=False)
+    err.print(
+        f"[dim]{st.name}: {len(st.points)} points from {st.base_path} -> {folder}[/dim]",
+        highlight=False,
+    )
     try:
-        res = run_sweep(st, folder, executor=executor, workers=workers, scheduler=scheduler, progress=not quiet)  # type: ignore[arg-type]
+        res = run_sweep(
+            st, folder, executor=executor, workers=workers, scheduler=scheduler, progress=not quiet
+        )  # type: ignore[arg-type]
     except KeyboardInterrupt as exc:
-        err.print(f"[yellow]{exc or 'sweep interrupted'}[/yellow]; finished points are kept in {folder}/points", highlight=False)
+        err.print(
+            f"[yellow]{exc or 'sweep interrupted'}[/yellow]; finished points are kept in {folder}/points",  # noqa: E501
+            highlight=False,
+        )
         raise typer.Exit(130) from None
     counts = ", ".join(f"{n} {s}" for s, n in res.counts.items() if n)
     out.print(
-        f"{len(res.table)} points ({counts}); solved {len(res.computed)}, reused {len(res.reused)}; "
-        f"wrote {folder / 'results.csv'}" + (" and results.parquet" if (folder / "results.parquet").exists() else ""),
+        f"{len(res.table)} points ({counts}); solved {len(res.computed)}, reused {len(res.reused)}; "  # noqa: E501
+        f"wrote {folder / 'results.csv'}"
+        + (" and results.parquet" if (folder / "results.parquet").exists() else ""),
         highlight=False,
     )
     failed = res.counts.get("error", 0)
     if failed:
         for _, row in res.table[res.table["status"] == "error"].head(5).iterrows():
-            err.print(f"[red]failed[/red] {row['point_id']}: {row['message']}", highlight=False, soft_wrap=True)
-        err.print(f"[red]{failed} point(s) failed[/red]; re-run the same command to retry them", highlight=False)
+            err.print(
+                f"[red]failed[/red] {row['point_id']}: {row['message']}",
+                highlight=False,
+                soft_wrap=True,
+            )
+        err.print(
+            f"[red]{failed} point(s) failed[/red]; re-run the same command to retry them",
+            highlight=False,
+        )
         raise typer.Exit(1)
 
 
 def plot(
     results: Annotated[Path, typer.Argument(help="results.csv, results.parquet or a sweep folder")],
     output: Annotated[Path, typer.Option("-o", "--output", help="image file: .png, .svg or .pdf")],
-    kind: Annotated[str, typer.Option(help="step_time | efficiency | pareto | spare_waves")] = "step_time",
-    x: Annotated[str | None, typer.Option("--x", help="x column (default: the first swept column that varies)")] = None,
+    kind: Annotated[
+        str, typer.Option(help="step_time | efficiency | pareto | spare_waves")
+    ] = "step_time",
+    x: Annotated[
+        str | None,
+        typer.Option("--x", help="x column (default: the first swept column that varies)"),
+    ] = None,
     by: Annotated[
-        str | None, typer.Option("--by", help="group columns, comma-separated (default: the other swept columns that vary)")
+        str | None,
+        typer.Option(
+            "--by",
+            help="group columns, comma-separated (default: the other swept columns that vary)",
+        ),
     ] = None,
     y: Annotated[str | None, typer.Option("--y", help="y column (default per kind)")] = None,
     title: Annotated[str | None, typer.Option(help="figure title")] = None,

@@ -26,7 +26,14 @@ from placer.optimize.lexicographic import (
 from placer.study.plot import FIGSIZE_IN, save_figure
 
 
-def frontier(problem: Problem, backend: str | None = None, time_limit_s: float | None = None, threads: int | None = None, max_points: int = 50, progress: Any = None) -> list[FrontierPoint]:
+def frontier(
+    problem: Problem,
+    backend: str | None = None,
+    time_limit_s: float | None = None,
+    threads: int | None = None,
+    max_points: int = 50,
+    progress: Any = None,
+) -> list[FrontierPoint]:
     """The exact capex vs step-time Pareto front, most expensive (fastest) point first.
 
     Each point: T_i = the fastest step with capex <= budget_i, then C_i = the least capex
@@ -39,17 +46,35 @@ def frontier(problem: Problem, backend: str | None = None, time_limit_s: float |
     points: list[FrontierPoint] = []
     while len(points) < max_points:
         try:
-            fast = solve(objective_variant(problem, minimize="step_time", max_cost_usd=budget), backend, limit, threads, None, _nested=True)
+            fast = solve(
+                objective_variant(problem, minimize="step_time", max_cost_usd=budget),
+                backend,
+                limit,
+                threads,
+                None,
+                _nested=True,
+            )
         except InfeasibleError:
             break
         t = fast.evaluation.step_time_s
-        cheap = solve(objective_variant(problem, minimize="cost", max_cost_usd=budget, max_step_time_s=t * (1 + LIMIT_SLACK)), backend, limit, threads, None, _nested=True)
+        cheap = solve(
+            objective_variant(
+                problem, minimize="cost", max_cost_usd=budget, max_step_time_s=t * (1 + LIMIT_SLACK)
+            ),
+            backend,
+            limit,
+            threads,
+            None,
+            _nested=True,
+        )
         capex = cheap.evaluation.capex_usd
         status = "optimal" if fast.status == cheap.status == "optimal" else "feasible"
         if points and capex >= points[-1].capex_usd:
             break  # no strictly cheaper plan was found (solver tolerance): the front ends here
         points.append(FrontierPoint(capex, cheap.evaluation.step_time_s, status, cheap.plan))
-        say(f"point {len(points)}: capex ${capex:,.0f}, step {cheap.evaluation.step_time_s:.6g} s ({status})")
+        say(
+            f"point {len(points)}: capex ${capex:,.0f}, step {cheap.evaluation.step_time_s:.6g} s ({status})"  # noqa: E501
+        )
         if capex <= 0:
             break
         budget = capex - max(BUDGET_STEP_USD, BUDGET_STEP_REL * capex)
@@ -80,15 +105,45 @@ def frontier_figure(points: list[FrontierPoint], title: str):  # noqa: ANN201 - 
     ys = [p.step_time_s for p in points]
     # the best step a budget buys: the point at or below it, so steps go right from each point
     order = sorted(range(len(points)), key=lambda i: xs[i])
-    ax.step([xs[i] for i in order], [ys[i] for i in order], where="post", color="0.6", lw=1, zorder=1)
+    ax.step(
+        [xs[i] for i in order], [ys[i] for i in order], where="post", color="0.6", lw=1, zorder=1
+    )
     proven = [p.status == "optimal" for p in points]
-    ax.scatter([x for x, ok in zip(xs, proven, strict=True) if ok], [y for y, ok in zip(ys, proven, strict=True) if ok], color="#3b7dd8", zorder=2, label="Pareto point (proven)")
+    ax.scatter(
+        [x for x, ok in zip(xs, proven, strict=True) if ok],
+        [y for y, ok in zip(ys, proven, strict=True) if ok],
+        color="#3b7dd8",
+        zorder=2,
+        label="Pareto point (proven)",
+    )
     if not all(proven):
-        ax.scatter([x for x, ok in zip(xs, proven, strict=True) if not ok], [y for y, ok in zip(ys, proven, strict=True) if not ok], facecolor="none", edgecolor="#3b7dd8", zorder=2, label="not proven (time limit)")
+        ax.scatter(
+            [x for x, ok in zip(xs, proven, strict=True) if not ok],
+            [y for y, ok in zip(ys, proven, strict=True) if not ok],
+            facecolor="none",
+            edgecolor="#3b7dd8",
+            zorder=2,
+            label="not proven (time limit)",
+        )
     for p in points:
         if p.knee:
-            ax.scatter([p.capex_usd / 1e6], [p.step_time_s], s=160, facecolor="none", edgecolor="#e4572e", lw=2, zorder=3, label="knee")
-            ax.annotate(f"knee: ${p.capex_usd:,.0f}, {p.step_time_s:.4g} s", (p.capex_usd / 1e6, p.step_time_s), xytext=(8, 8), textcoords="offset points", fontsize=8)
+            ax.scatter(
+                [p.capex_usd / 1e6],
+                [p.step_time_s],
+                s=160,
+                facecolor="none",
+                edgecolor="#e4572e",
+                lw=2,
+                zorder=3,
+                label="knee",
+            )
+            ax.annotate(
+                f"knee: ${p.capex_usd:,.0f}, {p.step_time_s:.4g} s",
+                (p.capex_usd / 1e6, p.step_time_s),
+                xytext=(8, 8),
+                textcoords="offset points",
+                fontsize=8,
+            )
     ax.set_xlabel("link capex (million USD)")
     ax.set_ylabel("step time (s)")
     ax.set_title(title, fontsize=10)

@@ -63,7 +63,16 @@ def axis_label(column: str) -> tuple[str, float]:
     """An axis label with units, and the factor to scale the column by."""
     if column in LABELS:
         return LABELS[column]
-    if column.endswith("_s") and column in {"compute_s", "memory_bound_s", "bubble_s", "tp_comm_s", "pp_comm_s", "dp_sync_s", "optimizer_s", "solver_s"}:
+    if column.endswith("_s") and column in {
+        "compute_s",
+        "memory_bound_s",
+        "bubble_s",
+        "tp_comm_s",
+        "pp_comm_s",
+        "dp_sync_s",
+        "optimizer_s",
+        "solver_s",
+    }:
         return (f"{column.removesuffix('_s').replace('_', ' ')} (s)", 1.0)
     if column.endswith(".km"):
         return (f"fiber route length {column} (km)", 1.0)
@@ -81,7 +90,9 @@ def axis_label(column: str) -> tuple[str, float]:
 def _require(df: pd.DataFrame, cols: Sequence[str], where: str) -> None:
     missing = [c for c in cols if c not in df.columns]
     if missing:
-        raise InputError(f"{where}: no column {', '.join(repr(c) for c in missing)} (columns: {', '.join(map(str, df.columns))})")
+        raise InputError(
+            f"{where}: no column {', '.join(repr(c) for c in missing)} (columns: {', '.join(map(str, df.columns))})"  # noqa: E501
+        )
 
 
 def _numeric(s: pd.Series) -> bool:
@@ -128,7 +139,9 @@ def _group_label(keys: Any, by: list[str]) -> str:
 def _ok(df: pd.DataFrame, y: str) -> pd.Series:
     import pandas as pd
 
-    status_ok = df["status"].isin(OK_STATUSES) if "status" in df else pd.Series(True, index=df.index)
+    status_ok = (
+        df["status"].isin(OK_STATUSES) if "status" in df else pd.Series(True, index=df.index)
+    )
     return status_ok & df[y].notna()
 
 
@@ -194,7 +207,9 @@ def plot_lines(
             markersize=8,
             transform=ax.get_xaxis_transform(),
             clip_on=False,
-            label=f"no plan ({', '.join(sorted(set(bad['status'].astype(str))))})" if "status" in bad else "no value",
+            label=f"no plan ({', '.join(sorted(set(bad['status'].astype(str))))})"
+            if "status" in bad
+            else "no value",
         )
     if cats is not None:
         ax.set_xticks(range(len(cats)), cats, rotation=20, ha="right")
@@ -203,7 +218,9 @@ def plot_lines(
     ax.set_title(title or f"{ylab.split(' (')[0]} vs {xlab.split(' (')[0]}")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(title=", ".join(by_cols) if by_cols else None, fontsize="small", title_fontsize="small")
+        ax.legend(
+            title=", ".join(by_cols) if by_cols else None, fontsize="small", title_fontsize="small"
+        )
     return fig
 
 
@@ -243,13 +260,32 @@ def plot_pareto(
     fig, ax = new_figure()
     if by_cols:
         for keys, g in df[ok].groupby(by_cols, sort=False, dropna=False):
-            ax.scatter(g[x].astype(float) * xk, g[y].astype(float) * yk, s=25, alpha=0.7, label=_group_label(keys, by_cols))
+            ax.scatter(
+                g[x].astype(float) * xk,
+                g[y].astype(float) * yk,
+                s=25,
+                alpha=0.7,
+                label=_group_label(keys, by_cols),
+            )
     else:
         dom = df[ok & ~front]
         if not dom.empty:
-            ax.scatter(dom[x].astype(float) * xk, dom[y].astype(float) * yk, s=25, color="0.6", label="dominated")
+            ax.scatter(
+                dom[x].astype(float) * xk,
+                dom[y].astype(float) * yk,
+                s=25,
+                color="0.6",
+                label="dominated",
+            )
     f = df[front].sort_values(x)
-    ax.step(f[x].astype(float) * xk, f[y].astype(float) * yk, where="post", color="tab:blue", linewidth=1.5, alpha=0.8)
+    ax.step(
+        f[x].astype(float) * xk,
+        f[y].astype(float) * yk,
+        where="post",
+        color="tab:blue",
+        linewidth=1.5,
+        alpha=0.8,
+    )
     ax.scatter(
         f[x].astype(float) * xk,
         f[y].astype(float) * yk,
@@ -264,7 +300,9 @@ def plot_pareto(
     ax.set_ylabel(ylab)
     ax.set_title(title or f"{ylab.split(' (')[0]} vs {xlab.split(' (')[0]}: Pareto front")
     ax.grid(True, alpha=0.3)
-    ax.legend(title=", ".join(by_cols) if by_cols else None, fontsize="small", title_fontsize="small")
+    ax.legend(
+        title=", ".join(by_cols) if by_cols else None, fontsize="small", title_fontsize="small"
+    )
     return fig
 
 
@@ -281,7 +319,7 @@ def plot_spare_waves(
     if missing:
         raise InputError(
             f"{where}: --kind spare_waves needs the columns {' and '.join(SPARE_COLUMNS)} "
-            f"(written by sweeps of instances with a resilience: block); missing: {', '.join(missing)}"
+            f"(written by sweeps of instances with a resilience: block); missing: {', '.join(missing)}"  # noqa: E501
         )
     x = x or default_x(df) or "point_id"
     by_cols = _parse_by(by)
@@ -303,12 +341,27 @@ def plot_spare_waves(
         pos = {k: i for i, k in enumerate(keys)}
         agg = d.groupby(x, sort=False)[list(SPARE_COLUMNS)].max()
         width = 0.38
-        for j, (col, name, color) in enumerate(zip(SPARE_COLUMNS, ("ring all-reduce", "OptCC"), ("tab:orange", "tab:blue"), strict=True)):
+        for j, (col, name, color) in enumerate(
+            zip(
+                SPARE_COLUMNS, ("ring all-reduce", "OptCC"), ("tab:orange", "tab:blue"), strict=True
+            )
+        ):
             vals = [float(agg.loc[k, col]) if k in agg.index else math.nan for k in keys]
-            bars = ax.bar([pos[k] + (j - 0.5) * width for k in keys], vals, width=width, label=name, color=color)
+            bars = ax.bar(
+                [pos[k] + (j - 0.5) * width for k in keys],
+                vals,
+                width=width,
+                label=name,
+                color=color,
+            )
             ax.bar_label(bars, fmt="%g", fontsize="x-small")
         ticks = [f"{k * xk:g}" if isinstance(k, int | float) else str(k) for k in keys]
-        ax.set_xticks(range(len(keys)), ticks, rotation=20 if cats is not None else 0, ha="right" if cats is not None else "center")
+        ax.set_xticks(
+            range(len(keys)),
+            ticks,
+            rotation=20 if cats is not None else 0,
+            ha="right" if cats is not None else "center",
+        )
     else:
         xs = xs * (xk if cats is None else 1.0)
         colors = iter(f"C{i}" for i in range(100))
@@ -316,15 +369,33 @@ def plot_spare_waves(
             color = next(colors)
             order = xs.loc[g.index].sort_values().index
             lab = _group_label(keys_, by_cols)
-            ax.plot(xs.loc[order], g.loc[order, "spare_waves_ring"], marker="o", linestyle="--", color=color, label=f"{lab}: ring")
-            ax.plot(xs.loc[order], g.loc[order, "spare_waves_optcc"], marker="s", linestyle="-", color=color, label=f"{lab}: OptCC")
+            ax.plot(
+                xs.loc[order],
+                g.loc[order, "spare_waves_ring"],
+                marker="o",
+                linestyle="--",
+                color=color,
+                label=f"{lab}: ring",
+            )
+            ax.plot(
+                xs.loc[order],
+                g.loc[order, "spare_waves_optcc"],
+                marker="s",
+                linestyle="-",
+                color=color,
+                label=f"{lab}: OptCC",
+            )
         if cats is not None:
             ax.set_xticks(range(len(cats)), cats, rotation=20, ha="right")
     ax.set_xlabel(xlab)
     ax.set_ylabel("spare waves needed (800G waves)")
     ax.set_title(title or "Spare waves to ride through a single failure: ring vs OptCC")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(title=", ".join(by_cols) if by_cols else "collective under failure", fontsize="small", title_fontsize="small")
+    ax.legend(
+        title=", ".join(by_cols) if by_cols else "collective under failure",
+        fontsize="small",
+        title_fontsize="small",
+    )
     return fig
 
 
@@ -377,7 +448,9 @@ def plot_file(
     """Read a results table (csv, parquet or a sweep folder), plot it, write the image."""
     out = Path(output)
     if out.suffix.lower() not in FORMATS:
-        raise InputError(f"-o {out}: unsupported image format '{out.suffix}' (use .png, .svg or .pdf)")
+        raise InputError(
+            f"-o {out}: unsupported image format '{out.suffix}' (use .png, .svg or .pdf)"
+        )
     if kind not in KINDS:
         raise InputError(f"--kind: expected one of {', '.join(KINDS)}, got '{kind}'")
     df = read_results(results)

@@ -25,7 +25,9 @@ class _Progress:
 
     def _count(self, rec: dict[str, Any]) -> None:
         s = rec.get("status")
-        self.counts["ok" if s in ("optimal", "feasible") else s if s in self.counts else "error"] += 1
+        self.counts[
+            "ok" if s in ("optimal", "feasible") else s if s in self.counts else "error"
+        ] += 1
 
     def _text(self) -> str:
         c = self.counts
@@ -64,7 +66,9 @@ class _Progress:
             transient=False,
         )
         self._bar.start()
-        self._task = self._bar.add_task("sweep", total=self.total, completed=self.done, outcome=self._text())
+        self._task = self._bar.add_task(
+            "sweep", total=self.total, completed=self.done, outcome=self._text()
+        )
 
     def advance(self, rec: dict[str, Any]) -> None:
         self._count(rec)
@@ -75,4 +79,3 @@ class _Progress:
     def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
             self._bar.stop()
-

@@ -42,7 +42,9 @@ class PointRecord(BaseModel):
 
 def _canonical(rec: dict[str, Any]) -> bytes:
     body = {k: v for k, v in rec.items() if k != "checksum"}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str).encode("utf-8")
+    return json.dumps(
+        body, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str
+    ).encode("utf-8")
 
 
 def seal(rec: dict[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,11 @@ def _read_record(path: Path, point_id: str) -> dict[str, Any] | None:
 def _write_record(path: Path, rec: dict[str, Any]) -> None:
     from placer.study.records import seal
 
-    write_atomic(path, json.dumps(seal(rec), indent=1, sort_keys=False, allow_nan=False, default=_nan_to_none) + "\n")
+    write_atomic(
+        path,
+        json.dumps(seal(rec), indent=1, sort_keys=False, allow_nan=False, default=_nan_to_none)
+        + "\n",
+    )
 
 
 def _nan_to_none(o: Any) -> Any:
@@ -122,8 +126,16 @@ def results_table(study: Study, records: dict[str, dict[str, Any]]) -> pd.DataFr
     cols = ["point_id", *study.columns, "status", "message", *known, *waves, *extra, *tail]
     df = pd.DataFrame(rows, columns=cols)
     for c in df.columns:  # integer columns stay integers when some rows have no value
-        vals = [v for v in (r.get(c) for r in rows) if v is not None and not (isinstance(v, float) and math.isnan(v))]
-        if vals and all(isinstance(v, int) and not isinstance(v, bool) for v in vals) and len(vals) < len(rows):
+        vals = [
+            v
+            for v in (r.get(c) for r in rows)
+            if v is not None and not (isinstance(v, float) and math.isnan(v))
+        ]
+        if (
+            vals
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in vals)
+            and len(vals) < len(rows)
+        ):
             df[c] = df[c].astype("Int64")
     if "step_time_s" not in df:
         for c in ("step_time_s", "tokens_per_s", "mfu", "capex_usd"):

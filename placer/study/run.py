@@ -84,7 +84,9 @@ def run_point(task: Task) -> dict[str, Any]:
     }
     try:
         with _quiet_stdout(task.quiet):
-            res = solve(task.problem, backend=task.backend, time_limit_s=task.time_limit_s, threads=1)
+            res = solve(
+                task.problem, backend=task.backend, time_limit_s=task.time_limit_s, threads=1
+            )
     except InfeasibleError as exc:
         rec.update(status="infeasible", message=str(exc))
         return rec
@@ -190,9 +192,9 @@ class SweepResult:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {s: int((self.table["status"] == s).sum()) for s in STATUSES if "status" in self.table}
-
-
+        return {
+            s: int((self.table["status"] == s).sum()) for s in STATUSES if "status" in self.table
+        }
 
 
 def run_sweep(
@@ -219,17 +221,26 @@ def run_sweep(
     reused: list[str] = []
     for p in study.points:
         rec = _read_record(points_dir / f"{p.id}.json", p.id)
-        if rec is not None and rec.get("fingerprint") == p.fingerprint and rec.get("status") != "error":
+        if (
+            rec is not None
+            and rec.get("fingerprint") == p.fingerprint
+            and rec.get("status") != "error"
+        ):
             records[p.id] = rec
             reused.append(p.id)
         else:
             todo.append(p)
-    tasks = [Task(p.id, p.overrides, p.problem, study.backend, study.time_limit_s, p.fingerprint) for p in todo]
+    tasks = [
+        Task(p.id, p.overrides, p.problem, study.backend, study.time_limit_s, p.fingerprint)
+        for p in todo
+    ]
     n_workers = workers or os.cpu_count() or 1
 
     computed: list[str] = []
     interrupted = False
-    with _Progress(len(study.points), len(reused), records.values(), enabled=progress and bool(tasks)) as bar:
+    with _Progress(
+        len(study.points), len(reused), records.values(), enabled=progress and bool(tasks)
+    ) as bar:
 
         def finish(rec: dict[str, Any]) -> None:
             _write_record(points_dir / f"{rec['id']}.json", rec)
@@ -248,7 +259,9 @@ def run_sweep(
             table = results_table(study, records)
             write_table(out, table)
     if interrupted:
-        raise KeyboardInterrupt(f"sweep interrupted: {len(records)} of {len(study.points)} points done; re-run to resume")
+        raise KeyboardInterrupt(
+            f"sweep interrupted: {len(records)} of {len(study.points)} points done; re-run to resume"  # noqa: E501
+        )
     return SweepResult(out, table, computed, reused, interrupted)
 
 
@@ -265,7 +278,9 @@ def _failed(task: Task, exc: BaseException) -> dict[str, Any]:
     }
 
 
-def _run_local(tasks: list[Task], workers: int, scheduler: str | None, started: Callable[[], None]) -> Iterator[dict[str, Any]]:
+def _run_local(
+    tasks: list[Task], workers: int, scheduler: str | None, started: Callable[[], None]
+) -> Iterator[dict[str, Any]]:
     import concurrent.futures as cf
     import multiprocessing as mp
 
@@ -273,9 +288,13 @@ def _run_local(tasks: list[Task], workers: int, scheduler: str | None, started: 
         raise InputError("--scheduler needs --executor dask")
     # fork on Linux: fast, and a script or notebook without a __main__ guard still works
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_ignore_sigint)
+    pool = cf.ProcessPoolExecutor(
+        max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_ignore_sigint
+    )
     try:
-        futures = {pool.submit(run_point, t): t for t in tasks}  # processes start here (before the progress thread)
+        futures = {
+            pool.submit(run_point, t): t for t in tasks
+        }  # processes start here (before the progress thread)
         started()
         for fut in cf.as_completed(futures):
             try:
@@ -303,7 +322,9 @@ def _ignore_sigint() -> None:
     die_with_parent()
 
 
-def _run_dask(tasks: list[Task], workers: int, scheduler: str | None, started: Callable[[], None]) -> Iterator[dict[str, Any]]:
+def _run_dask(
+    tasks: list[Task], workers: int, scheduler: str | None, started: Callable[[], None]
+) -> Iterator[dict[str, Any]]:
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError as exc:  # pragma: no cover - dask is a dependency
@@ -328,7 +349,10 @@ def _run_dask(tasks: list[Task], workers: int, scheduler: str | None, started: C
         raise InputError(f"--scheduler: cannot connect to '{scheduler}' ({exc})") from None
     try:
         run = uuid.uuid4().hex[:8]
-        futures = {client.submit(run_point, t, key=f"placer-point-{t.id}-{run}", pure=False): t for t in tasks}
+        futures = {
+            client.submit(run_point, t, key=f"placer-point-{t.id}-{run}", pure=False): t
+            for t in tasks
+        }
         started()
         for fut in as_completed(list(futures)):
             try:

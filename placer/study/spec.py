@@ -49,8 +49,12 @@ class StudySpec(BaseModel):
     name: str | None = Field(default=None, pattern=NAME_PATTERN)
     description: str | None = None
     base: str = Field(min_length=1, description="instance file, relative to the study file")
-    grid: dict[str, list[Any]] | None = Field(default=None, description="override path -> values (Cartesian product)")
-    points: list[dict[str, Any]] | None = Field(default=None, description="explicit list of override mappings")
+    grid: dict[str, list[Any]] | None = Field(
+        default=None, description="override path -> values (Cartesian product)"
+    )
+    points: list[dict[str, Any]] | None = Field(
+        default=None, description="explicit list of override mappings"
+    )
     backend: Literal["cpsat", "milp", "brute"] | None = None
     time_limit_s: float | None = Field(default=None, gt=0)
 
@@ -72,7 +76,9 @@ class StudySpec(BaseModel):
     @model_validator(mode="after")
     def _grid_xor_points(self) -> StudySpec:
         if (self.grid is None) == (self.points is None):
-            raise ValueError("give exactly one of grid: (mapping path -> list of values) or points: (list of mappings)")
+            raise ValueError(
+                "give exactly one of grid: (mapping path -> list of values) or points: (list of mappings)"  # noqa: E501
+            )
         return self
 
 
@@ -90,22 +96,30 @@ def set_path(data: dict[str, Any], loc: Loc, value: Any) -> None:
         here = format_loc(loc[:depth]) or "(instance)"
         if isinstance(part, int):
             if not isinstance(node, list):
-                raise ValueError(f"{here} is {_describe(node)} in the base instance, not a list: cannot index [{part}]")
+                raise ValueError(
+                    f"{here} is {_describe(node)} in the base instance, not a list: cannot index [{part}]"  # noqa: E501
+                )
             if part >= len(node):
-                raise ValueError(f"{format_loc(loc[: depth + 1])}: index out of range ({here} has {len(node)} entries)")
+                raise ValueError(
+                    f"{format_loc(loc[: depth + 1])}: index out of range ({here} has {len(node)} entries)"  # noqa: E501
+                )
             if last:
                 node[part] = copy.deepcopy(value)
             else:
                 node = node[part]
             continue
         if not isinstance(node, dict):
-            raise ValueError(f"{here} is {_describe(node)} ({node!r}) in the base instance, not a mapping: cannot address .{part}")
+            raise ValueError(
+                f"{here} is {_describe(node)} ({node!r}) in the base instance, not a mapping: cannot address .{part}"  # noqa: E501
+            )
         if last:
             node[part] = copy.deepcopy(value)
         else:
             if node.get(part) is None:
                 if isinstance(loc[depth + 1], int):
-                    raise ValueError(f"{format_loc(loc[: depth + 1])} is absent or null in the base instance: cannot index it")
+                    raise ValueError(
+                        f"{format_loc(loc[: depth + 1])} is absent or null in the base instance: cannot index it"  # noqa: E501
+                    )
                 node[part] = {}
             node = node[part]
 
@@ -137,8 +151,10 @@ class Point:
     index: int
     overrides: dict[str, Any]
     problem: Problem
-    fingerprint: str  # what the result depends on besides the overrides (base, model, catalog, solver settings)
-    values: dict[str, Any] = field(default_factory=dict)  # value of every study column in this point's instance
+    fingerprint: str  # what the result depends on besides the overrides (base, model, catalog, solver settings)  # noqa: E501
+    values: dict[str, Any] = field(
+        default_factory=dict
+    )  # value of every study column in this point's instance
 
 
 @dataclass
@@ -162,7 +178,9 @@ class Study:
             data["backend"] = backend
         if time_limit_s is not None:
             data["time_limit_s"] = time_limit_s
-        return study_from_data(data, where=self.path or "<study>", base_dir=self.base_dir, name=self.name)
+        return study_from_data(
+            data, where=self.path or "<study>", base_dir=self.base_dir, name=self.name
+        )
 
 
 def load_study(path: str | os.PathLike[str]) -> Study:
@@ -193,14 +211,20 @@ def study_from_data(
         return f"{where}{f':{line}' if line else ''}"
 
     # the base instance
-    base_dir = base_dir if base_dir is not None else (Path(where).parent if isinstance(where, Path) else Path.cwd())
+    base_dir = (
+        base_dir
+        if base_dir is not None
+        else (Path(where).parent if isinstance(where, Path) else Path.cwd())
+    )
     base_path = Path(spec.base) if Path(spec.base).is_absolute() else base_dir / spec.base
     if not base_path.is_file():
         raise InputError(f"{at(('base',))}: base: file not found: {base_path}")
     try:
         base_data, base_lines = read_document(base_path)
         if not isinstance(base_data, dict):
-            raise InputError(f"{base_path}: an instance file is a mapping (name, sites, routes, job, ...)")
+            raise InputError(
+                f"{base_path}: an instance file is a mapping (name, sites, routes, job, ...)"
+            )
         problem_from_data(base_data, where=base_path, lines=base_lines, base=base_path.parent)
     except InputError as exc:
         raise InputError(f"{at(('base',))}: base: invalid instance:\n{exc}") from None
@@ -228,7 +252,9 @@ def study_from_data(
             try:
                 parsed[k] = parse_path(k)
             except ValueError as exc:
-                raise InputError(f"{at(locs[k][:-1] if spec.grid is not None else locs[k])}: {_label(locs[k], where_label)}{exc}") from None
+                raise InputError(
+                    f"{at(locs[k][:-1] if spec.grid is not None else locs[k])}: {_label(locs[k], where_label)}{exc}"  # noqa: E501
+                ) from None
 
     backend = spec.backend
     time_limit = spec.time_limit_s
@@ -267,7 +293,7 @@ def study_from_data(
                         head += f" (with {_fmt_overrides({o: v for o, v in ov.items() if o != k})})"
                     text = f"{at(locs[k])}: {head}: {field_}{msg}"
                 else:
-                    text = f"{at(('points', index) if spec.points is not None else ('grid',))}: {field_}{msg}"
+                    text = f"{at(('points', index) if spec.points is not None else ('grid',))}: {field_}{msg}"  # noqa: E501
                 if text not in seen_err:
                     seen_err.add(text)
                     errors.append(text)
@@ -275,14 +301,20 @@ def study_from_data(
         pid = point_id(ov)
         if pid in ids:
             loc = next(iter(locs.values()), ("points", index))
-            errors.append(f"{at(loc)}: {_label(loc, where_label)}point {_fmt_overrides(ov) or '(no overrides)'} repeats an earlier point")
+            errors.append(
+                f"{at(loc)}: {_label(loc, where_label)}point {_fmt_overrides(ov) or '(no overrides)'} repeats an earlier point"  # noqa: E501
+            )
             continue
         ids[pid] = index
         eff_backend = backend or problem.instance.solver.backend
         eff_limit = time_limit if time_limit is not None else problem.instance.solver.time_limit_s
         dump = problem.instance.model_dump(mode="json")
         values = {c: ov[c] if c in ov else get_path(dump, parsed[c]) for c in columns}
-        points.append(Point(pid, len(points), ov, problem, _fingerprint(problem, eff_backend, eff_limit), values))
+        points.append(
+            Point(
+                pid, len(points), ov, problem, _fingerprint(problem, eff_backend, eff_limit), values
+            )
+        )
     if errors:
         shown = errors[:20]
         more = f"\n... and {len(errors) - len(shown)} more" if len(errors) > len(shown) else ""
@@ -330,7 +362,9 @@ def _problem(data: dict[str, Any], base_path: Path) -> Problem:
         field_path, _, rest = msg.partition(": ")
         loc = _loc_of(field_path)
         raise _PointError([(loc, rest if loc else msg)]) from None
-    return Problem(instance=problem.instance, catalog=problem.catalog, model=problem.model, path=base_path)
+    return Problem(
+        instance=problem.instance, catalog=problem.catalog, model=problem.model, path=base_path
+    )
 
 
 def _loc_of(text: str) -> Loc:
