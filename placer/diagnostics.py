@@ -27,7 +27,7 @@ import networkx as nx
 from placer.evaluate import Evaluation
 from placer.io import Loc, Problem, line_for
 from placer.network import Network
-from placer.perf.flops import stage_memory_bytes
+from placer.perf.flops import config_stage_memory_bytes
 from placer.rules import site_gpus_per_node
 from placer.schema import Plan, PlanWarning
 
@@ -194,21 +194,7 @@ def _unused_sites(problem: Problem, plan: Plan, ev: Evaluation) -> list[PlanWarn
 
 def _least_stage_memory_gb(problem: Problem, plan: Plan, ev: Evaluation) -> float:
     cfg = ev.config
-    per = [
-        stage_memory_bytes(
-            problem.model,
-            cfg.stage_layers[k],
-            k,
-            cfg.pp,
-            cfg.tp,
-            cfg.dp,
-            cfg.micro_batch,
-            cfg.num_micro_batches,
-            cfg.recompute,
-            cfg.zero1,
-        )["total"]
-        for k in range(cfg.pp)
-    ]
+    per = [config_stage_memory_bytes(problem.model, cfg, k)["total"] for k in range(cfg.pp)]
     return min(per) / GB
 
 

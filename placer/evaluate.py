@@ -14,7 +14,7 @@ from typing import Any
 
 from placer.io import Problem, plan_from_data
 from placer.network import RouteKey, Routing, resolve_routing, route_key
-from placer.perf.flops import stage_memory_bytes
+from placer.perf.flops import config_stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, StepResult
 from placer.resilience import failure_report
 from placer.rules import (
@@ -289,18 +289,7 @@ def evaluate(
             label = f"stage {k} at site {s} ({gpu_key})"
             if label in memory_gb:
                 continue
-            mem = stage_memory_bytes(
-                problem.model,
-                cfg.stage_layers[k],
-                k,
-                cfg.pp,
-                cfg.tp,
-                cfg.dp,
-                cfg.micro_batch,
-                cfg.num_micro_batches,
-                cfg.recompute,
-                cfg.zero1,
-            )
+            mem = config_stage_memory_bytes(problem.model, cfg, k)
             memory_gb[label] = mem["total"] / GB
             cap = cat.gpus[gpu_key].hbm_gb - cat.memory.reserve_gb
             if mem["total"] / GB > cap:

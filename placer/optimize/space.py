@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from placer.io import Problem
-from placer.perf.flops import stage_memory_bytes
+from placer.perf.flops import config_stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, balanced_stage_layers
 from placer.rules import job_config, num_micro_batches, site_gpus_per_node, tp_groups_per_node
 
@@ -113,21 +113,7 @@ def enumerate_configs(problem: Problem, report: SpaceReport | None = None) -> li
 
 
 def memory_fits(problem: Problem, cfg: Config, stage: int, gpu_key: str) -> tuple[bool, float]:
-    mem = (
-        stage_memory_bytes(
-            problem.model,
-            cfg.stage_layers[stage],
-            stage,
-            cfg.pp,
-            cfg.tp,
-            cfg.dp,
-            cfg.micro_batch,
-            cfg.num_micro_batches,
-            cfg.recompute,
-            cfg.zero1,
-        )["total"]
-        / GB
-    )
+    mem = config_stage_memory_bytes(problem.model, cfg, stage)["total"] / GB
     cap = problem.catalog.gpus[gpu_key].hbm_gb - problem.catalog.memory.reserve_gb
     return mem <= cap, mem - cap
 

@@ -9,6 +9,7 @@ reduce to Megatron's SC21 count `72 B s l h^2 (1 + s/(6h) + V/(12 l h))`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from placer.schema import ModelSpec
 
@@ -157,3 +158,19 @@ def stage_memory_bytes(
     if last:
         act += 4.0 * micro_batch * m.seq_len * m.vocab / tp  # fp32 logits of one micro-batch
     return {"model_state": state, "activations": act, "total": state + act}
+
+
+def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, float]:
+    """stage_memory_bytes for stage `stage` of a configuration (placer.rules.Config)."""
+    return stage_memory_bytes(
+        m,
+        cfg.stage_layers[stage],
+        stage,
+        cfg.pp,
+        cfg.tp,
+        cfg.dp,
+        cfg.micro_batch,
+        cfg.num_micro_batches,
+        cfg.recompute,
+        cfg.zero1,
+    )
