@@ -19,9 +19,11 @@ from placer.perf.step import Chain, Config, PerfModel, StepResult
 from placer.resilience import failure_report
 from placer.rules import (
     config_of,
+    cp_ep_problems,
+    nodes_for,
+    replica_slots,
     site_gpus_per_node,
     site_power_w,
-    tp_groups_per_node,
     usd_per_second,
 )
 from placer.schema import Plan
@@ -112,14 +114,17 @@ def evaluate(
                 f"sum to {sum(cfg.stage_layers)}, model '{problem.model.name}' has {problem.model.layers} layers",  # noqa: E501
             )
         )
-    if inst.job.global_batch != cfg.micro_batch * cfg.dp * cfg.num_micro_batches:
+    if inst.job.global_batch != cfg.micro_batch * cfg.dp * cfg.ep * cfg.num_micro_batches:
+        ep = f" x ep {cfg.ep}" if cfg.ep > 1 else ""
         viol.append(
             Violation(
                 "batch",
                 "parallelism",
-                f"micro_batch x dp x num_micro_batches = {cfg.micro_batch}x{cfg.dp}x{cfg.num_micro_batches} != global_batch {inst.job.global_batch}",  # noqa: E501
+                f"micro_batch x dp{ep} x num_micro_batches = {cfg.micro_batch}x{cfg.dp}{ep}x{cfg.num_micro_batches} != global_batch {inst.job.global_batch}",  # noqa: E501
             )
         )
+    for why in cp_ep_problems(problem.model, cfg.tp, cfg.cp, cfg.ep, inst.job.sequence_parallel):
+        viol.append(Violation("shape", "parallelism", why))
     if cfg.sync_mode not in inst.job.sync.modes:
         viol.append(
             Violation(
@@ -245,20 +250,28 @@ def evaluate(
                     f"tp={cfg.tp} does not fit in a node of {gpn} GPUs (TP stays inside a node)",
                 )
             )
-            nodes = math.ceil(n_groups * cfg.tp / gpn)
+            nodes = math.ceil(n_groups * cfg.width / gpn)
         else:
-            nodes = math.ceil(n_groups / tp_groups_per_node(gpn, cfg.tp)) if n_groups else 0
+            if n_groups and replica_slots(gpn, cfg.tp, cfg.width)[0] == 0:
+                viol.append(
+                    Violation(
+                        "gpus",
+                        f"site {s.name}",
+                        f"a replica stage of tp x cp x ep = {cfg.width} GPUs is wider than a node of {gpn} GPUs and not a whole number of nodes",  # noqa: E501
+                    )
+                )
+            nodes = nodes_for(gpn, cfg.tp, cfg.width, n_groups)
         avail_nodes = s.gpus // gpn
         if nodes > avail_nodes:
             viol.append(
                 Violation(
                     "gpus",
                     f"site {s.name}",
-                    f"needs {nodes} nodes ({n_groups * cfg.tp} GPUs in TP groups of {cfg.tp}), has {avail_nodes} nodes of {gpn} ({s.gpus} GPUs)",  # noqa: E501
+                    f"needs {nodes} nodes ({n_groups * cfg.width} GPUs in replica stages of {cfg.width} = tp x cp x ep), has {avail_nodes} nodes of {gpn} ({s.gpus} GPUs)",  # noqa: E501
                     (nodes - avail_nodes) * gpn,
                 )
             )
-        gpus_by_site[s.name] = n_groups * cfg.tp
+        gpus_by_site[s.name] = n_groups * cfg.width
         nodes_by_site[s.name] = nodes
         p_w = site_power_w(problem, s.name, nodes, optic_w.get(s.name, 0.0))
         power_mw[s.name] = p_w / 1e6
@@ -276,7 +289,7 @@ def evaluate(
             Violation(
                 "gpus",
                 "job.gpus",
-                f"plan uses {cfg.gpus} GPUs (tp x pp x dp), job.gpus requires exactly {inst.job.gpus}",  # noqa: E501
+                f"plan uses {cfg.gpus} GPUs (tp x cp x ep x pp x dp), job.gpus requires exactly {inst.job.gpus}",  # noqa: E501
                 abs(cfg.gpus - inst.job.gpus),
             )
         )

@@ -8,10 +8,11 @@ everywhere at once. Nothing here depends on the evaluator or a backend.
 
 from __future__ import annotations
 
+import math
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 
-from placer.schema import Catalog, Job, Plan
+from placer.schema import Catalog, Job, ModelSpec, Plan
 
 if TYPE_CHECKING:
     from placer.io import Problem
@@ -45,18 +46,34 @@ class Config:
     overlap_grad_reduce: bool = True  # job.overlap: what the framework hides under compute
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = True
+    cp: int = 1  # context parallel: each sequence split over cp ranks (ring attention)
+    ep: int = 1  # expert parallel: a replica holds ep data-parallel ranks sharing the experts
+    expert_load_imbalance: float = 1.0  # busiest EP rank's tokens / the mean (job field)
+
+    @property
+    def width(self) -> int:
+        """GPUs of one replica at one stage: tp x cp x ep, consecutive ranks inside a site
+        (Megatron's tp-cp-ep-dp-pp order), so EP and CP never cross a site."""
+        return self.tp * self.cp * self.ep
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.width * self.pp * self.dp
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Megatron's --data-parallel-size: the dense layers' replicas, ep per replica."""
+        return self.dp * self.ep
 
     def label(self) -> str:
-        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}-{self.sync_mode}"
+        extra = (f"-cp{self.cp}" if self.cp > 1 else "") + (f"-ep{self.ep}" if self.ep > 1 else "")
+        return f"tp{self.tp}{extra}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}-{self.sync_mode}"
 
 
-def num_micro_batches(job: Job, micro_batch: int, dp: int) -> int:
-    """Micro-batches per replica and step: global_batch / (micro_batch x dp), at least one."""
-    return max(1, job.global_batch // (micro_batch * dp))
+def num_micro_batches(job: Job, micro_batch: int, dp: int, ep: int = 1) -> int:
+    """Micro-batches per replica and step: global_batch / (micro_batch x dp x ep), at
+    least one (a replica of expert-parallel degree ep runs ep sequences side by side)."""
+    return max(1, job.global_batch // (micro_batch * dp * ep))
 
 
 def job_config(
@@ -68,6 +85,8 @@ def job_config(
     num_micro: int,
     stage_layers: tuple[int, ...],
     sync_mode: str,
+    cp: int = 1,
+    ep: int = 1,
 ) -> Config:
     """A configuration with the job's recompute, precision, ZeRO and sync settings."""
     return Config(
@@ -87,7 +106,29 @@ def job_config(
         overlap_grad_reduce=job.overlap.grad_reduce,
         overlap_param_gather=job.overlap.param_gather,
         overlap_tp_comm=job.overlap.tp_comm,
+        cp=cp,
+        ep=ep,
+        expert_load_imbalance=job.expert_load_imbalance,
     )
+
+
+def cp_ep_problems(
+    model: ModelSpec, tp: int, cp: int, ep: int, sequence_parallel: bool
+) -> list[str]:
+    """Why a (tp, cp, ep) cannot run the model, as Megatron-Core would refuse it (empty:
+    it can): EP needs experts it divides; CP splits each sequence into 2 cp chunks (the
+    load-balanced causal split); MoE with TP > 1 needs sequence parallelism."""
+    out = []
+    e = model.moe
+    if ep > 1 and e is None:
+        out.append(f"ep={ep} needs a mixture-of-experts model ('{model.name}' is dense)")
+    if e is not None and e.experts % ep:
+        out.append(f"ep={ep} does not divide the {e.experts} experts")
+    if cp > 1 and model.seq_len % (2 * cp):
+        out.append(f"cp={cp}: seq_len {model.seq_len} is not divisible by 2 x cp")
+    if e is not None and tp > 1 and not sequence_parallel:
+        out.append(f"tp={tp} with MoE layers needs sequence_parallel (Megatron-Core)")
+    return out
 
 
 def sync_mode_of(problem: Problem, plan: Plan) -> str:
@@ -97,7 +138,7 @@ def sync_mode_of(problem: Problem, plan: Plan) -> str:
 def config_of(problem: Problem, plan: Plan) -> Config:
     """The configuration a plan runs (micro-batches derived when the plan leaves them out)."""
     job, par = problem.instance.job, plan.parallelism
-    m = par.num_micro_batches or num_micro_batches(job, par.micro_batch, par.dp)
+    m = par.num_micro_batches or num_micro_batches(job, par.micro_batch, par.dp, par.ep or 1)
     return job_config(
         job,
         par.tp,
@@ -107,6 +148,8 @@ def config_of(problem: Problem, plan: Plan) -> Config:
         m,
         tuple(plan.stage_layers),
         sync_mode_of(problem, plan),
+        par.cp or 1,
+        par.ep or 1,
     )
 
 
@@ -116,6 +159,30 @@ def config_of(problem: Problem, plan: Plan) -> Config:
 def tp_groups_per_node(gpus_per_node: int, tp: int) -> int:
     """TP groups stay inside one node: a node hosts gpus_per_node // tp of them."""
     return gpus_per_node // tp
+
+
+def replica_slots(gpus_per_node: int, tp: int, width: int) -> tuple[int, int]:
+    """How replica-stages of `width` = tp x cp x ep GPUs pack into nodes: (slots per block,
+    nodes per block). Narrower than a node: gpus_per_node // width per node; wider: whole
+    nodes, width / gpus_per_node of them (the width must be a multiple of the node). TP
+    stays inside a node. (0, 1) when it cannot be placed."""
+    if tp > gpus_per_node:
+        return 0, 1
+    if width <= gpus_per_node:
+        return gpus_per_node // width, 1
+    if width % gpus_per_node or gpus_per_node % tp:
+        return 0, 1
+    return 1, width // gpus_per_node
+
+
+def nodes_for(gpus_per_node: int, tp: int, width: int, replica_stages: int) -> int:
+    """Nodes that `replica_stages` replica-stages of the given width occupy at a site."""
+    per, block = replica_slots(gpus_per_node, tp, width)
+    if replica_stages <= 0:
+        return 0
+    if per == 0:
+        return math.ceil(replica_stages * width / gpus_per_node)
+    return math.ceil(replica_stages / per) * block
 
 
 def site_gpus_per_node(problem: Problem, site: str) -> int:

@@ -220,6 +220,65 @@ class Catalog(Strict):
 # ----------------------------------------------------------------------------- model
 
 
+class MoESpec(Strict):
+    """Mixture-of-experts FFN (Megatron-Core MoE: --num-experts, --moe-router-topk,
+    --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size, --moe-layer-freq)."""
+
+    experts: Int = Field(ge=1, le=hi("model_dim"), description="routed experts per MoE layer")
+    top_k: Int = Field(ge=1, le=hi("model_dim"), description="routed experts per token")
+    expert_ffn_hidden: Int = Field(ge=1, le=hi("model_dim"), description="FFN width of one expert")
+    shared_experts: Int = Field(
+        default=0, ge=0, le=hi("model_dim"), description="experts every token goes through"
+    )
+    shared_expert_ffn_hidden: Int | None = Field(
+        default=None,
+        ge=1,
+        le=hi("model_dim"),
+        description="width of one shared expert; null = expert_ffn_hidden",
+    )
+    first_dense_layers: Int = Field(
+        default=0,
+        ge=0,
+        le=hi("model_dim"),
+        description="leading layers with the dense FFN (ffn_hidden)",
+    )
+    layer_freq: Int = Field(
+        default=1,
+        ge=1,
+        le=hi("model_dim"),
+        description="after the dense layers, every layer_freq-th layer is MoE (the others dense)",
+    )
+    router: Literal["softmax", "sigmoid"] = Field(
+        default="softmax", description="router score function (--moe-router-score-function)"
+    )
+    router_expert_bias: bool = Field(
+        default=False,
+        description="auxiliary-loss-free balancing bias (DeepSeek-V3; --moe-router-enable-expert-bias)",  # noqa: E501
+    )
+
+    @model_validator(mode="after")
+    def _topk(self) -> MoESpec:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k: {self.top_k} exceeds experts ({self.experts})")
+        return self
+
+    @property
+    def shared_ffn(self) -> int:
+        return self.shared_experts * (self.shared_expert_ffn_hidden or self.expert_ffn_hidden)
+
+
+class MLASpec(Strict):
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank Q and joint KV compression."""
+
+    q_lora_rank: Int | None = Field(
+        default=None, ge=1, le=hi("model_dim"), description="null = no query compression"
+    )
+    kv_lora_rank: Int = Field(ge=1, le=hi("model_dim"))
+    qk_nope_head_dim: Int = Field(ge=1, le=hi("model_dim"))
+    qk_rope_head_dim: Int = Field(ge=0, le=hi("model_dim"))
+    v_head_dim: Int = Field(ge=1, le=hi("model_dim"))
+
+
 class ModelSpec(Strict):
     name: Name
     layers: Int = Field(ge=1, le=hi("model_dim"))
@@ -232,6 +291,13 @@ class ModelSpec(Strict):
         default=None, ge=1, le=hi("model_dim"), description="null = 4 * hidden"
     )
     gated_ffn: bool = False
+    head_dim: Int | None = Field(
+        default=None, ge=1, le=hi("model_dim"), description="per-head width; null = hidden / heads"
+    )
+    moe: MoESpec | None = Field(default=None, description="mixture-of-experts FFN; null = dense")
+    mla: MLASpec | None = Field(
+        default=None, description="multi-head latent attention (DeepSeek); null = MHA/GQA"
+    )
     vocab: Int = Field(ge=1, le=hi("model_dim"))
     seq_len: Int = Field(ge=1, le=hi("seq_len"))
     tied_embeddings: bool = False
@@ -247,6 +313,12 @@ class ModelSpec(Strict):
         le=hi("model_dim"),
         description="published parameter count, billions (for tests)",
     )
+    published_active_params_b: Num | None = Field(
+        default=None,
+        gt=0,
+        le=hi("model_dim"),
+        description="published parameters active per token (MoE), billions (for tests)",
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelSpec:
@@ -261,6 +333,23 @@ class ModelSpec(Strict):
     @property
     def kv(self) -> int:
         return self.kv_heads or self.heads
+
+    @property
+    def hd(self) -> int:
+        """Per-head width (Qwen3: 128 with 64 heads on hidden 4096, so q is wider than h)."""
+        return self.head_dim or self.hidden // self.heads
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Layer i (0-based) has the MoE FFN: after the dense ones, every layer_freq-th."""
+        e = self.moe
+        return (
+            e is not None
+            and i >= e.first_dense_layers
+            and (i - e.first_dense_layers) % e.layer_freq == 0
+        )
+
+    def moe_layers_in(self, first: int, count: int) -> int:
+        return sum(self.is_moe_layer(i) for i in range(first, first + count))
 
     @property
     def ffn(self) -> int:
@@ -375,8 +464,16 @@ class Parallelism(Strict):
     pp: Candidates | None = None
     dp: Candidates | None = None
     micro_batch: Candidates | None = None
+    cp: Candidates | None = Field(
+        default=None,
+        description="context-parallel degrees (ring attention inside a site); null = [1]",
+    )
+    ep: Candidates | None = Field(
+        default=None,
+        description="expert-parallel degrees (inside a site); null = [1] for a dense model, the powers of two dividing the expert count up to the largest scale-up domain for an MoE model",  # noqa: E501
+    )
 
-    @field_validator("tp", "pp", "dp", "micro_batch")
+    @field_validator("tp", "pp", "dp", "micro_batch", "cp", "ep")
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:
         if v is not None:
@@ -421,6 +518,12 @@ class Job(Strict):
         default=True, description="Megatron sequence parallelism with TP (--sequence-parallel)"
     )
     overlap: Overlap = Overlap()
+    expert_load_imbalance: Num = Field(
+        default=1.1,
+        ge=1.0,
+        le=hi("slowdown"),
+        description="MoE: tokens of the busiest expert-parallel rank / the mean; it scales the expert GEMMs, activations and all-to-all. assumption: 1.1, i.e. MaxVio = 0.1 in the metric of Wang et al. (arXiv 2408.15664), not a published per-rank figure for these models",  # noqa: E501
+    )
     sync: Sync = Sync()
     parallelism: Parallelism = Parallelism()
 
@@ -538,6 +641,15 @@ class PlanParallelism(Strict):
     dp: Int = Field(ge=1, le=hi("parallel_degree"))
     micro_batch: Int = Field(ge=1, le=hi("parallel_degree"))
     num_micro_batches: Int | None = Field(default=None, ge=1, le=hi("global_batch"))
+    cp: Int | None = Field(
+        default=None, ge=1, le=hi("parallel_degree"), description="context parallel; null = 1"
+    )
+    ep: Int | None = Field(
+        default=None,
+        ge=1,
+        le=hi("parallel_degree"),
+        description="expert parallel, null = 1; a replica is tp x cp x ep GPUs per stage and Megatron's data-parallel size is dp x ep",  # noqa: E501
+    )
 
 
 class ReplicaGroup(Strict):

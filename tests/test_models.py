@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from placer.io import load_model
-from placer.perf.flops import param_count
+from placer.perf.flops import (
+    active_param_count,
+    model_flops_per_step,
+    param_count,
+    stage_params,
+)
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 FILES = sorted(MODELS_DIR.glob("*.yaml"))
@@ -25,6 +30,12 @@ TINY_EXACT = {
     + 512,
     # head dim 64, 2 kv heads -> kv dim 128; SwiGLU has 3 matrices; tied embedding counted once
     "tiny-gqa": 4 * (2 * 512 * 512 + 2 * 512 * 128 + 3 * 512 * 1376 + 2 * 512) + 2048 * 512 + 512,
+    # layer 0 dense; layers 1-3: 8 experts of 2*256*256 and a 256x8 router
+    "tiny-moe": 4 * (4 * 256 * 256 + 2 * 256)
+    + 2 * 256 * 1024
+    + 3 * (8 * 2 * 256 * 256 + 256 * 8)
+    + 2 * 1024 * 256
+    + 256,
 }
 PUBLISHED = [n for n in NAMES if n not in TINY_EXACT]
 
@@ -65,12 +76,17 @@ def test_tiny_exact(name: str) -> None:
 
 
 def test_tiny_hand_values() -> None:
-    assert TINY_EXACT == {"tiny-4l": 3_672_320, "tiny-8l": 29_368_832, "tiny-gqa": 12_128_768}
+    assert TINY_EXACT == {
+        "tiny-4l": 3_672_320,
+        "tiny-8l": 29_368_832,
+        "tiny-gqa": 12_128_768,
+        "tiny-moe": 5_251_328,
+    }
 
 
 def _plain_gpt(name: str) -> bool:
     m = load_model(name)
-    return not m.gated_ffn and m.kv == m.heads and m.ffn == 4 * m.hidden
+    return not m.gated_ffn and m.kv == m.heads and m.ffn == 4 * m.hidden and m.moe is None
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if _plain_gpt(n)])
@@ -108,3 +124,66 @@ def test_llama3_shapes() -> None:
         m = load_model(name)
         assert (m.layers, m.hidden, m.ffn, m.heads, m.kv) == (layers, hidden, ffn, heads, 8)
         assert m.gated_ffn and not m.tied_embeddings and m.vocab == 128256
+
+
+# ----------------------------------------------------------------------------- MoE library
+
+# Published active counts, and whether the model card counts the input embedding (a lookup):
+# DeepSeek-V3's 37B and Qwen3's 22B and Mixtral's 39B do, GPT-OSS's 5.13B does not (its card
+# splits 5.13B into attention, MLP and the unembedding only).
+ACTIVE_WITH_EMBEDDING = {
+    "deepseek-v3": True,
+    "qwen3-235b-a22b": True,
+    "mixtral-8x22b": True,
+    "gpt-oss-120b": False,
+}
+# DeepSeek-V3 prints 37B for 37.55B (two significant figures: +1.5%)
+ACTIVE_TOLERANCE = {"deepseek-v3": 0.02}
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVE_WITH_EMBEDDING))
+def test_moe_total_within_1pct(name: str) -> None:
+    m = load_model(name)
+    assert m.moe is not None and m.published_params_b is not None
+    assert param_count(m) == pytest.approx(m.published_params_b * 1e9, rel=0.01)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVE_WITH_EMBEDDING))
+def test_moe_active_matches_card(name: str) -> None:
+    m = load_model(name)
+    assert m.published_active_params_b is not None
+    got = active_param_count(m, ACTIVE_WITH_EMBEDDING[name])
+    rel = got / (m.published_active_params_b * 1e9) - 1
+    assert abs(rel) <= ACTIVE_TOLERANCE.get(name, 0.01), f"{name}: {rel:+.2%}"
+
+
+def test_deepseek_v3_by_hand() -> None:
+    """Every part of DeepSeek-V3 written out from the released config (MLA, 3 dense layers,
+    58 MoE layers of 256 + 1 shared SwiGLU experts, sigmoid router, untied embeddings)."""
+    h, heads = 7168, 128
+    q = h * 1536 + 1536 + 1536 * heads * (128 + 64)
+    kv = h * (512 + 64) + 512 + 512 * heads * (128 + 128)
+    o = heads * 128 * h
+    attn = q + kv + o
+    expert = 3 * h * 2048
+    dense_layer = attn + 3 * h * 18432 + 2 * h
+    moe_layer = attn + 257 * expert + h * 256 + 2 * h
+    emb = 129280 * h
+    total = 3 * dense_layer + 58 * moe_layer + 2 * emb + h
+    m = load_model("deepseek-v3")
+    assert param_count(m) == total
+    active = 3 * dense_layer + 58 * (attn + 9 * expert + h * 256 + 2 * h) + 2 * emb + h
+    assert active_param_count(m) == active
+    # pp=2 split 30/31: the last stage's blocks are all MoE, the first holds the 3 dense
+    assert stage_params(m, 31, False, True, first_layer=30) == 31 * moe_layer + emb + h
+    assert stage_params(m, 30, True, False) == 3 * dense_layer + 27 * moe_layer + emb
+
+
+def test_moe_model_flops_are_six_active() -> None:
+    """Training FLOPs per token of an MoE model: 6 x the active (non-embedding) weights plus
+    Megatron's attention-core term, not 6 x all 671B."""
+    m = load_model("mixtral-8x22b")
+    per_token = model_flops_per_step(m, 1) / m.seq_len
+    matmul = active_param_count(m, with_embedding=False) - 2 * m.hidden * m.layers - m.hidden
+    core = 3 * m.layers * 4 * m.seq_len * m.hidden
+    assert per_token == pytest.approx(6 * matmul + core, rel=1e-12)

@@ -19,8 +19,8 @@ from placer.rules import (
     energy_usd_per_j,
     node_it_w,
     node_usd_per_s,
+    replica_slots,
     site_gpus_per_node,
-    tp_groups_per_node,
     waves_lost,
 )
 from placer.schema import Plan
@@ -139,12 +139,18 @@ def build_inner(
     sites = [s.name for s in inst.sites]
     budget = inst.objective.max_cost_usd
     groups, gpn_groups, nodes, node_w, pue, power = {}, {}, {}, {}, {}, {}
+    node_usd = {}
     for s in inst.sites:
         gpn = site_gpus_per_node(problem, s.name)
-        gpn_groups[s.name] = tp_groups_per_node(gpn, cfg.tp) if cfg.tp <= gpn else 0
-        nodes[s.name] = s.gpus // gpn
+        # a replica-stage is tp x cp x ep GPUs: several per node, or (wider than a node)
+        # a block of whole nodes; the formulations' "node" is then that block, so that
+        # their rows stay `groups per node x nodes >= replica-stages` (rules.replica_slots)
+        per, block = replica_slots(gpn, cfg.tp, cfg.width)
+        gpn_groups[s.name] = per
+        nodes[s.name] = s.gpus // gpn // block
         groups[s.name] = nodes[s.name] * gpn_groups[s.name]
-        node_w[s.name] = node_it_w(problem, s.name)
+        node_w[s.name] = node_it_w(problem, s.name) * block
+        node_usd[s.name] = node_usd_per_s(problem, s.name) * block
         pue[s.name] = s.pue
         power[s.name] = None if s.power_mw is None else s.power_mw * 1e6
     routes = sorted(net.routes)
@@ -223,7 +229,7 @@ def build_inner(
         site_groups_per_node=gpn_groups,
         site_nodes=nodes,
         site_node_w=node_w,
-        site_node_usd_per_s={s: node_usd_per_s(problem, s) for s in sites},
+        site_node_usd_per_s=node_usd,
         site_pue=pue,
         site_power_w=power,
         routes=routes,
@@ -341,6 +347,8 @@ def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan
                 "tp": cfg.tp,
                 "pp": cfg.pp,
                 "dp": cfg.dp,
+                **({"cp": cfg.cp} if cfg.cp > 1 else {}),
+                **({"ep": cfg.ep} if cfg.ep > 1 else {}),
                 "micro_batch": cfg.micro_batch,
                 "num_micro_batches": cfg.num_micro_batches,
             },

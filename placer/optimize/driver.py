@@ -37,7 +37,7 @@ from placer.optimize.milp import MilpInner
 from placer.optimize.quiet import absorb_highs_banner
 from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
 from placer.perf.step import Config, PerfModel
-from placer.rules import energy_usd_per_j, site_gpus_per_node, site_power_w, tp_groups_per_node
+from placer.rules import energy_usd_per_j, replica_slots, site_gpus_per_node, site_power_w
 from placer.schema import MAX_THREADS, Plan
 
 GREEDY_CONFIGS = 4  # configurations (best bounds first) that get a greedy incumbent
@@ -415,8 +415,9 @@ def min_usd_per_s(problem: Problem, cfg: Config) -> float:
     per_group = []
     for s in problem.instance.sites:
         gpn = site_gpus_per_node(problem, s.name)
-        if cfg.tp <= gpn:
-            per_group.append(site_power_w(problem, s.name, 1) / tp_groups_per_node(gpn, cfg.tp))
+        per, block = replica_slots(gpn, cfg.tp, cfg.width)
+        if per:
+            per_group.append(site_power_w(problem, s.name, block) / per)
     return cfg.pp * cfg.dp * min(per_group) * energy_usd_per_j(problem.catalog)
 
 

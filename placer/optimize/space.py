@@ -1,6 +1,6 @@
 """The search space: parallel configurations and the replica chain types of each.
 
-Configurations (tp, pp, dp, micro-batch, sync policy) are enumerated outside the
+Configurations (tp, cp, ep, pp, dp, micro-batch, sync policy) are enumerated outside the
 formulations and pruned by memory and by a lower bound against the incumbent.
 
 A chain type fixes the site of every stage of a replica. placer searches chains that
@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from placer.io import Problem
 from placer.perf.flops import config_stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, balanced_stage_layers
-from placer.rules import job_config, num_micro_batches, site_gpus_per_node, tp_groups_per_node
+from placer.rules import (
+    cp_ep_problems,
+    job_config,
+    num_micro_batches,
+    replica_slots,
+    site_gpus_per_node,
+)
 
 GB = 1e9
 
@@ -60,12 +66,24 @@ class SpaceReport:
         self.best_time_lb_s = min(self.best_time_lb_s, lower_bound_s)
 
 
-def site_group_capacity(problem: Problem, site: str, tp: int) -> int:
+def site_group_capacity(problem: Problem, site: str, tp: int, width: int | None = None) -> int:
+    """Replica-stages of `width` = tp x cp x ep GPUs (default: tp) the site can host."""
     s = problem.instance.site(site)
     gpn = site_gpus_per_node(problem, site)
-    if tp > gpn:
-        return 0
-    return (s.gpus // gpn) * tp_groups_per_node(gpn, tp)
+    per, block = replica_slots(gpn, tp, width or tp)
+    return (s.gpus // gpn // block) * per
+
+
+def ep_candidates(problem: Problem, max_gpn: int) -> list[int]:
+    """job.parallelism.ep, else [1] for a dense model and, for an MoE model, the powers of
+    two that divide the expert count up to the largest scale-up domain (larger EP over the
+    NICs only when listed)."""
+    par, moe = problem.instance.job.parallelism, problem.model.moe
+    if par.ep:
+        return sorted(set(par.ep))
+    if moe is None:
+        return [1]
+    return [e for e in powers_of_two_upto(min(moe.experts, max_gpn)) if moe.experts % e == 0]
 
 
 def enumerate_configs(problem: Problem, report: SpaceReport | None = None) -> list[Config]:
@@ -77,38 +95,63 @@ def enumerate_configs(problem: Problem, report: SpaceReport | None = None) -> li
     tps = par.tp or powers_of_two_upto(max_gpn)
     pps = par.pp or divisors(model.layers)
     mbs = par.micro_batch or [1, 2, 4]
+    cps = sorted(set(par.cp or [1]))
+    eps = ep_candidates(problem, max_gpn)
     out: list[Config] = []
     for tp in sorted(set(tps)):
         if model.heads % tp or model.kv % tp and tp % model.kv:
             report.drop(f"tp={tp} does not divide the attention heads")
             continue
-        groups = sum(site_group_capacity(problem, s.name, tp) for s in inst.sites)
-        if groups == 0:
-            report.drop(f"tp={tp} fits no node")
-            continue
-        for pp in sorted(set(pps)):
-            if pp > model.layers:
-                report.drop(f"pp={pp} exceeds {model.layers} layers")
+        for cp, ep in itertools.product(cps, eps):
+            why = cp_ep_problems(model, tp, cp, ep, job.sequence_parallel)
+            if why:
+                report.drop(why[0])
                 continue
-            layers = balanced_stage_layers(model.layers, pp)
-            for b in sorted(set(mbs)):
-                if job.global_batch % b:
+            out += _configs_for(problem, report, tp, cp, ep, pps, mbs)
+    return out
+
+
+def _configs_for(
+    problem: Problem,
+    report: SpaceReport,
+    tp: int,
+    cp: int,
+    ep: int,
+    pps: list[int],
+    mbs: list[int],
+) -> list[Config]:
+    inst, model = problem.instance, problem.model
+    job = inst.job
+    par = job.parallelism
+    width = tp * cp * ep
+    out: list[Config] = []
+    groups = sum(site_group_capacity(problem, s.name, tp, width) for s in inst.sites)
+    if groups == 0:
+        report.drop(f"tp={tp}" + (f" x cp={cp} x ep={ep}" if width > tp else "") + " fits no node")
+        return out
+    for pp in sorted(set(pps)):
+        if pp > model.layers:
+            report.drop(f"pp={pp} exceeds {model.layers} layers")
+            continue
+        layers = balanced_stage_layers(model.layers, pp)
+        for b in sorted(set(mbs)):
+            if job.global_batch % (b * ep):
+                continue
+            dps = par.dp or divisors(job.global_batch // (b * ep))
+            for dp in sorted(set(dps)):
+                report.considered += 1
+                if (job.global_batch // b) % (dp * ep):
+                    report.drop("global_batch not divisible by micro_batch x dp x ep")
                     continue
-                dps = par.dp or divisors(job.global_batch // b)
-                for dp in sorted(set(dps)):
-                    report.considered += 1
-                    if (job.global_batch // b) % dp:
-                        report.drop("global_batch not divisible by micro_batch x dp")
-                        continue
-                    if pp * dp > groups:
-                        report.drop("more GPUs than the sites offer")
-                        continue
-                    if job.gpus is not None and tp * pp * dp != job.gpus:
-                        report.drop("tp x pp x dp differs from job.gpus")
-                        continue
-                    m = num_micro_batches(job, b, dp)
-                    for mode in job.sync.modes:
-                        out.append(job_config(job, tp, pp, dp, b, m, layers, mode))
+                if pp * dp > groups:
+                    report.drop("more GPUs than the sites offer")
+                    continue
+                if job.gpus is not None and width * pp * dp != job.gpus:
+                    report.drop("tp x cp x ep x pp x dp differs from job.gpus")
+                    continue
+                m = num_micro_batches(job, b, dp, ep)
+                for mode in job.sync.modes:
+                    out.append(job_config(job, tp, pp, dp, b, m, layers, mode, cp, ep))
     return out
 
 
@@ -124,7 +167,9 @@ def chain_types(
     """Every contiguous-block chain of at most K sites that fits in memory and is routable."""
     inst = problem.instance
     k_max = inst.solver.max_sites_per_replica
-    sites = [s.name for s in inst.sites if site_group_capacity(problem, s.name, cfg.tp) > 0]
+    sites = [
+        s.name for s in inst.sites if site_group_capacity(problem, s.name, cfg.tp, cfg.width) > 0
+    ]
     fits: dict[tuple[int, str], bool] = {}
     for s in sites:
         gpu = inst.site(s).gpu

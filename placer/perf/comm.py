@@ -28,6 +28,9 @@ __all__ = [
     "all_gather_s",
     "tree_allreduce_s",
     "hierarchical_allreduce_s",
+    "all_to_all_s",
+    "two_level_all_to_all_s",
+    "ring_attention_kv_s",
     "ring_fault_free_s",
     "ring_degraded_s",
     "allreduce_lower_bound_s",
@@ -199,6 +202,65 @@ def hierarchical_allreduce_s(
     k = k_sites
     inter = 2 * (k - 1) / k * nbytes / wan_bw + 2 * (k - 1) * wan_alpha_s
     return intra + inter
+
+
+def all_to_all_s(n: int, nbytes: float, bandwidth_Bps: float, alpha_s: float = 0.0) -> float:
+    """All-to-all where each of `n` members sends `nbytes` in total, nbytes/n to every
+    member (itself included, which costs nothing): (n-1)/n * S/bw + (n-1)*alpha.
+
+    Pairwise-exchange model (NCCL runs it as n-1 concurrent send/recv pairs per member):
+    the member's link carries (n-1)/n of its bytes each way; one start-up per peer. This
+    is MoE token dispatch and combine over an expert-parallel group.
+    """
+    _check_collective(n, nbytes, bandwidth_Bps, alpha_s)
+    if n <= 1:
+        return 0.0
+    return (n - 1) / n * nbytes / bandwidth_Bps + (n - 1) * alpha_s
+
+
+def two_level_all_to_all_s(
+    n: int,
+    q: int,
+    nbytes: float,
+    local_bw: float,
+    remote_bw: float,
+    local_alpha_s: float = 0.0,
+    remote_alpha_s: float = 0.0,
+) -> float:
+    """All-to-all over `n` members of which `q` share a scale-up domain (NVLink) with each
+    sender: the (q-1)/n local share on NVLink and the (n-q)/n remote share on the NIC run
+    at the same time, so the slower of the two sets the time.
+
+        T = max( (q-1)/n S/local_bw + (q-1) a_l,  (n-q)/n S/remote_bw + (n-q) a_r )
+
+    q = n is all_to_all_s on NVLink; q = 1 is all_to_all_s on the NIC.
+    """
+    _check_members("n", n, 0)
+    _check_members("q", q, 1)
+    _require(q <= max(n, 1), f"q ({q}) must not exceed n ({n})")
+    _check_nonneg("nbytes", nbytes)
+    _check_pos("local_bw", local_bw)
+    _check_pos("remote_bw", remote_bw)
+    if n <= 1:
+        return 0.0
+    local = (q - 1) / n * nbytes / local_bw + (q - 1) * local_alpha_s
+    remote = (n - q) / n * nbytes / remote_bw + (n - q) * remote_alpha_s
+    return max(local, remote)
+
+
+def ring_attention_kv_s(
+    cp: int, chunk_bytes: float, bandwidth_Bps: float, alpha_s: float = 0.0
+) -> float:
+    """Ring attention's KV exchange of one forward pass of one layer: cp-1 steps, each
+    passing the rank's K and V chunk (`chunk_bytes`) to the next rank while it computes
+    attention on the chunk it holds (Liu et al., arXiv 2310.01889; Megatron-Core / Transformer
+    Engine context parallelism): (cp-1) (alpha + chunk/bw). The caller overlaps it with the
+    attention core; the backward pass sends KV and its gradient, twice the bytes.
+    """
+    _check_collective(cp, chunk_bytes, bandwidth_Bps, alpha_s)
+    if cp <= 1:
+        return 0.0
+    return (cp - 1) * (alpha_s + chunk_bytes / bandwidth_Bps)
 
 
 # --------------------------------------------------------------------------- OptCC model

@@ -21,6 +21,19 @@ operators"; Calculon, Isaev et al. SC'23, does the same):
   unless full recompute already replays them. A catalog fraction of it hides under
   compute when the job overlaps TP communication (Transformer Engine userbuffers).
 
+Mixture-of-experts layers (expert parallelism `ep`, expert tensor parallelism 1 as the
+DeepSeek-V3 / Qwen3 Megatron recipes run): the router and the routed experts see the
+rank's sequence-parallel share of the tokens (b s / (cp t)); each routed token-expert pair
+lands on one EP rank, E/ep experts per rank, and the busiest rank gets `load_imbalance` x
+the mean (a grouped GEMM per local expert); shared experts run tensor-parallel like the
+dense FFN. Token dispatch and combine are an all-to-all each, forward and backward (and in
+the recomputed forward under full recompute), not overlapped (Megatron's default; its
+--overlap-moe-expert-parallel-comm is not modelled). Context parallelism `cp` splits each
+sequence over cp ranks: every operator sees b s / cp tokens while the attention core keeps
+the full key length, and ring attention passes KV chunks around the cp ring (cp - 1 steps
+forward, KV and its gradient backward), hidden under the attention core of the same layer
+as Transformer Engine pipelines it; only the excess is exposed.
+
 Backward GEMMs and memory-bound operators cost twice their forward (the input and the
 weight gradient; read the output gradient and the saved input, write the input
 gradient); recompute adds a forward of what it recomputes (everything under full, the
@@ -32,8 +45,10 @@ check it by hand arithmetic.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+from placer.perf.flops import attention_core_flops_per_token, q_dim, v_dim
 from placer.schema import GpuSpec, ModelSpec
 
 BYTES_BF16 = 2
@@ -73,14 +88,31 @@ class StageOps:
     tp_fwd: float  # exposed (not overlapped) tensor-parallel communication
     tp_bwd: float
     tp_hidden: float  # tensor-parallel communication hidden under compute (fwd + bwd)
+    ep_fwd: float = 0.0  # expert-parallel all-to-all (dispatch + combine), exposed
+    ep_bwd: float = 0.0
+    cp_fwd: float = 0.0  # ring attention's KV exchange not hidden under the attention core
+    cp_bwd: float = 0.0
+    cp_hidden: float = 0.0
 
     @property
     def fwd(self) -> float:
-        return self.gemm_fwd + self.attn_fwd + self.mem_fwd + self.tp_fwd
+        return (
+            self.gemm_fwd + self.attn_fwd + self.mem_fwd + self.tp_fwd + self.ep_fwd + self.cp_fwd
+        )
 
     @property
     def bwd(self) -> float:
-        return self.gemm_bwd + self.attn_bwd + self.mem_bwd + self.tp_bwd
+        return (
+            self.gemm_bwd + self.attn_bwd + self.mem_bwd + self.tp_bwd + self.ep_bwd + self.cp_bwd
+        )
+
+    @property
+    def ep_exposed(self) -> float:
+        return self.ep_fwd + self.ep_bwd
+
+    @property
+    def cp_exposed(self) -> float:
+        return self.cp_fwd + self.cp_bwd
 
     @property
     def matmul(self) -> float:
@@ -99,17 +131,78 @@ class StageOps:
 # ----------------------------------------------------------------------------- GEMMs
 
 
-def layer_gemms(m: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
-    """The four weight GEMMs of one block on one tensor-parallel rank (Megatron's column-
-    parallel QKV and FFN-in, row-parallel projection and FFN-out)."""
-    h, kv_dim = m.hidden, m.kv * (m.hidden // m.heads)
-    ffn_in = (2 if m.gated_ffn else 1) * m.ffn
-    return [
-        Gemm("qkv", tokens, (h + 2 * kv_dim) // tp, h),
-        Gemm("attn_proj", tokens, h, h // tp),
-        Gemm("ffn_in", tokens, ffn_in // tp, h),
-        Gemm("ffn_out", tokens, h, m.ffn // tp),
+def attention_gemms(m: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
+    """The attention weight GEMMs of one block on one tensor-parallel rank (Megatron's
+    column-parallel QKV, row-parallel projection). MLA: the query and joint-KV down
+    projections are replicated over tp (Megatron-Core does not split them), the up
+    projections column-parallel."""
+    h = m.hidden
+    if m.mla is None:
+        return [
+            Gemm("qkv", tokens, (q_dim(m) + 2 * m.kv * m.hd) // tp, h),
+            Gemm("attn_proj", tokens, h, v_dim(m) // tp),
+        ]
+    a = m.mla
+    out = []
+    if a.q_lora_rank is None:
+        out.append(Gemm("q", tokens, q_dim(m) // tp, h))
+    else:
+        out += [
+            Gemm("q_down", tokens, a.q_lora_rank, h),
+            Gemm("q_up", tokens, q_dim(m) // tp, a.q_lora_rank),
+        ]
+    out += [
+        Gemm("kv_down", tokens, a.kv_lora_rank + a.qk_rope_head_dim, h),
+        Gemm("kv_up", tokens, m.heads * (a.qk_nope_head_dim + a.v_head_dim) // tp, a.kv_lora_rank),
+        Gemm("attn_proj", tokens, h, v_dim(m) // tp),
     ]
+    return out
+
+
+def ffn_gemms(m: ModelSpec, tokens: int, tp: int, width: int) -> list[Gemm]:
+    """A (gated) FFN of `width`, column-parallel in, row-parallel out."""
+    ffn_in = (2 if m.gated_ffn else 1) * width
+    return [
+        Gemm("ffn_in", tokens, ffn_in // tp, m.hidden),
+        Gemm("ffn_out", tokens, m.hidden, width // tp),
+    ]
+
+
+def layer_gemms(m: ModelSpec, tokens: int, tp: int) -> list[Gemm]:
+    """The weight GEMMs of one dense block on one tensor-parallel rank."""
+    return attention_gemms(m, tokens, tp) + ffn_gemms(m, tokens, tp, m.ffn)
+
+
+def moe_tokens_per_rank(tokens: int, tp: int) -> float:
+    """Tokens one rank routes in an MoE layer: its sequence-parallel share (Megatron
+    requires sequence parallelism for MoE with TP > 1; expert TP is 1)."""
+    return tokens / tp
+
+
+def moe_ffn_s(
+    gpu: GpuSpec, m: ModelSpec, tokens: int, tp: int, ep: int, load_imbalance: float, precision: str
+) -> float:
+    """Forward time of an MoE layer's FFN on one rank: router, routed experts (E/ep local
+    experts, the busiest rank's load), shared experts (tensor-parallel)."""
+    e = m.moe
+    assert e is not None
+    n_tok = moe_tokens_per_rank(tokens, tp)
+    t = gemm_s(gpu, Gemm("router", max(1, round(n_tok)), e.experts, m.hidden), precision)
+    local = max(1, e.experts // ep)
+    pairs = n_tok * e.top_k * load_imbalance
+    per_expert = max(1, math.ceil(pairs / local))
+    for g in ffn_gemms(m, per_expert, 1, e.expert_ffn_hidden):
+        t += local * gemm_s(gpu, g, precision)
+    if e.shared_ffn:
+        t += sum(gemm_s(gpu, g, precision) for g in ffn_gemms(m, tokens, tp, e.shared_ffn))
+    return t
+
+
+def moe_dispatch_bytes(m: ModelSpec, tokens: int, tp: int, load_imbalance: float) -> float:
+    """Bytes one rank sends in one all-to-all (dispatch or combine): top_k copies of each
+    of its tokens' h bf16 values; the busiest rank receives load_imbalance x the mean."""
+    assert m.moe is not None
+    return moe_tokens_per_rank(tokens, tp) * m.moe.top_k * m.hidden * BYTES_BF16 * load_imbalance
 
 
 def lm_head_gemm(m: ModelSpec, tokens: int, tp: int) -> Gemm:
@@ -131,8 +224,9 @@ def gemm_s(gpu: GpuSpec, g: Gemm, precision: str) -> float:
 
 def attention_core_s(gpu: GpuSpec, m: ModelSpec, tokens: int, tp: int) -> float:
     """Forward time of Q K^T, softmax and attention x V of one block on one rank (heads
-    split over tp), counted as Megatron does: 4 s h FLOPs per token."""
-    flops = 4.0 * tokens * m.seq_len * m.hidden / tp
+    split over tp), counted as Megatron does: 4 s h FLOPs per token (2 s (q_dim + v_dim)),
+    against the full key length s (with context parallelism `tokens` is the rank's s/cp)."""
+    flops = tokens * attention_core_flops_per_token(m, m.seq_len) / tp
     return flops / (gpu.peak_tflops_bf16 * 1e12 * gpu.attention_efficiency)
 
 
@@ -140,7 +234,13 @@ def attention_core_s(gpu: GpuSpec, m: ModelSpec, tokens: int, tp: int) -> float:
 
 
 def layer_memory_bytes(
-    m: ModelSpec, tokens: int, tp: int, sequence_parallel: bool, rotary: bool
+    m: ModelSpec,
+    tokens: int,
+    tp: int,
+    sequence_parallel: bool,
+    rotary: bool,
+    moe: bool = False,
+    load_imbalance: float = 1.0,
 ) -> float:
     """Forward bytes the memory-bound operators of one block read and write on one rank.
 
@@ -149,11 +249,19 @@ def layer_memory_bytes(
     7h each), the activation (GELU reads and writes the ffn-wide tensor: 4 ffn; SwiGLU
     reads two and writes one: 6 ffn), rotary (read and write q and k: 4 (h + kv_dim)).
     Norms and dropouts run on s/t tokens under sequence parallelism, on all s otherwise;
-    the activation and rotary act on the rank's head / ffn slice."""
-    h, kv_dim = m.hidden, m.kv * (m.hidden // m.heads)
+    the activation and rotary act on the rank's head / ffn slice. An MoE layer's
+    activation runs on top_k x load_imbalance expert widths per token plus the shared
+    experts', and the dispatcher permutes and un-permutes top_k copies of each token
+    (read + write h each way)."""
+    h, kv_dim = m.hidden, m.kv * m.hd
     per_seq_token = 2 * 2 * h * BYTES_BF16 + 2 * (3 * h * BYTES_BF16 + h * BYTES_MASK)
-    act = (3 if m.gated_ffn else 2) * m.ffn * BYTES_BF16
-    rot = 2 * (h + kv_dim) * BYTES_BF16 if rotary else 0  # read + write
+    width = m.ffn
+    permute = 0.0
+    if moe and m.moe is not None:
+        width = m.moe.top_k * load_imbalance * m.moe.expert_ffn_hidden + m.moe.shared_ffn
+        permute = 2 * 2 * m.moe.top_k * load_imbalance * h * BYTES_BF16
+    act = (3 if m.gated_ffn else 2) * width * BYTES_BF16 + permute
+    rot = 2 * (q_dim(m) + kv_dim) * BYTES_BF16 if rotary else 0  # read + write
     return tokens * (per_seq_token / (tp if sequence_parallel else 1) + (act + rot) / tp)
 
 
@@ -182,33 +290,62 @@ def stage_ops(
     sequence_parallel: bool,
     tp_allreduce_s: float,
     tp_overlap: float,
+    *,
+    first_layer: int = 0,
+    cp: int = 1,
+    ep: int = 1,
+    a2a_s: float = 0.0,
+    cp_ring_s: float = 0.0,
+    load_imbalance: float = 1.0,
 ) -> StageOps:
-    """Operator times of one micro-batch on a stage of `layers` blocks; `tp_allreduce_s`
-    is one all-reduce of the b s h activations over the tp group, `tp_overlap` the fraction
-    of TP communication hidden under compute (0 when the job does not overlap it)."""
-    tokens = micro_batch * m.seq_len
-    gemm_layer = sum(gemm_s(gpu, g, precision) for g in layer_gemms(m, tokens, tp))
+    """Operator times of one micro-batch on a stage of `layers` blocks starting at block
+    `first_layer`; `tp_allreduce_s` is one all-reduce of the rank's b s h / cp activations
+    over the tp group, `tp_overlap` the fraction of TP communication hidden under compute
+    (0 when the job does not overlap it), `a2a_s` one expert-parallel all-to-all of an MoE
+    layer, `cp_ring_s` one forward pass of ring attention's KV around the cp ring."""
+    tokens = micro_batch * m.seq_len // cp
+    n_moe = m.moe_layers_in(first_layer, layers)
+    n_dense = layers - n_moe
+    attn_gemm = sum(gemm_s(gpu, g, precision) for g in attention_gemms(m, tokens, tp))
+    dense_ffn = sum(gemm_s(gpu, g, precision) for g in ffn_gemms(m, tokens, tp, m.ffn))
+    moe_ffn = moe_ffn_s(gpu, m, tokens, tp, ep, load_imbalance, precision) if n_moe else 0.0
+    gemm_blocks = layers * attn_gemm + n_dense * dense_ffn + n_moe * moe_ffn
     attn_layer = attention_core_s(gpu, m, tokens, tp)
-    mem_layer = hbm_s(gpu, layer_memory_bytes(m, tokens, tp, sequence_parallel, m.rotary))
+    mem_dense = hbm_s(gpu, layer_memory_bytes(m, tokens, tp, sequence_parallel, m.rotary))
+    mem_moe = (
+        hbm_s(
+            gpu,
+            layer_memory_bytes(m, tokens, tp, sequence_parallel, m.rotary, True, load_imbalance),
+        )
+        if n_moe
+        else 0.0
+    )
+    mem_blocks = n_dense * mem_dense + n_moe * mem_moe
     head = gemm_s(gpu, lm_head_gemm(m, tokens, tp), precision) if last else 0.0
     loss = hbm_s(gpu, loss_memory_bytes(m, tokens, tp)) if last else 0.0
 
-    gemm_fwd = layers * gemm_layer + head
+    gemm_fwd = gemm_blocks + head
     attn_fwd = layers * attn_layer
-    mem_fwd = layers * mem_layer + loss
+    mem_fwd = mem_blocks + loss
     gemm_bwd, attn_bwd, mem_bwd = 2 * gemm_fwd, 2 * attn_fwd, 2 * mem_fwd
     n_fwd_ar, n_bwd_ar = 2.0, 2.0
+    n_bwd_a2a = 2.0
+    cp_bwd_raw = layers * max(0.0, 2 * cp_ring_s - 2 * attn_layer)  # KV + dKV under 2x core
     if recompute == "full":  # one more forward of every block (not the LM head)
-        gemm_bwd += layers * gemm_layer
+        gemm_bwd += gemm_blocks
         attn_bwd += attn_fwd
-        mem_bwd += layers * mem_layer
+        mem_bwd += mem_blocks
         n_bwd_ar += 2
+        n_bwd_a2a += 2
+        cp_bwd_raw += layers * max(0.0, cp_ring_s - attn_layer)
     elif recompute == "selective":  # the attention core only (Korthikanti et al.)
         attn_bwd += attn_fwd
     if sequence_parallel and tp > 1 and recompute != "full":
         n_bwd_ar += 1  # 2 all-gathers of the column-parallel inputs repeated in backward
     tp_f, tp_b = layers * n_fwd_ar * tp_allreduce_s, layers * n_bwd_ar * tp_allreduce_s
     keep = 1.0 - tp_overlap
+    cp_fwd = layers * max(0.0, cp_ring_s - attn_layer)
+    cp_total = layers * cp_ring_s * (3 + (1 if recompute == "full" else 0))
     return StageOps(
         gemm_fwd,
         gemm_bwd,
@@ -219,6 +356,11 @@ def stage_ops(
         keep * tp_f,
         keep * tp_b,
         tp_overlap * (tp_f + tp_b),
+        ep_fwd=n_moe * 2 * a2a_s,
+        ep_bwd=n_moe * n_bwd_a2a * a2a_s,
+        cp_fwd=cp_fwd,
+        cp_bwd=cp_bwd_raw,
+        cp_hidden=cp_total - cp_fwd - cp_bwd_raw,
     )
 
 

@@ -16,19 +16,91 @@ from placer.schema import ModelSpec
 BYTES_BF16 = 2
 
 
+def q_dim(m: ModelSpec) -> int:
+    """Width of the concatenated queries (heads x per-head query/key width)."""
+    if m.mla is not None:
+        return m.heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
+    return m.heads * m.hd
+
+
+def v_dim(m: ModelSpec) -> int:
+    """Width of the concatenated attention outputs (the input of the output projection)."""
+    return m.heads * (m.mla.v_head_dim if m.mla is not None else m.hd)
+
+
+def kv_exchange_width(m: ModelSpec) -> int:
+    """Values per token of the K and V that context parallelism's ring passes on: 2 kv_dim
+    with GQA; with MLA the decompressed per-head K (nope + rope) and V, as Megatron-Core's
+    MLA with CP exchanges them (its KV is up-projected before the core attention)."""
+    if m.mla is not None:
+        return q_dim(m) + v_dim(m)
+    return 2 * m.kv * m.hd
+
+
 def attention_params(m: ModelSpec) -> int:
-    """Q and O are h x h; K and V are h x (kv_heads * head_dim)."""
-    kv_dim = m.kv * (m.hidden // m.heads)
-    return 2 * m.hidden * m.hidden + 2 * m.hidden * kv_dim
+    """Q (h x heads*hd), K and V (h x kv_heads*hd each), O (heads*hd x h). With MLA
+    (DeepSeek-V2/V3, arXiv 2405.04434 section 2.1): the query down/up projections and their
+    norm, the joint KV down projection (latent + the shared rope key) and its norm, the KV
+    up projection to the per-head no-rope key and value, and the output projection."""
+    h = m.hidden
+    if m.mla is None:
+        return h * q_dim(m) + 2 * h * m.kv * m.hd + v_dim(m) * h
+    a = m.mla
+    q = (
+        h * q_dim(m)
+        if a.q_lora_rank is None
+        else h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * q_dim(m)
+    )
+    kv = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
+    kv += a.kv_lora_rank * m.heads * (a.qk_nope_head_dim + a.v_head_dim)
+    return q + kv + v_dim(m) * h
 
 
 def ffn_params(m: ModelSpec) -> int:
+    """The dense FFN (every layer of a dense model, the dense layers of an MoE model)."""
     return (3 if m.gated_ffn else 2) * m.hidden * m.ffn
 
 
-def layer_params(m: ModelSpec) -> int:
-    """One transformer block: attention, FFN and its two norms (biases are ignored)."""
-    return attention_params(m) + ffn_params(m) + 2 * m.hidden
+def expert_params(m: ModelSpec) -> int:
+    """One routed expert: an FFN of width expert_ffn_hidden (gated like the dense FFN)."""
+    assert m.moe is not None
+    return (3 if m.gated_ffn else 2) * m.hidden * m.moe.expert_ffn_hidden
+
+
+def shared_expert_params(m: ModelSpec) -> int:
+    assert m.moe is not None
+    return (3 if m.gated_ffn else 2) * m.hidden * m.moe.shared_ffn
+
+
+def router_params(m: ModelSpec) -> int:
+    assert m.moe is not None
+    return m.hidden * m.moe.experts
+
+
+def moe_ffn_params(m: ModelSpec, active: bool = False) -> int:
+    """An MoE layer's FFN: routed experts (all, or the top-k a token uses), shared experts,
+    router."""
+    assert m.moe is not None
+    n = m.moe.top_k if active else m.moe.experts
+    return n * expert_params(m) + shared_expert_params(m) + router_params(m)
+
+
+def layer_params(m: ModelSpec, i: int = 0, active: bool = False) -> int:
+    """Transformer block i: attention, its FFN (dense or MoE) and two norms (no biases)."""
+    ffn = moe_ffn_params(m, active) if m.is_moe_layer(i) else ffn_params(m)
+    return attention_params(m) + ffn + 2 * m.hidden
+
+
+def layers_params(m: ModelSpec, first: int, count: int, active: bool = False) -> int:
+    return sum(layer_params(m, i, active) for i in range(first, first + count))
+
+
+def expert_layer_params(m: ModelSpec, first: int, count: int) -> int:
+    """Routed-expert parameters of blocks first..first+count-1: what expert parallelism
+    shards (shared experts and router stay with the dense part, as in Megatron-Core)."""
+    if m.moe is None:
+        return 0
+    return m.moe_layers_in(first, count) * m.moe.experts * expert_params(m)
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -41,13 +113,22 @@ def output_params(m: ModelSpec) -> int:
 
 
 def param_count(m: ModelSpec) -> int:
-    return m.layers * layer_params(m) + embedding_params(m) + output_params(m)
+    return layers_params(m, 0, m.layers) + embedding_params(m) + output_params(m)
 
 
-def stage_params(m: ModelSpec, layers: int, first: bool, last: bool) -> int:
-    """Parameters a pipeline stage holds. With tied embeddings both ends hold the matrix
-    (Megatron keeps a copy on the last stage and all-reduces its gradient)."""
-    n = layers * layer_params(m)
+def active_param_count(m: ModelSpec, with_embedding: bool = True) -> int:
+    """Parameters one token uses: top-k routed experts instead of all. Model cards differ
+    on the input embedding (a lookup, no FLOPs): DeepSeek-V3's 37B counts it, GPT-OSS's
+    5.1B does not (`with_embedding`)."""
+    n = layers_params(m, 0, m.layers, active=True) + output_params(m)
+    return n + (embedding_params(m) if with_embedding else 0)
+
+
+def stage_params(m: ModelSpec, layers: int, first: bool, last: bool, first_layer: int = 0) -> int:
+    """Parameters a pipeline stage holds (its blocks start at `first_layer`). With tied
+    embeddings both ends hold the matrix (Megatron keeps a copy on the last stage and
+    all-reduces its gradient)."""
+    n = layers_params(m, first_layer, layers)
     if first:
         n += embedding_params(m)
     if last:
@@ -55,14 +136,16 @@ def stage_params(m: ModelSpec, layers: int, first: bool, last: bool) -> int:
     return n
 
 
-def layer_matmul_flops_per_token(m: ModelSpec) -> float:
-    """Forward FLOPs of one block's weight matmuls for one token (2 per multiply-add)."""
-    return 2.0 * (attention_params(m) + ffn_params(m))
+def layer_matmul_flops_per_token(m: ModelSpec, i: int = 0) -> float:
+    """Forward FLOPs of block i's weight matmuls for one token (2 per multiply-add); an MoE
+    block counts the top-k experts a token goes through, the shared experts, the router."""
+    return 2.0 * (layer_params(m, i, active=True) - 2 * m.hidden)
 
 
 def attention_core_flops_per_token(m: ModelSpec, seq_len: int) -> float:
-    """Q K^T and attention x V: 2 * 2 * s * h per token (full, as Megatron counts)."""
-    return 4.0 * seq_len * m.hidden
+    """Q K^T and attention x V: 2 s (q_dim + v_dim) per token, which is Megatron's full
+    4 s h when heads x head_dim = h (MLA: 192-wide query/key heads, 128-wide values)."""
+    return 2.0 * seq_len * (q_dim(m) + v_dim(m))
 
 
 def logits_flops_per_token(m: ModelSpec) -> float:
@@ -82,28 +165,35 @@ class StageFlops:
 
 
 def stage_flops(
-    m: ModelSpec, layers: int, last: bool, micro_batch: int, recompute: str
+    m: ModelSpec,
+    layers: int,
+    last: bool,
+    micro_batch: int,
+    recompute: str,
+    first_layer: int = 0,
 ) -> StageFlops:
     s = m.seq_len
     tokens = micro_batch * s
-    matmul = layer_matmul_flops_per_token(m)
-    core = attention_core_flops_per_token(m, s)
-    fwd_layer = matmul + core
-    fwd = tokens * (layers * fwd_layer + (logits_flops_per_token(m) if last else 0.0))
+    matmul = sum(
+        layer_matmul_flops_per_token(m, i) for i in range(first_layer, first_layer + layers)
+    )
+    core = layers * attention_core_flops_per_token(m, s)
+    fwd_blocks = matmul + core
+    fwd = tokens * (fwd_blocks + (logits_flops_per_token(m) if last else 0.0))
     bwd = 2.0 * fwd
     if recompute == "full":
-        bwd += tokens * layers * fwd_layer  # one more forward of every block (not the logits)
+        bwd += tokens * fwd_blocks  # one more forward of every block (not the logits)
     elif recompute == "selective":
-        bwd += tokens * layers * core  # only the attention core is recomputed (Korthikanti et al.)
+        bwd += tokens * core  # only the attention core is recomputed (Korthikanti et al.)
     return StageFlops(forward=fwd, backward=bwd)
 
 
 def model_flops_per_step(m: ModelSpec, global_batch: int) -> float:
-    """Model FLOPs (no recompute) of one optimizer step: the numerator of MFU."""
+    """Model FLOPs (no recompute) of one optimizer step: the numerator of MFU (MoE: the
+    FLOPs of the experts each token is routed to, not of all experts)."""
     tokens = global_batch * m.seq_len
-    per_token = m.layers * (
-        layer_matmul_flops_per_token(m) + attention_core_flops_per_token(m, m.seq_len)
-    )
+    per_token = sum(layer_matmul_flops_per_token(m, i) for i in range(m.layers))
+    per_token += m.layers * attention_core_flops_per_token(m, m.seq_len)
     per_token += logits_flops_per_token(m)
     return 3.0 * tokens * per_token
 
@@ -123,14 +213,38 @@ def model_state_bytes_per_param(dp: int, zero1: bool) -> float:
     return 4.0 + (12.0 / dp if zero1 else 12.0)
 
 
-def activation_bytes_per_layer(m: ModelSpec, micro_batch: int, tp: int, recompute: str) -> float:
-    """Korthikanti et al. 2022 (arXiv 2205.05198), tensor + sequence parallel."""
+def activation_bytes_per_layer(
+    m: ModelSpec,
+    micro_batch: int,
+    tp: int,
+    recompute: str,
+    cp: int = 1,
+    moe: bool = False,
+    load_imbalance: float = 1.0,
+) -> float:
+    """Korthikanti et al. 2022 (arXiv 2205.05198), tensor + sequence parallel; context
+    parallelism divides every term by cp (each rank keeps s/cp tokens, and its attention
+    scores are (s/cp) x s). An MoE layer replaces the MLP's 19 s b h / t of the 34 (input 2,
+    fc1 out 8, GELU out 8, mask 1, per token for the 4h GELU MLP) by the same terms of its
+    shared experts and of top_k x load_imbalance routed copies (each with its permuted 2h
+    input), all on the rank's s / t tokens."""
     s, b, h, a = m.seq_len, micro_batch, m.hidden, m.heads
+    if recompute == "full":
+        return 2.0 * s * b * h / cp  # only the block input is checkpointed
+    per_token = 34.0 * h
+    if moe and m.moe is not None:
+        e = m.moe
+        gate = 2 if m.gated_ffn else 1
+
+        def width_bytes(f: float) -> float:
+            return 2.0 * gate * f + 2.0 * f  # fc1 output + activation output, bf16
+
+        routed = e.top_k * load_imbalance * (2.0 * h + width_bytes(e.expert_ffn_hidden))
+        per_token += -19.0 * h + 3.0 * h + routed + width_bytes(e.shared_ffn)
+    out = s * b * per_token / tp
     if recompute == "none":
-        return s * b * h * (34.0 / tp + 5.0 * a * s / (h * tp))
-    if recompute == "selective":
-        return 34.0 * s * b * h / tp
-    return 2.0 * s * b * h  # full: only the block input is checkpointed
+        out += 5.0 * a * s * s * b / tp
+    return out / cp
 
 
 def stage_memory_bytes(
@@ -144,19 +258,39 @@ def stage_memory_bytes(
     num_micro_batches: int,
     recompute: str,
     zero1: bool,
+    *,
+    first_layer: int = 0,
+    cp: int = 1,
+    ep: int = 1,
+    load_imbalance: float = 1.0,
 ) -> dict[str, float]:
-    """Per-GPU memory of a stage; 1F1B keeps min(pp - stage, m) micro-batches in flight."""
+    """Per-GPU memory of a stage; 1F1B keeps min(pp - stage, m) micro-batches in flight.
+
+    `dp` counts pipeline replicas, each of tp x cp x ep GPUs per stage (placer.rules.Config):
+    the dense weights are split over tp and replicated over the dp x cp x ep others (ZeRO-1
+    shards their optimizer state over those), the routed experts are split over ep and
+    replicated over dp x tp x cp (Megatron-Core's expert data-parallel group, expert
+    TP = 1)."""
     first, last = stage == 0, stage == pp - 1
-    params = stage_params(m, layers, first, last) / tp
-    state = params * model_state_bytes_per_param(dp, zero1)
+    total = stage_params(m, layers, first, last, first_layer)
+    experts = expert_layer_params(m, first_layer, layers)
+    dense = (total - experts) / tp
+    routed = experts / ep
+    state = dense * model_state_bytes_per_param(dp * cp * ep, zero1)
+    state += routed * model_state_bytes_per_param(dp * tp * cp, zero1)
     in_flight = min(pp - stage, num_micro_batches)
-    act = layers * in_flight * activation_bytes_per_layer(m, micro_batch, tp, recompute)
+    n_moe = m.moe_layers_in(first_layer, layers)
+    per_mb = (layers - n_moe) * activation_bytes_per_layer(m, micro_batch, tp, recompute, cp)
+    per_mb += n_moe * activation_bytes_per_layer(
+        m, micro_batch, tp, recompute, cp, True, load_imbalance
+    )
+    act = in_flight * per_mb
     if recompute == "full":
         act += activation_bytes_per_layer(
-            m, micro_batch, tp, "selective"
+            m, micro_batch, tp, "selective", cp, n_moe > 0, load_imbalance
         )  # the block being recomputed
     if last:
-        act += 4.0 * micro_batch * m.seq_len * m.vocab / tp  # fp32 logits of one micro-batch
+        act += 4.0 * micro_batch * m.seq_len * m.vocab / (tp * cp)  # fp32 logits of one micro-batch
     return {"model_state": state, "activations": act, "total": state + act}
 
 
@@ -173,4 +307,8 @@ def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, f
         cfg.num_micro_batches,
         cfg.recompute,
         cfg.zero1,
+        first_layer=sum(cfg.stage_layers[:stage]),
+        cp=getattr(cfg, "cp", 1),
+        ep=getattr(cfg, "ep", 1),
+        load_imbalance=getattr(cfg, "expert_load_imbalance", 1.0),
     )

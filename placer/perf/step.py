@@ -41,6 +41,8 @@ from placer.network import Network, PairKey, RouteKey, Routing, route_key
 from placer.perf import comm, compute
 from placer.perf.flops import (
     BYTES_BF16,
+    expert_layer_params,
+    kv_exchange_width,
     model_flops_per_step,
     stage_params,
 )
@@ -121,8 +123,9 @@ class PerfModel:
     # ------------------------------------------------------------------ per stage
 
     def message_bytes(self, cfg: Config) -> float:
-        """One pipeline message: b*s*h activations (or their gradients) in bf16."""
-        return cfg.micro_batch * self.model.seq_len * self.model.hidden * BYTES_BF16
+        """One pipeline message of a replica: b*s*h activations (or their gradients) in
+        bf16 for each of its ep side-by-side sequences of b (cp splits them, not adds)."""
+        return cfg.ep * cfg.micro_batch * self.model.seq_len * self.model.hidden * BYTES_BF16
 
     def stage_times(self, cfg: Config, gpu_key: str) -> tuple[StageTime, ...]:
         return self._stage_times(
@@ -135,7 +138,37 @@ class PerfModel:
             cfg.precision,
             cfg.sequence_parallel,
             cfg.overlap_tp_comm,
+            cfg.cp,
+            cfg.ep,
+            cfg.expert_load_imbalance,
+            cfg.zero1,
         )
+
+    def ep_all_to_all_s(self, gpu: GpuSpec, tp: int, cp: int, ep: int, b: int, imb: float) -> float:
+        """One token dispatch (or combine) of an MoE layer over the EP group: ep consecutive
+        ranks (expert TP 1), min(ep, node) of them on one NVLink domain, the rest over the
+        NICs (comm.two_level_all_to_all_s)."""
+        if ep <= 1 or self.model.moe is None:
+            return 0.0
+        tokens = b * self.model.seq_len // cp
+        nbytes = compute.moe_dispatch_bytes(self.model, tokens, tp, imb)
+        q = min(ep, gpu.gpus_per_node)
+        lat = self.catalog.network.intra_site_latency_s
+        return comm.two_level_all_to_all_s(
+            ep, q, nbytes, self.nvlink_Bps(gpu), self.nic_Bps(gpu), 0.0, lat
+        )
+
+    def cp_ring_s(self, gpu: GpuSpec, tp: int, cp: int, b: int) -> float:
+        """One forward ring of KV chunks over the CP group (ranks at stride tp): on NVLink
+        when tp x cp GPUs fit one scale-up domain, else every step waits for a NIC hop."""
+        if cp <= 1:
+            return 0.0
+        tokens = b * self.model.seq_len // cp
+        chunk = tokens * kv_exchange_width(self.model) // tp * BYTES_BF16
+        if tp * cp <= gpu.gpus_per_node:
+            return comm.ring_attention_kv_s(cp, chunk, self.nvlink_Bps(gpu))
+        lat = self.catalog.network.intra_site_latency_s
+        return comm.ring_attention_kv_s(cp, chunk, self.nic_Bps(gpu), lat)
 
     def _stage_times_uncached(
         self,
@@ -148,13 +181,19 @@ class PerfModel:
         precision: str,
         sequence_parallel: bool,
         tp_overlap: bool,
+        cp: int = 1,
+        ep: int = 1,
+        imbalance: float = 1.0,
+        zero1: bool = True,
     ) -> tuple[StageTime, ...]:
         """Operator-level times (placer.perf.compute) of one micro-batch per stage."""
         gpu = self.catalog.gpus[gpu_key]
         ar = comm.ring_allreduce_s(
-            tp, b * self.model.seq_len * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu)
+            tp, b * self.model.seq_len // cp * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu)
         )
         overlap = gpu.tp_comm_overlap if tp_overlap and sequence_parallel else 0.0  # TE needs SP
+        a2a = self.ep_all_to_all_s(gpu, tp, cp, ep, b, imbalance)
+        ring = self.cp_ring_s(gpu, tp, cp, b)
         out = []
         for k, layers in enumerate(stage_layers):
             ops = compute.stage_ops(
@@ -169,23 +208,44 @@ class PerfModel:
                 sequence_parallel,
                 ar,
                 overlap,
+                first_layer=sum(stage_layers[:k]),
+                cp=cp,
+                ep=ep,
+                a2a_s=a2a,
+                cp_ring_s=ring,
+                load_imbalance=imbalance,
             )
             fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
             bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
-            out.append(
-                StageTime(
-                    ops.fwd, ops.bwd, fc, bc, ops, self._optimizer_s(gpu, tp, pp, k, stage_layers)
-                )
-            )
+            opt = self._optimizer_s(gpu, tp, pp, k, stage_layers, cp, ep, zero1)
+            out.append(StageTime(ops.fwd, ops.bwd, fc, bc, ops, opt))
         return tuple(out)
 
     def _optimizer_s(
-        self, gpu: GpuSpec, tp: int, pp: int, k: int, stage_layers: tuple[int, ...]
+        self,
+        gpu: GpuSpec,
+        tp: int,
+        pp: int,
+        k: int,
+        stage_layers: tuple[int, ...],
+        cp: int = 1,
+        ep: int = 1,
+        zero1: bool = True,
     ) -> float:
         """Adam over the parameters one GPU of stage k updates. Under ZeRO-1 that is its
-        1/d shard; d is not an argument of the stage-time cache, so the ZeRO-1 division is
-        applied by the caller (optimizer_step_s)."""
-        n = stage_params(self.model, stage_layers[k], k == 0, k == pp - 1) / tp
+        1/d shard; d is not an argument of the stage-time cache, so the ZeRO-1 division by
+        the dp replicas is applied by the caller (optimizer_step_s). Inside a replica of
+        tp x cp x ep GPUs the dense weights are split over tp and (ZeRO-1) sharded over
+        cp x ep, the routed experts split over ep and sharded over tp x cp: either way
+        1/(tp cp ep) of the stage per GPU; without ZeRO-1 a GPU updates dense/tp +
+        experts/ep."""
+        first = sum(stage_layers[:k])
+        total = stage_params(self.model, stage_layers[k], k == 0, k == pp - 1, first)
+        if zero1:
+            n = total / (tp * cp * ep)
+        else:
+            experts = expert_layer_params(self.model, first, stage_layers[k])
+            n = (total - experts) / tp + experts / ep
         return compute.optimizer_step_s(gpu, n)
 
     def optimizer_step_s(self, cfg: Config, chain: Chain) -> float:
@@ -232,7 +292,7 @@ class PerfModel:
         """(latency, transmit) of one pipeline message from a stage at site a to site b;
         `fiber_s` is the one-way latency of the path used (default: the shortest)."""
         gpu_a, gpu_b = self.site_gpu(a), self.site_gpu(b)
-        nic = min(self.nic_Bps(gpu_a), self.nic_Bps(gpu_b)) * cfg.tp
+        nic = min(self.nic_Bps(gpu_a), self.nic_Bps(gpu_b)) * cfg.width
         transmit = self.message_bytes(cfg) / nic
         # crossing sites adds the fiber path to the fabric hop every message makes
         if a == b:
@@ -326,15 +386,22 @@ class PerfModel:
 
     # ------------------------------------------------------------------ data parallel
 
+    def _stage_split(self, cfg: Config, k: int) -> tuple[int, int]:
+        """(dense, routed-expert) parameters of stage k."""
+        first = sum(cfg.stage_layers[:k])
+        n = stage_params(self.model, cfg.stage_layers[k], k == 0, k == cfg.pp - 1, first)
+        e = expert_layer_params(self.model, first, cfg.stage_layers[k])
+        return n - e, e
+
     def stage_grad_bytes(self, cfg: Config, k: int) -> float:
-        """Gradient bytes of stage k per tp rank (bf16)."""
-        n = stage_params(self.model, cfg.stage_layers[k], k == 0, k == cfg.pp - 1)
-        return n * BYTES_BF16 / cfg.tp
+        """Gradient bytes of stage k per GPU (bf16): dense / tp + routed experts / ep."""
+        dense, experts = self._stage_split(cfg, k)
+        return (dense / cfg.tp + experts / cfg.ep) * BYTES_BF16
 
     def stage_wan_bytes(self, cfg: Config, k: int) -> float:
         """S_k: the full stage's gradient (all tp ranks) at the sync's bits per value."""
-        n = stage_params(self.model, cfg.stage_layers[k], k == 0, k == cfg.pp - 1)
-        return n * cfg.sync_bits / 8
+        dense, experts = self._stage_split(cfg, k)
+        return (dense + experts) * cfg.sync_bits / 8
 
     def intra_sync_s(self, cfg: Config, k: int, site: str) -> float:
         """The NIC phases of stage k's data-parallel sync for a member at `site`,
@@ -343,19 +410,33 @@ class PerfModel:
         a scale-up domain. They all-reduce over NVLink (reduce-scatter + all-gather), and
         the node groups all-reduce their 1/q shards over the NICs: 2 (d/q - 1)/(d/q) G/q
         through each member's NIC (with q = 1, the flat ring's 2 (d-1)/d G). The WAN phase
-        of the sync is charged on top, by route."""
+        of the sync is charged on top, by route.
+
+        With CP and EP the dense gradients are reduced over the dp x cp x ep ranks that
+        hold the same tp slice (at stride tp), the routed experts' over the dp x tp x cp
+        ranks that hold the same experts (at stride ep, expert TP 1): two such all-reduces,
+        one after the other."""
         gpu = self.site_gpu(site)
-        g = self.stage_grad_bytes(cfg, k)
-        q = self.dp_per_node(cfg, site)
+        dense, experts = self._stage_split(cfg, k)
+        gpn = self.site_gpus_per_node(site)
         lat = self.catalog.network.intra_site_latency_s
-        local = comm.ring_allreduce_s(q, g, self.nvlink_Bps(gpu))
-        return local + comm.ring_allreduce_s(math.ceil(cfg.dp / q), g / q, self.nic_Bps(gpu), lat)
+        out = 0.0
+        parts = [(dense / cfg.tp * BYTES_BF16, cfg.dp * cfg.cp * cfg.ep, cfg.tp)]
+        if experts:
+            parts.append((experts / cfg.ep * BYTES_BF16, cfg.dp * cfg.tp * cfg.cp, cfg.ep))
+        for g, n, stride in parts:
+            q = max(1, min(n, gpn // stride))
+            out += comm.ring_allreduce_s(q, g, self.nvlink_Bps(gpu))
+            out += comm.ring_allreduce_s(math.ceil(n / q), g / q, self.nic_Bps(gpu), lat)
+        return out
+
+    def site_gpus_per_node(self, site: str) -> int:
+        s = self.problem.instance.site(site)
+        return s.gpus_per_node or self.catalog.gpus[s.gpu].gpus_per_node
 
     def dp_per_node(self, cfg: Config, site: str) -> int:
         """Data-parallel members of one stage that share a scale-up (NVLink) domain."""
-        s = self.problem.instance.site(site)
-        gpn = s.gpus_per_node or self.catalog.gpus[s.gpu].gpus_per_node
-        return max(1, min(cfg.dp, gpn // cfg.tp))
+        return max(1, min(cfg.dp, self.site_gpus_per_node(site) // cfg.tp))
 
     # ------------------------------------------------------------------ whole step
 
@@ -453,16 +534,24 @@ class PerfModel:
         no_comm = self.chain_time(cfg, crit, with_comm=False)
         ops = times[slow].ops
         mem = m * ops.memory_bound if ops else 0.0
+        widest = max(times, key=lambda t: t.fwd + t.bwd).ops
+        ep_s = m * widest.ep_exposed if widest else 0.0
+        cp_s = m * widest.cp_exposed if widest else 0.0
         breakdown = {
             "compute_s": compute_s - mem,  # GEMMs and the attention core
             "memory_bound_s": mem,
-            "tp_comm_s": with_tp - compute_s,  # exposed
+            "tp_comm_s": with_tp - compute_s - ep_s - cp_s,  # exposed
             "bubble_s": no_comm - opt - with_tp,
             "pp_comm_s": t_pipe - no_comm,
             "dp_sync_s": t_dp,  # exposed
             "optimizer_s": opt,
         }
         hidden = {"tp_comm_s": m * ops.tp_hidden if ops else 0.0, "dp_sync_s": t_dp_raw - t_dp}
+        if cfg.ep > 1:
+            breakdown["ep_comm_s"] = ep_s  # MoE token all-to-all, exposed
+        if cfg.cp > 1:
+            breakdown["cp_comm_s"] = cp_s  # ring attention KV not hidden under attention
+            hidden["cp_comm_s"] = m * widest.cp_hidden if widest else 0.0
         return StepResult(
             step_time_s=total,
             pipe_s=t_pipe,
