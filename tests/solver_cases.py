@@ -311,8 +311,76 @@ N_GENERATED = 40
 N_PER_FLAVOR = 2
 
 
+def _parallel_5d(
+    name: str, model: str, par: dict[str, Any], gpus_per_node: int, **job: Any
+) -> dict[str, Any]:
+    """Two sites of 16 GPUs, 100 km apart with up to two new waves; the job needs 16 or
+    more GPUs, so replicas spread over both sites or stages cross the route."""
+    return {
+        "name": name,
+        "sites": [
+            {"name": s, "gpu": "h100-sxm", "gpus": 16, "gpus_per_node": gpus_per_node, "pue": 1.2}
+            for s in ("a", "b")
+        ],
+        "routes": [{"sites": ["a", "b"], "km": 100, "fiber_pairs": 1, "max_waves": 2}],
+        "job": {
+            "model": model,
+            "global_batch": 16,
+            "recompute": "selective",
+            "parallelism": {"micro_batch": [1], **par},
+            "sync": {"mode": "synchronous"},
+            **job,
+        },
+        "objective": {"minimize": "step_time"},
+    }
+
+
+# Expert and context parallelism (issue 16): EP inside a node and over the NICs (ep 8 on
+# 4-GPU nodes: a replica stage spans two nodes), CP with its ring on NVLink, mixed with TP,
+# PP and a sync-mode choice; the exhaustive search sees every (tp, cp, ep) of the lists.
+PARALLEL_5D = [
+    Case(
+        "ep-nvlink-nic",
+        _parallel_5d(
+            "case-ep",
+            "tiny-moe",
+            {"tp": [1, 2], "pp": [1, 2], "ep": [1, 2, 4, 8], "dp": [1, 2]},
+            4,
+            gpus=32,
+        ),
+    ),
+    Case(
+        "cp-ring",
+        _parallel_5d(
+            "case-cp",
+            "tiny-gqa",
+            {"tp": [1, 2], "pp": [1, 2], "cp": [1, 2, 4], "dp": [2, 4, 8]},
+            8,
+            seq_len=2048,
+            gpus=32,
+            sync={"mode": ["synchronous", "diloco"], "every_steps": 4},
+        ),
+    ),
+    Case(
+        "ep-cp-cost",
+        {
+            **_parallel_5d(
+                "case-ep-cp",
+                "tiny-moe",
+                {"tp": [1], "pp": [1, 2], "cp": [1, 2], "ep": [1, 2, 4], "dp": [1, 2, 4]},
+                8,
+                seq_len=1024,
+                gpus=32,
+            ),
+            "objective": {"minimize": "cost", "max_step_time_s": 0.05},
+        },
+    ),
+]
+
+
 def cases() -> list[Case]:
     out = [Case(f"gen-{seed}", random_instance(seed)) for seed in range(N_GENERATED)]
+    out += PARALLEL_5D
     for flavor in FLAVORS:
         for seed in range(N_PER_FLAVOR):
             out.append(

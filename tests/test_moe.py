@@ -1,0 +1,234 @@
+"""Expert and context parallelism by hand arithmetic: the all-to-all and ring-attention
+collectives, their exposure in the stage times, the MoE FFN GEMMs, memory sharded by EP
+and divided by CP, the node packing of replicas wider than a node, and the optimizer
+weighing EP and CP (the solver-library cases, brute force vs CP-SAT vs MILP).
+
+Every expected figure is written out from the catalog numbers and the formulas in the
+docstrings of placer.perf.comm / compute / flops, not read back from them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from placer.evaluate import evaluate
+from placer.io import build_catalog, load_model, problem_from_data
+from placer.perf import comm, compute
+from placer.perf.flops import param_count, stage_memory_bytes
+from placer.perf.step import PerfModel
+from placer.rules import job_config, nodes_for, replica_slots
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import solver_cases as sc  # noqa: E402
+
+CAT = build_catalog()
+H100 = CAT.gpus["h100-sxm"]
+NVLINK = 900e9 / 2 * CAT.network.nvlink_efficiency  # per direction
+NIC = 400e9 / 8 * CAT.network.nic_efficiency
+LAT = CAT.network.intra_site_latency_s
+
+
+# ----------------------------------------------------------------------------- collectives
+
+
+def test_all_to_all_by_hand() -> None:
+    """4 members, 1 MB each: 3/4 of it leaves over the link, 3 peer start-ups."""
+    assert comm.all_to_all_s(4, 1e6, 1e9, 1e-6) == pytest.approx(0.75e-3 + 3e-6, rel=1e-12)
+    assert comm.all_to_all_s(1, 1e6, 1e9, 1e-6) == 0.0
+
+
+def test_two_level_all_to_all_by_hand() -> None:
+    """8 members, 4 per NVLink domain: 3/8 of the bytes on NVLink, 4/8 on the NIC at once;
+    the slower sets the time. q = n and q = 1 are the flat all-to-alls."""
+    s = 8e6
+    want = max(3 / 8 * s / 450e9, 4 / 8 * s / 50e9 + 4 * 5e-6)
+    assert comm.two_level_all_to_all_s(8, 4, s, 450e9, 50e9, 0.0, 5e-6) == pytest.approx(want)
+    assert comm.two_level_all_to_all_s(8, 8, s, 450e9, 50e9) == pytest.approx(
+        comm.all_to_all_s(8, s, 450e9)
+    )
+    assert comm.two_level_all_to_all_s(8, 1, s, 450e9, 50e9, 0.0, 5e-6) == pytest.approx(
+        comm.all_to_all_s(8, s, 50e9, 5e-6)
+    )
+
+
+def test_ring_attention_by_hand() -> None:
+    """cp = 4: three steps, each one chunk plus one start-up."""
+    assert comm.ring_attention_kv_s(4, 2e6, 1e9, 1e-6) == pytest.approx(3 * (1e-6 + 2e-3))
+    assert comm.ring_attention_kv_s(1, 2e6, 1e9) == 0.0
+
+
+# ----------------------------------------------------------------------------- MoE compute
+
+
+def test_moe_ffn_gemms_by_hand() -> None:
+    """tiny-moe (h 256, 8 experts of GELU width 256, top-2), 256 tokens, ep 4: a router
+    GEMM 256 x 8 x 256, then 2 local experts each getting 256 x 2 / 2 = 256 tokens, each an
+    in and an out GEMM of 256 x 256 x 256."""
+    m = load_model("tiny-moe")
+
+    def gemm(mm: int, n: int, k: int) -> float:
+        d = min(mm, n, k)
+        e = H100.matmul_efficiency * d / (d + H100.matmul_half_dim)
+        return 2 * mm * n * k / (989e12 * e)
+
+    want = gemm(256, 8, 256) + 2 * (gemm(256, 256, 256) + gemm(256, 256, 256))
+    assert compute.moe_ffn_s(H100, m, 256, 1, 4, 1.0, "bf16") == pytest.approx(want, rel=1e-12)
+    # imbalance 1.5: the busiest rank's experts see 384 tokens each
+    want = gemm(256, 8, 256) + 2 * (gemm(384, 256, 256) + gemm(384, 256, 256))
+    assert compute.moe_ffn_s(H100, m, 256, 1, 4, 1.5, "bf16") == pytest.approx(want, rel=1e-12)
+
+
+def _problem(model: str, gpus: int = 64, seq_len: int | None = None, gpn: int | None = None):
+    site = {"name": "dc", "gpu": "h100-sxm", "gpus": gpus}
+    if gpn:
+        site["gpus_per_node"] = gpn
+    job = {"model": model, "global_batch": 64}
+    if seq_len:
+        job["seq_len"] = seq_len
+    return problem_from_data({"name": "moe", "sites": [site], "job": job})
+
+
+def test_dispatch_on_nvlink_and_nics_by_hand() -> None:
+    """One dispatch of tiny-moe (b 1, s 256, tp 1): 256 tokens x top-2 x h 256 x 2 bytes
+    x the 1.1 imbalance per rank. ep 4 on an 8-GPU node: 3/4 of it on NVLink. ep 16: 7/16
+    on NVLink and 8/16 on the NIC (plus 8 start-ups) at the same time, the NIC slower."""
+    prob = _problem("tiny-moe")
+    perf = PerfModel(prob)
+    nbytes = 256 * 2 * 256 * 2 * 1.1
+    assert perf.ep_all_to_all_s(H100, 1, 1, 4, 1, 1.1) == pytest.approx(
+        0.75 * nbytes / NVLINK, rel=1e-12
+    )
+    want16 = max(7 / 16 * nbytes / NVLINK, 8 / 16 * nbytes / NIC + 8 * LAT)
+    assert want16 == 8 / 16 * nbytes / NIC + 8 * LAT
+    assert perf.ep_all_to_all_s(H100, 1, 1, 16, 1, 1.1) == pytest.approx(want16, rel=1e-12)
+    # in a stage: 2 all-to-alls per MoE layer forward, 2 backward (3 of the 4 blocks are MoE)
+    cfg = job_config(prob.instance.job, 1, 1, 1, 1, 16, (4,), "synchronous", 1, 4)
+    ops = perf.stage_times(cfg, "h100-sxm")[0].ops
+    a2a = 0.75 * nbytes / NVLINK
+    assert ops.ep_fwd == pytest.approx(3 * 2 * a2a, rel=1e-12)
+    assert ops.ep_bwd == pytest.approx(3 * 2 * a2a, rel=1e-12)
+
+
+def test_ring_attention_hidden_under_attention_by_hand() -> None:
+    """tiny-gqa at s 8192, cp 2, tp 1: each rank holds 4096 tokens; its KV chunk is 4096 x
+    2 x 128 (kv dim) x 2 bytes, one step on NVLink forward. The attention core of a layer
+    is 4 x 4096 x 8192 x 512 FLOPs at the catalog attention efficiency: the ring hides
+    under it (nothing exposed) and the hidden time is 3 rings per layer (1 fwd + 2 bwd)."""
+    prob = _problem("tiny-gqa", seq_len=8192)
+    perf = PerfModel(prob)
+    chunk = 4096 * 2 * 128 * 2
+    ring = chunk / NVLINK
+    assert perf.cp_ring_s(H100, 1, 2, 1) == pytest.approx(ring, rel=1e-12)
+    core = 4 * 4096 * 8192 * 512 / (989e12 * H100.attention_efficiency)
+    assert ring < core
+    cfg = job_config(prob.instance.job, 1, 1, 1, 1, 64, (4,), "synchronous", cp=2)
+    ops = perf.stage_times(cfg, "h100-sxm")[0].ops
+    assert ops.attn_fwd == pytest.approx(4 * core, rel=1e-12)
+    assert ops.cp_fwd == 0.0 and ops.cp_bwd == 0.0
+    assert ops.cp_hidden == pytest.approx(4 * 3 * ring, rel=1e-12)
+    # over the NICs (cp 16 on 8-GPU nodes) with a short sequence the ring is exposed:
+    # 15 steps of a 256-token chunk vs an attention core of 256 x 4096 tokens
+    prob = _problem("tiny-gqa", seq_len=4096)
+    perf = PerfModel(prob)
+    chunk = 256 * 256 * 2
+    ring = 15 * (LAT + chunk / NIC)
+    assert perf.cp_ring_s(H100, 1, 16, 1) == pytest.approx(ring, rel=1e-12)
+    core = 4 * 256 * 4096 * 512 / (989e12 * H100.attention_efficiency)
+    cfg = job_config(prob.instance.job, 1, 1, 1, 1, 64, (4,), "synchronous", cp=16)
+    ops = perf.stage_times(cfg, "h100-sxm")[0].ops
+    assert ops.cp_fwd == pytest.approx(4 * (ring - core), rel=1e-9)
+    # selective recompute (the default): backward sends KV and dKV under twice the core
+    assert ops.cp_bwd == pytest.approx(4 * max(0.0, 2 * ring - 2 * core), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+def test_experts_sharded_by_ep_by_hand() -> None:
+    """tiny-moe on one stage, tp 1, no ZeRO-1: 16 bytes per dense parameter, 16 per routed
+    expert parameter / ep. Routed experts: 3 MoE layers x 8 x 2 x 256 x 256."""
+    m = load_model("tiny-moe")
+    experts = 3 * 8 * 2 * 256 * 256
+    dense = param_count(m) - experts
+    for ep in (1, 2, 8):
+        mem = stage_memory_bytes(m, 4, 0, 1, 1, 1, 1, 1, "selective", False, ep=ep)
+        assert mem["model_state"] == pytest.approx(16 * (dense + experts / ep), rel=1e-12)
+    # ZeRO-1 over dp 2: dense optimizer bytes over dp x cp x ep, experts' over dp x tp x cp
+    mem = stage_memory_bytes(m, 4, 0, 1, 1, 2, 1, 1, "selective", True, ep=4, cp=2)
+    want = dense * (4 + 12 / 16) + experts / 4 * (4 + 12 / 4)
+    assert mem["model_state"] == pytest.approx(want, rel=1e-12)
+
+
+def test_activations_divided_by_cp() -> None:
+    m = load_model("llama3-405b")
+    one = stage_memory_bytes(m, 8, 1, 4, 8, 1, 1, 4, "selective", True)
+    two = stage_memory_bytes(m, 8, 1, 4, 8, 1, 1, 4, "selective", True, cp=2)
+    assert two["activations"] == pytest.approx(one["activations"] / 2, rel=1e-12)
+
+
+def test_moe_activation_bytes_by_hand() -> None:
+    """tiny-moe layer (GELU, h 256, expert width 256, top-2), s 256, b 1, tp 1, selective:
+    the dense 34 h per token with the MLP's 19 h replaced by 3 h (input, mask) + 2 x 1.1 x
+    (2 h permuted input + 4 x 256 fc1 and GELU outputs)."""
+    from placer.perf.flops import activation_bytes_per_layer
+
+    m = load_model("tiny-moe")
+    h = 256
+    per_token = 34 * h - 19 * h + 3 * h + 2 * 1.1 * (2 * h + 4 * 256)
+    got = activation_bytes_per_layer(m, 1, 1, "selective", 1, True, 1.1)
+    assert got == pytest.approx(256 * per_token, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- packing
+
+
+@pytest.mark.parametrize(
+    ("gpn", "tp", "width", "slots", "block", "replicas", "nodes"),
+    [
+        (8, 2, 4, 2, 1, 3, 2),  # two 4-GPU replica stages per node
+        (8, 1, 16, 1, 2, 3, 6),  # ep 16 spans two nodes
+        (4, 2, 16, 1, 4, 1, 4),
+        (8, 1, 12, 0, 1, 1, 2),  # 12 GPUs do not tile 8-GPU nodes: refused (0 slots)
+    ],
+)
+def test_replica_packing(gpn, tp, width, slots, block, replicas, nodes) -> None:
+    assert replica_slots(gpn, tp, width) == (slots, block)
+    assert nodes_for(gpn, tp, width, replicas) == nodes
+
+
+def test_plan_wider_than_a_node_is_evaluated() -> None:
+    """ep 8 on 4-GPU nodes: each replica stage spans 2 nodes, so 2 replicas use 16 GPUs in
+    4 nodes; Megatron's data-parallel size is dp x ep = 16, so 64 sequences are 4
+    micro-batches of 1 per replica."""
+    prob = _problem("tiny-moe", gpus=64, gpn=4)
+    plan = {
+        "parallelism": {"tp": 1, "pp": 1, "dp": 2, "ep": 8, "micro_batch": 1},
+        "stage_layers": [4],
+        "replica_groups": [{"count": 2, "stage_sites": ["dc"]}],
+    }
+    ev = evaluate(prob, plan)
+    assert ev.feasible, ev.violations
+    assert ev.config.num_micro_batches == 4 and ev.config.gpus == 16
+    assert ev.gpus_by_site == {"dc": 16} and ev.nodes_by_site == {"dc": 4}
+    bad = {**plan, "parallelism": {**plan["parallelism"], "ep": 3}}
+    ev = evaluate(prob, bad)
+    assert not ev.feasible
+    assert any("does not divide the 8 experts" in v.message for v in ev.violations)
+
+
+# ----------------------------------------------------------------------------- optimizer
+
+
+def test_library_optima_use_ep_and_cp() -> None:
+    """The exhaustive search picks EP and CP where they pay (the library's designed cases;
+    tests/test_solver_library.py checks CP-SAT and the MILP against it)."""
+    from placer.optimize.driver import solve
+
+    ids = {c.id: c for c in sc.PARALLEL_5D}
+    par = solve(problem_from_data(ids["ep-nvlink-nic"].instance), backend="brute").plan.parallelism
+    assert (par.ep or 1) > 1
+    par = solve(problem_from_data(ids["cp-ring"].instance), backend="brute").plan.parallelism
+    assert (par.cp or 1) > 1
