@@ -88,7 +88,8 @@ def test_plan_feasible_through_api(instance: Path) -> None:
     assert 0 < ev.step_time_s < float("inf") and 0 < ev.mfu < 1
     # what feasible means, spelled out
     par = plan["parallelism"]
-    assert sum(ev.gpus_by_site.values()) == par["tp"] * par["pp"] * par["dp"]
+    width = par["tp"] * par.get("cp", 1) * par.get("ep", 1)  # a replica stage's GPUs
+    assert sum(ev.gpus_by_site.values()) == width * par["pp"] * par["dp"]
     for site in prob.instance.sites:
         assert ev.gpus_by_site[site.name] <= site.gpus
         if site.power_mw is not None:
@@ -96,7 +97,7 @@ def test_plan_feasible_through_api(instance: Path) -> None:
     if prob.instance.objective.max_cost_usd is not None:
         assert ev.capex_usd <= prob.instance.objective.max_cost_usd
     assert sum(plan["stage_layers"]) == prob.model.layers
-    mb = par["micro_batch"] * par["dp"] * ev.config.num_micro_batches
+    mb = par["micro_batch"] * par["dp"] * par.get("ep", 1) * ev.config.num_micro_batches
     assert mb == prob.instance.job.global_batch
 
 

@@ -98,7 +98,7 @@ def markdown_report(
         "## Parallelism",
         "",
         f"- model `{problem.model.name}`, global batch {problem.instance.job.global_batch} x {problem.model.seq_len} tokens",  # noqa: E501
-        f"- tensor {par.tp} x pipeline {par.pp} x data {par.dp} = {par.tp * par.pp * par.dp} GPUs; micro-batch {par.micro_batch}, {ev.config.num_micro_batches} micro-batches per step",  # noqa: E501
+        f"- tensor {par.tp}{_cp_ep(ev.config)} x pipeline {par.pp} x data {par.dp} = {ev.config.gpus} GPUs; micro-batch {par.micro_batch}, {ev.config.num_micro_batches} micro-batches per step",  # noqa: E501
         f"- layers per stage: {list(plan.stage_layers)}",
         f"- data-parallel sync: {ev.sync_mode}",
         "",
@@ -175,7 +175,7 @@ def print_summary(
 ) -> None:
     par = plan.parallelism
     console.print(
-        f"[bold]{title}[/bold]: {problem.name}  tp={par.tp} pp={par.pp} dp={par.dp} mb={par.micro_batch} sync={ev.sync_mode}"  # noqa: E501
+        f"[bold]{title}[/bold]: {problem.name}  tp={par.tp}{_cp_ep(ev.config, '=')} pp={par.pp} dp={par.dp} mb={par.micro_batch} sync={ev.sync_mode}"  # noqa: E501
     )
     t = Table(title="placement")
     t.add_column("replicas", justify="right")
@@ -445,3 +445,14 @@ def simulate_critical_chain(prob: Problem, ev: Evaluation) -> dict[str, float] |
         "closed_form_s": closed,
         "rel_diff": abs(makespan - closed) / closed,
     }
+
+
+def _cp_ep(cfg: Any, sep: str = " ") -> str:
+    """The context- and expert-parallel degrees when used (a replica is tp x cp x ep GPUs
+    per stage; Megatron's data-parallel size is dp x ep)."""
+    out = ""
+    if cfg.cp > 1:
+        out += f" x context {cfg.cp}" if sep == " " else f" cp={cfg.cp}"
+    if cfg.ep > 1:
+        out += f" x expert {cfg.ep}" if sep == " " else f" ep={cfg.ep}"
+    return out
