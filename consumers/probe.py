@@ -49,7 +49,15 @@ def main() -> None:
     from megatron.core import parallel_state as ps
 
     tp, pp = int(os.environ["PROBE_TP"]), int(os.environ["PROBE_PP"])
-    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    cp, ep = int(os.environ.get("PROBE_CP", "1")), int(os.environ.get("PROBE_EP", "1"))
+    extra = {}
+    if cp > 1:
+        extra["context_parallel_size"] = cp
+    if ep > 1:  # as the export: --expert-model-parallel-size ep --expert-tensor-parallel-size 1
+        extra |= {"expert_model_parallel_size": ep, "expert_tensor_parallel_size": 1}
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, **extra
+    )
     rec["megatron"] = {
         "tp": ps.get_tensor_model_parallel_rank(),
         "pp": ps.get_pipeline_model_parallel_rank(),
@@ -58,6 +66,14 @@ def main() -> None:
         "pp_group": dist.get_process_group_ranks(ps.get_pipeline_model_parallel_group()),
         "dp_group": dist.get_process_group_ranks(ps.get_data_parallel_group()),
     }
+    if cp > 1 or ep > 1:
+        rec["megatron"] |= {
+            "cp": ps.get_context_parallel_rank(),
+            "cp_group": dist.get_process_group_ranks(ps.get_context_parallel_group()),
+            "ep": ps.get_expert_model_parallel_rank(),
+            "ep_group": dist.get_process_group_ranks(ps.get_expert_model_parallel_group()),
+            "expert_dp_group": dist.get_process_group_ranks(ps.get_expert_data_parallel_group()),
+        }
     # --- torchtitan: the exported overrides through its ConfigManager, then its mesh
     import torchtitan.distributed.parallel_dims as tpd
     from torchtitan.config.manager import ConfigManager
@@ -67,7 +83,7 @@ def main() -> None:
     dims = tpd.ParallelDims.from_config(cfg.parallelism, world)
     dims.build_mesh()
     coords = {}
-    for name in ("pp", "dp_replicate", "dp_shard", "tp"):
+    for name in ("pp", "dp_replicate", "dp_shard", "tp", "cp", "ep"):
         mesh = dims.get_optional_mesh(name)
         coords[name] = (
             (mesh.get_local_rank(), mesh.mesh.flatten().tolist())

@@ -144,7 +144,7 @@ def rank_locations(host_text: str) -> list[tuple[str, int, int]]:
 
 def check_physical(problem, plan: Plan, loc: list[tuple[str, int, int]]) -> None:
     par = plan.parallelism
-    assert len(loc) == par.tp * par.pp * par.dp
+    assert len(loc) == par.tp * (par.cp or 1) * (par.ep or 1) * par.pp * par.dp
     assert len(set(loc)) == len(loc), "two ranks on one GPU"
     for site, node, gpu in loc:  # node = host, gpu = GPU within the host
         gph = site_gpus_per_host(problem, site)
@@ -169,23 +169,36 @@ def check_megatron(problem, plan: Plan, files: dict[str, str]) -> None:
     args = files["megatron_args.sh"]
     tp = int(re.search(r"--tensor-model-parallel-size (\d+)", args).group(1))
     pp = int(re.search(r"--pipeline-model-parallel-size (\d+)", args).group(1))
+    cp_m = re.search(r"--context-parallel-size (\d+)", args)
+    ep_m = re.search(r"--expert-model-parallel-size (\d+)", args)
+    cp, ep = int(cp_m.group(1)) if cp_m else 1, int(ep_m.group(1)) if ep_m else 1
     loc = rank_locations(files["megatron_hosts.txt"])
     world = len(loc)
-    dp = world // (tp * pp)
-    assert (tp, pp, dp) == (plan.parallelism.tp, plan.parallelism.pp, plan.parallelism.dp)
+    dp = world // (tp * cp * pp)  # Megatron's data-parallel size
+    par = plan.parallelism
+    assert (tp, cp, ep, pp, dp) == (par.tp, par.cp or 1, par.ep or 1, par.pp, par.dp * ep)
     check_physical(problem, plan, loc)
 
-    def rank(t: int, d: int, p: int) -> int:
-        return t + tp * (d + dp * p)
+    def rank(t: int, d: int, p: int, c: int = 0) -> int:
+        return t + tp * (c + cp * (d + dp * p))  # order tp-cp-ep-dp-pp
 
     chains = Counter()
     for d in range(dp):
         for p in range(pp):
-            assert same_domain(problem, [loc[rank(t, d, p)] for t in range(tp)]), (
-                "TP group leaves its NVLink domain"
-            )
-        chains[tuple(loc[rank(0, d, p)][0] for p in range(pp))] += 1
+            for c in range(cp):
+                assert same_domain(problem, [loc[rank(t, d, p, c)] for t in range(tp)]), (
+                    "TP group leaves its NVLink domain"
+                )
+        if d % ep == 0:  # plan replica d // ep: its ep data-parallel ranks share the chain
+            chains[tuple(loc[rank(0, d, p)][0] for p in range(pp))] += 1
     assert chains == plan_chains(plan)
+    # CP groups (stride tp) and EP groups (ep consecutive ranks, expert TP 1) inside one site
+    for r in range(world):
+        c = (r // tp) % cp
+        cp_group = [r - c * tp + k * tp for k in range(cp)]
+        assert len({loc[x][0] for x in cp_group}) == 1, "CP group crosses sites"
+        ep_group = range(r - r % ep, r - r % ep + ep)
+        assert len({loc[x][0] for x in ep_group}) == 1, "EP group crosses sites"
     # the layers per stage Megatron will build
     layers = int(re.search(r"--num-layers (\d+)", args).group(1))
     first = re.search(r"--decoder-first-pipeline-num-layers (\d+)", args)
@@ -229,18 +242,22 @@ def check_torchtitan(problem, plan: Plan, files: dict[str, str]) -> None:
         }
     rep, shard = cfg["data_parallel_replicate_degree"], cfg["data_parallel_shard_degree"]
     tp, pp = cfg["tensor_parallel_degree"], cfg["pipeline_parallel_degree"]
+    cp, ep = cfg.get("context_parallel_degree", 1), cfg.get("expert_parallel_degree", 1)
     loc = rank_locations(files["torchtitan_hosts.txt"])
-    assert rep * shard * tp * pp == len(loc)
+    assert rep * shard * cp * tp * pp == len(loc)
     check_physical(problem, plan, loc)
-    mesh = np.arange(len(loc)).reshape(pp, rep, shard, 1, tp)
+    mesh = np.arange(len(loc)).reshape(pp, rep, shard, cp, tp)
     chains = Counter()
     for r in range(rep):
         for s in range(shard):
             for p in range(pp):
-                assert same_domain(problem, [loc[x] for x in mesh[p, r, s, 0, :]]), (
-                    "TP group leaves its NVLink domain"
-                )
-            chains[tuple(loc[mesh[p, r, s, 0, 0]][0] for p in range(pp))] += 1
+                for c in range(cp):
+                    assert same_domain(problem, [loc[x] for x in mesh[p, r, s, c, :]]), (
+                        "TP group leaves its NVLink domain"
+                    )
+                assert len({loc[x][0] for x in mesh[p, r, s, :, :].flat}) == 1, "CP crosses sites"
+            if (r * shard + s) % ep == 0:  # one plan replica per ep data-parallel ranks
+                chains[tuple(loc[mesh[p, r, s, 0, 0]][0] for p in range(pp))] += 1
     assert chains == plan_chains(plan)
     for p in range(pp):
         for r in range(rep):
@@ -259,26 +276,33 @@ def check_torchtitan(problem, plan: Plan, files: dict[str, str]) -> None:
 def check_rankmap(problem, plan: Plan, files: dict[str, str]) -> None:
     rows = list(csv.DictReader(io.StringIO(files["rankmap.csv"])))
     par = plan.parallelism
-    world = par.tp * par.pp * par.dp
+    cp, ep = par.cp or 1, par.ep or 1
+    width = par.tp * cp * ep
+    world = width * par.pp * par.dp
     assert [int(r["rank"]) for r in rows] == list(range(world))
-    assert {(int(r["tp"]), int(r["pp"]), int(r["dp"])) for r in rows} == {
-        (t, p, d) for t in range(par.tp) for p in range(par.pp) for d in range(par.dp)
+    assert {(int(r["tp"]), int(r["cp"]), int(r["pp"]), int(r["dp"])) for r in rows} == {
+        (t, c, p, d)
+        for t in range(par.tp)
+        for c in range(cp)
+        for p in range(par.pp)
+        for d in range(par.dp * ep)
     }
     loc = [(r["site"], int(r["node"]), int(r["local_gpu"])) for r in rows]
     check_physical(problem, plan, loc)
     expected = Counter()
     for g in plan.replica_groups:
         for s in g.stage_sites:
-            expected[s] += g.count * par.tp
+            expected[s] += g.count * width
     assert Counter(site for site, _, _ in loc) == expected
-    by_group: dict[tuple[int, int], set] = {}
+    by_group: dict[tuple[int, int, int], set] = {}  # TP groups
     for r in rows:
-        by_group.setdefault((int(r["pp"]), int(r["dp"])), set()).add(
+        by_group.setdefault((int(r["pp"]), int(r["dp"]), int(r["cp"])), set()).add(
             (r["site"], domain_of(problem, r["site"], int(r["node"])))
         )
     assert all(len(v) == 1 for v in by_group.values())
     chains = Counter(
-        tuple(next(iter(by_group[(p, d)]))[0] for p in range(par.pp)) for d in range(par.dp)
+        tuple(next(iter(by_group[(p, d, 0)]))[0] for p in range(par.pp))
+        for d in range(0, par.dp * ep, ep)
     )
     assert chains == plan_chains(plan)
     data = json.loads(files["rankmap.json"])
@@ -750,3 +774,48 @@ def test_torchtitan_02_toml_names_output_and_no_cuda_graph_key():
     assert "--training.disable_cuda_graphs" in args and args[args.index("--module") + 1] == "llama3"
     with pytest.raises(InputError, match="torchtitan-version"):
         render(problem, plan, "torchtitan", torchtitan_version="0.1")
+
+
+# ----------------------------------------------------------------------------- CP and EP
+
+
+@pytest.mark.parametrize(
+    ("cp", "ep", "tp", "gpn"),
+    [(2, 2, 2, 4), (1, 4, 1, 8), (2, 1, 2, 8), (1, 8, 1, 4)],
+)
+def test_cp_ep_layouts_export(cp: int, ep: int, tp: int, gpn: int) -> None:
+    """Replica stages of tp x cp x ep GPUs (inside a node, or spanning whole nodes): the
+    rank map, Megatron's tp-cp-ep-dp-pp order and torchtitan's mesh pass the independent
+    checks above (TP inside a domain, CP and EP inside a site, the plan's chains)."""
+    width = tp * cp * ep
+    data = {
+        "name": "cp-ep",
+        "sites": [
+            {"name": s, "gpu": "h100-sxm", "gpus": 2 * width, "gpus_per_node": gpn}
+            for s in ("a", "b")
+        ],
+        "routes": [{"sites": ["a", "b"], "km": 50}],
+        "job": {"model": "tiny-moe", "global_batch": 8 * ep},
+    }
+    problem = problem_from_data(data)
+    plan = Plan.model_validate(
+        {
+            "parallelism": {"tp": tp, "cp": cp, "ep": ep, "pp": 2, "dp": 2, "micro_batch": 1},
+            "stage_layers": [2, 2],
+            "replica_groups": [
+                {"count": 1, "stage_sites": ["a", "b"]},
+                {"count": 1, "stage_sites": ["b", "a"]},
+            ],
+            "links": [{"sites": ["a", "b"], "waves": 1}],
+        }
+    )
+    assert evaluate(problem, plan).feasible
+    files = render(problem, plan, "all")
+    check_all(problem, plan, files)
+    args = files["megatron_args.sh"]
+    if cp > 1:
+        assert f"--context-parallel-size {cp}" in args
+    if ep > 1:
+        assert f"--expert-model-parallel-size {ep} --expert-tensor-parallel-size 1" in args
+        assert "--moe-layer-freq '([0]*1+[1]*3)'" in args
+    assert f"--parallelism.context_parallel_degree {cp}" in files["torchtitan_args.sh"]

@@ -62,7 +62,14 @@ from placer.errors import InputError
 from placer.io import Problem, plan_from_data
 from placer.network import PHASES, Network, resolve_routing
 from placer.outputs.model_flags import megatron_env, megatron_model_args, model_notes
-from placer.rules import config_of, site_gpus_per_host, site_gpus_per_node, sync_mode_of
+from placer.rules import (
+    config_of,
+    nodes_for,
+    replica_slots,
+    site_gpus_per_host,
+    site_gpus_per_node,
+    sync_mode_of,
+)
 from placer.schema import Plan
 
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
@@ -80,6 +87,9 @@ RANKMAP_COLUMNS = [
     "node_rank",
     "local_rank",
     "domain",
+    "cp",
+    "ep",
+    "expert_dp",
 ]
 MiB = 1 << 20
 
@@ -95,6 +105,29 @@ def megatron_rank(tp_rank: int, dp_rank: int, pp_rank: int, tp: int, dp: int) ->
 def megatron_coords(rank: int, tp: int, dp: int) -> tuple[int, int, int]:
     """(tp_rank, dp_rank, pp_rank) of a global rank under Megatron's default order."""
     return rank % tp, (rank // tp) % dp, rank // (tp * dp)
+
+
+def megatron_rank_5d(
+    tp_rank: int, cp_rank: int, dp_rank: int, pp_rank: int, tp: int, cp: int, dp: int
+) -> int:
+    """Megatron-Core's 'tp-cp-ep-dp-pp' for the dense layers (EP is not a dense dimension:
+    Megatron builds it from the same ranks in a second order, expert_coords)."""
+    return tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank))
+
+
+def megatron_coords_5d(rank: int, tp: int, cp: int, dp: int) -> tuple[int, int, int, int]:
+    """(tp_rank, cp_rank, dp_rank, pp_rank) of a global rank; dp = Megatron's data-parallel
+    size (world / (tp cp pp))."""
+    return rank % tp, (rank // tp) % cp, (rank // (tp * cp)) % dp, rank // (tp * cp * dp)
+
+
+def expert_coords(rank: int, stage_size: int, ep: int) -> tuple[int, int]:
+    """(ep_rank, expert_dp_rank) under Megatron-Core's expert order 'tp-cp-ep-dp-pp' with
+    expert tensor parallelism 1 (--expert-tensor-parallel-size 1): ep consecutive ranks of
+    a pipeline stage form an EP group. torchtitan's sparse mesh ['pp', 'dp_replicate',
+    'efsdp', 'ep'] (EP borrowed from FSDP and TP, rightmost fastest) gives the same."""
+    i = rank % stage_size
+    return i % ep, i // ep
 
 
 def torchtitan_coords(
@@ -118,10 +151,13 @@ def torchtitan_dp_split(plan: Plan, zero1: bool) -> tuple[int, int]:
     shard group stays inside one site (dp_shard = gcd of the replica-group counts) when the job
     shards optimizer state (zero1); plain replication (DDP) otherwise."""
     dp = plan.parallelism.dp
+    ep = plan.parallelism.ep or 1
     if not zero1:
-        return dp, 1
+        # EP borrows its ranks from FSDP in torchtitan (efsdp = dp_shard cp tp / ep): shard
+        # over the ep data-parallel ranks of each replica, replicate the replicas
+        return dp, ep
     shard = reduce(math.gcd, (g.count for g in plan.replica_groups))
-    return dp // shard, shard
+    return dp // shard, shard * ep
 
 
 # ----------------------------------------------------------------------------- layout
@@ -141,6 +177,9 @@ class RankRow:
     node_rank: int
     local_rank: int
     domain: int  # NVLink domain within the site (the evaluator's "node")
+    cp: int = 0  # context-parallel rank
+    ep: int = 0  # expert-parallel rank (expert TP 1)
+    expert_dp: int = 0  # expert data-parallel rank
 
 
 @dataclass(frozen=True)
@@ -180,10 +219,22 @@ class Layout:
     gpus_per_node: dict[str, int]  # NVLink domain size
     gpus_per_host: dict[str, int]
     hosts_by_site: dict[str, list[int]]  # host indices in use, increasing
+    cp: int = 1
+    ep: int = 1
+
+    @property
+    def width(self) -> int:
+        """GPUs of one replica at one stage: tp x cp x ep consecutive ranks."""
+        return self.tp * self.cp * self.ep
+
+    @property
+    def dp_size(self) -> int:
+        """Megatron's data-parallel size: dp replicas of ep data-parallel ranks each."""
+        return self.dp * self.ep
 
     @property
     def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.width * self.pp * self.dp
 
     @property
     def sites(self) -> list[str]:
@@ -221,6 +272,8 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
     plan = plan_from_data(plan)
     par = plan.parallelism
     tp, pp, dp = par.tp, par.pp, par.dp
+    cp, ep = par.cp or 1, par.ep or 1
+    width = tp * cp * ep
     inst = problem.instance
     known = {s.name for s in inst.sites}
     groups = plan.replica_groups
@@ -241,7 +294,13 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
             raise InputError(
                 f"cannot launch: tp={tp} does not fit in an NVLink domain of site '{s.name}' ({gpn[s.name]} GPUs); a TP group must sit inside one domain"  # noqa: E501
             )
-    per_node = {s: gpn[s] // tp for s in used}
+    for s in inst.sites:
+        if s.name in used and replica_slots(gpn[s.name], tp, width)[0] == 0:
+            raise InputError(
+                f"cannot launch: a replica stage of tp x cp x ep = {width} GPUs neither fits an NVLink domain of site '{s.name}' ({gpn[s.name]} GPUs) nor fills whole domains"  # noqa: E501
+            )
+    per_node = {s: replica_slots(gpn[s], tp, width)[0] for s in used}
+    block = {s: replica_slots(gpn[s], tp, width)[1] for s in used}
     filled: dict[str, int] = dict.fromkeys(used, 0)
     rows: list[RankRow] = []
     node_ranks: list[NodeRank] = []
@@ -267,19 +326,23 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
             site = replica_sites[dp_r][pp_r]
             slot_index = filled[site]
             filled[site] += 1
-            domain, slot = divmod(slot_index, per_node[site])
+            first_domain, slot = divmod(slot_index, per_node[site])
+            first_domain *= block[site]
             hosts_per_domain = gpn[site] // gph[site]
-            for tp_r in range(tp):
-                rank = megatron_rank(tp_r, dp_r, pp_r, tp, dp)
+            for u in range(width):
+                tp_r, cp_r, e = u % tp, (u // tp) % cp, u // (tp * cp)
+                rank = megatron_rank_5d(tp_r, cp_r, dp_r * ep + e, pp_r, tp, cp, dp * ep)
                 if rank != len(rows):
                     raise AssertionError("ranks must be produced in order")
-                in_domain = slot * tp + tp_r
+                domain, in_domain = divmod(slot * width + u, gpn[site])
+                domain += first_domain
                 host_in_domain, gpu = divmod(in_domain, gph[site])
                 node = domain * hosts_per_domain + host_in_domain
                 if (site, node) != cur:
                     close()
                     cur, cur_gpus, cur_first = (site, node), [], rank
                 cur_gpus.append(gpu)
+                ep_r, edp_r = expert_coords(rank, width * dp, ep)
                 rows.append(
                     RankRow(
                         rank,
@@ -289,23 +352,25 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
                         gpu,
                         tp_r,
                         pp_r,
-                        dp_r,
+                        dp_r * ep + e,
                         replica_group[dp_r],
                         len(node_ranks),
                         len(cur_gpus) - 1,
                         domain,
+                        cp_r,
+                        ep_r,
+                        edp_r,
                     )
                 )
     close()
     nodes_by_site = {
-        s.name: (math.ceil(filled[s.name] / per_node[s.name]) if filled.get(s.name) else 0)
-        for s in inst.sites
+        s.name: nodes_for(gpn[s.name], tp, width, filled.get(s.name, 0)) for s in inst.sites
     }
     for s in inst.sites:
         have = s.gpus // gpn[s.name]
         if nodes_by_site[s.name] > have:
             raise InputError(
-                f"cannot launch: site '{s.name}' needs {nodes_by_site[s.name]} NVLink domains of {gpn[s.name]} GPUs for its {filled[s.name]} TP groups of {tp}, has {have}"  # noqa: E501
+                f"cannot launch: site '{s.name}' needs {nodes_by_site[s.name]} NVLink domains of {gpn[s.name]} GPUs for its {filled[s.name]} replica stages of {width} GPUs (tp x cp x ep), has {have}"  # noqa: E501
             )
     rows = [
         RankRow(
@@ -324,6 +389,9 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
                     "node_rank",
                     "local_rank",
                     "domain",
+                    "cp",
+                    "ep",
+                    "expert_dp",
                 )
             ],
         )
@@ -350,6 +418,8 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
         gpn,
         gph,
         hosts_by_site,
+        cp,
+        ep,
     )
 
 
@@ -358,6 +428,8 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
 
 def _mapping_comment(layout: Layout, framework: str) -> list[str]:
     tp, pp, dp = layout.tp, layout.pp, layout.dp
+    if layout.width > tp:
+        return _mapping_comment_5d(layout, framework)
     lines = [
         f"placer launch layout for instance '{layout.problem.name}': tp={tp} pp={pp} dp={dp}, world size {layout.world_size}, {len(layout.node_ranks)} node ranks on {layout.host_count} hosts ({sum(layout.nodes_by_site.values())} NVLink domains)",  # noqa: E501
     ]
@@ -416,6 +488,49 @@ def _mapping_comment(layout: Layout, framework: str) -> list[str]:
     return lines
 
 
+def _mapping_comment_5d(layout: Layout, framework: str) -> list[str]:
+    """The rank order with context and expert parallelism (a replica stage is tp x cp x ep
+    consecutive ranks; Megatron's data-parallel size is dp x ep)."""
+    tp, cp, ep, pp, dp = layout.tp, layout.cp, layout.ep, layout.pp, layout.dp
+    lines = [
+        f"placer launch layout for instance '{layout.problem.name}': tp={tp} cp={cp} ep={ep} pp={pp}, {dp} replicas (data-parallel size {layout.dp_size} = replicas x ep), world size {layout.world_size}, {len(layout.node_ranks)} node ranks on {layout.host_count} hosts ({sum(layout.nodes_by_site.values())} NVLink domains)",  # noqa: E501
+        f"Rank order: Megatron-Core '{MEGATRON_ORDER}' (leftmost fastest) = torchtitan mesh ['pp', 'dp_replicate', 'dp_shard', 'cp', 'tp'] (rightmost fastest):",  # noqa: E501
+        "  rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp_size * pp_rank))",
+        "  experts (expert tensor parallelism 1): ep_rank = rank-in-stage % ep, expert_dp = rank-in-stage // ep,",  # noqa: E501
+        "  i.e. ep consecutive ranks form an EP group (Megatron's expert order; torchtitan's sparse mesh [pp, dp_replicate, efsdp, ep]).",  # noqa: E501
+        f"Replica r of the plan is dp_rank r*{ep} .. r*{ep}+{ep - 1}: its {layout.width} GPUs per stage (tp x cp x ep) are consecutive ranks at",  # noqa: E501
+        "  one site, so every TP, CP and EP group stays inside the site; only DP and PP groups cross sites.",  # noqa: E501
+        "  (do not pass --use-tp-pp-dp-mapping: it switches to order tp-cp-ep-pp-dp)",
+        "Replicas, the plan's replica groups sorted by stage_sites:",
+    ]
+    start = 0
+    groups = layout.plan.replica_groups
+    seen: list[int] = []
+    for g in layout.replica_group:
+        if g not in seen:
+            seen.append(g)
+    for g in seen:
+        n = groups[g].count
+        lines.append(
+            f"  replicas {start}-{start + n - 1} (dp_rank {start * ep}-{(start + n) * ep - 1}): replica_groups[{g}] stages on {_chain(groups[g].stage_sites)}"  # noqa: E501
+        )
+        start += n
+    lines += [
+        "Placement: each site's replica stages fill its NVLink domains in rank order, gpus_per_node // (tp cp ep) per domain,",  # noqa: E501
+        "  or whole domains each when wider; a TP group never leaves its domain, CP and EP groups leave it only over the site's NICs.",  # noqa: E501
+        "Node rank i = the i-th maximal run of consecutive ranks on one host (line i of the host-order file).",  # noqa: E501
+    ]
+    for s in layout.sites:
+        lines.append(
+            f"  site {s}: NVLink domain {layout.gpus_per_node[s]} GPUs, host {layout.gpus_per_host[s]} GPUs"  # noqa: E501
+        )
+    if len(layout.node_ranks) != layout.host_count:
+        lines += [
+            "NOTE: some hosts run more than one node rank: run one torchrun agent per node rank with CUDA_VISIBLE_DEVICES."  # noqa: E501
+        ]
+    return lines
+
+
 def _chain(stage_sites: list[str] | tuple[str, ...]) -> str:
     parts = []
     start = 0
@@ -468,7 +583,13 @@ def rankmap_files(layout: Layout) -> dict[str, str]:
     data = {
         "instance": layout.problem.name,
         "world_size": layout.world_size,
-        "parallelism": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp},
+        "parallelism": {
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "dp": layout.dp,
+            **({"cp": layout.cp} if layout.cp > 1 else {}),
+            **({"ep": layout.ep} if layout.ep > 1 else {}),
+        },
         "rank_order": "rank = tp + tp_size * (dp + dp_size * pp)  (Megatron 'tp-cp-ep-dp-pp'; torchtitan mesh ['pp','dp_replicate','dp_shard','cp','tp'])",  # noqa: E501
         "placement": "each site's TP groups fill its NVLink domains gpus_per_node // tp at a time in rank order; GPU in domain = slot * tp + tp_rank; node = host index in the site = domain * (gpus_per_node / gpus_per_host) + GPU in domain // gpus_per_host; local_gpu = GPU in domain % gpus_per_host",  # noqa: E501
         "nodes_by_site": layout.nodes_by_site,
@@ -541,7 +662,8 @@ def megatron_files(layout: Layout) -> dict[str, str]:
     problem, plan = layout.problem, layout.plan
     # the Megatron rank order, recomputed from its formula, must give the layout's coordinates
     for r in layout.ranks:
-        if megatron_coords(r.rank, layout.tp, layout.dp) != (r.tp, r.dp, r.pp):
+        coords = megatron_coords_5d(r.rank, layout.tp, layout.cp, layout.dp_size)
+        if coords != (r.tp, r.cp, r.dp, r.pp):
             raise AssertionError(f"Megatron order disagrees with the layout at rank {r.rank}")
     par = plan.parallelism
     model = problem.model
@@ -552,12 +674,15 @@ def megatron_files(layout: Layout) -> dict[str, str]:
         (["--tensor-model-parallel-size", str(par.tp)], "TP inside one node"),
         (
             ["--pipeline-model-parallel-size", str(par.pp)],
-            f"data-parallel size = world / (tp * pp) = {par.dp}",
+            f"data-parallel size = world / (tp * cp * pp) = {layout.dp_size}",
         ),
+    ]
+    args += megatron_5d_args(layout)
+    args += [
         (["--micro-batch-size", str(par.micro_batch)], ""),
         (
             ["--global-batch-size", str(job.global_batch)],
-            f"= micro_batch {par.micro_batch} x dp {par.dp} x {cfg.num_micro_batches} micro-batches",  # noqa: E501
+            f"= micro_batch {par.micro_batch} x data-parallel size {layout.dp_size} x {cfg.num_micro_batches} micro-batches",  # noqa: E501
         ),
         (["--num-layers", str(model.layers)], f"layers per stage {list(plan.stage_layers)}"),
     ]
@@ -633,6 +758,82 @@ def megatron_files(layout: Layout) -> dict[str, str]:
     return {"megatron_args.sh": text, "megatron_hosts.txt": host_order_text(layout, "megatron")}
 
 
+def megatron_5d_args(layout: Layout) -> list[tuple[list[str], str]]:
+    """Context and expert parallelism and the MoE / MLA architecture flags (Megatron-Core
+    MoE: --num-experts, --moe-router-topk, --moe-ffn-hidden-size, --moe-layer-freq, ...)."""
+    m = layout.problem.model
+    out: list[tuple[list[str], str]] = []
+    if layout.cp > 1:
+        out.append(
+            (
+                ["--context-parallel-size", str(layout.cp), "--cp-comm-type", "p2p"],
+                "ring attention (KV passed around the CP ring, overlapped with attention)",
+            )
+        )
+    if m.head_dim is not None and m.mla is None:
+        out.append(
+            (["--kv-channels", str(m.head_dim)], "per-head width (heads x head_dim != hidden)")
+        )
+    if m.mla is not None:
+        a = m.mla
+        mla = ["--multi-latent-attention", "--kv-lora-rank", str(a.kv_lora_rank)]
+        if a.q_lora_rank is not None:
+            mla += ["--q-lora-rank", str(a.q_lora_rank)]
+        mla += [
+            "--qk-head-dim",
+            str(a.qk_nope_head_dim),
+            "--qk-pos-emb-head-dim",
+            str(a.qk_rope_head_dim),
+            "--v-head-dim",
+            str(a.v_head_dim),
+        ]
+        out.append((mla, "multi-head latent attention"))
+    if m.moe is not None:
+        e = m.moe
+        pattern = [int(m.is_moe_layer(i)) for i in range(m.layers)]
+        moe = [
+            "--num-experts",
+            str(e.experts),
+            "--moe-router-topk",
+            str(e.top_k),
+            "--moe-ffn-hidden-size",
+            str(e.expert_ffn_hidden),
+            "--expert-model-parallel-size",
+            str(layout.ep),
+            "--expert-tensor-parallel-size",
+            "1",
+            "--moe-token-dispatcher-type",
+            "alltoall",
+            "--moe-grouped-gemm",
+            "--moe-router-score-function",
+            e.router,
+        ]
+        if e.shared_ffn:
+            moe += ["--moe-shared-expert-intermediate-size", str(e.shared_ffn)]
+        if any(p == 0 for p in pattern):
+            moe += ["--moe-layer-freq", _layer_pattern(pattern)]
+        if e.router_expert_bias:
+            moe += ["--moe-router-enable-expert-bias"]
+        out.append(
+            (
+                moe,
+                f"EP {layout.ep} inside a site, expert TP 1: the plan's all-to-all and expert memory model",  # noqa: E501
+            )
+        )
+    return out
+
+
+def _layer_pattern(pattern: list[int]) -> str:
+    """Megatron's --moe-layer-freq list expression, run-length encoded: ([0]*3+[1]*58)."""
+    runs: list[tuple[int, int]] = []
+    for p in pattern:
+        if runs and runs[-1][0] == p:
+            runs[-1] = (p, runs[-1][1] + 1)
+        else:
+            runs.append((p, 1))
+    return "(" + "+".join(f"[{p}]*{n}" for p, n in runs) + ")"
+
+
 def parse_megatron_args(text: str) -> dict[str, list[str]]:
     """Flag -> values of the MEGATRON_ARGS array in megatron_args.sh."""
     body = text.split("MEGATRON_ARGS=(", 1)[1].split("\n)", 1)[0]
@@ -691,11 +892,13 @@ def torchtitan_settings(layout: Layout, version: str) -> list[tuple[str, str, An
         ("parallelism", "data_parallel_shard_degree", shard),
         ("parallelism", "tensor_parallel_degree", layout.tp),
         ("parallelism", "pipeline_parallel_degree", layout.pp),
-        ("parallelism", "context_parallel_degree", 1),
+        ("parallelism", "context_parallel_degree", layout.cp),
         ("training", "local_batch_size", plan.parallelism.micro_batch * cfg.num_micro_batches),
         ("training", "global_batch_size", problem.instance.job.global_batch),
         ("training", "seq_len", problem.model.seq_len),
     ]
+    if layout.ep > 1:
+        out.append(("parallelism", "expert_parallel_degree", layout.ep))
     if version == "0.3":  # 0.2.x has no switch: its Llama TP plan always applies SequenceParallel
         out.append(("parallelism", "enable_sequence_parallel", layout.tp > 1))
     if layout.pp > 1:
@@ -728,8 +931,9 @@ def torchtitan_files(layout: Layout, version: str = "0.3") -> dict[str, str]:
     problem, plan = layout.problem, layout.plan
     rep, shard = torchtitan_dp_split(plan, problem.instance.job.zero1)
     for r in layout.ranks:
-        c = torchtitan_coords(r.rank, layout.pp, rep, shard, layout.tp)
-        if (c["tp"], c["dp_replicate"] * shard + c["dp_shard"], c["pp"]) != (r.tp, r.dp, r.pp):
+        c = torchtitan_coords(r.rank, layout.pp, rep, shard, layout.tp, layout.cp)
+        got = (c["tp"], c["cp"], c["dp_replicate"] * shard + c["dp_shard"], c["pp"])
+        if got != (r.tp, r.cp, r.dp, r.pp):
             raise AssertionError(
                 f"torchtitan mesh order disagrees with the layout at rank {r.rank}"
             )

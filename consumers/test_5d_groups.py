@@ -1,0 +1,143 @@
+"""Context- and expert-parallel layouts (issue 16) in the real tools: the exported torchrun
+scripts of consumers/case5d (tp 2 x cp 2 x ep 2 x pp 2, a replica stage spanning two NVLink
+domains at one site) launch on 127.0.0.1 with gloo, and in every rank Megatron-Core's
+parallel_state (initialize_model_parallel with context_parallel_size and
+expert_model_parallel_size, expert TP 1 as exported) and torchtitan's ParallelDims mesh (from
+the exported overrides, through its ConfigManager) give the TP, CP, EP, DP and PP groups of
+placer's rank map. The Megatron flags are checked in the exported argument list."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, require
+
+PROBE = ROOT / "consumers" / "probe.py"
+
+
+@pytest.fixture(scope="module")
+def export_5d() -> Path:
+    d = Path(os.environ.get("PLACER_EXPORT_5D", ROOT / "build" / "consumers" / "export-5d"))
+    require((d / "rankmap.csv").exists(), f"placer's 5D export in {d} (make test-consumers)")
+    return d
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _groups(rows, key):
+    out = defaultdict(list)
+    for r in rows:
+        out[key(r)].append(int(r["rank"]))
+    return {rank: sorted(g) for g in out.values() for rank in g}
+
+
+def test_megatron_flags_of_the_5d_export(export_5d: Path) -> None:
+    sys.path.insert(0, str(ROOT))
+    from placer.outputs.launch import parse_megatron_args
+
+    args = parse_megatron_args((export_5d / "megatron_args.sh").read_text())
+    assert args["--context-parallel-size"] == ["2"]
+    assert args["--expert-model-parallel-size"] == ["2"]
+    assert args["--expert-tensor-parallel-size"] == ["1"]
+    assert args["--num-experts"] == ["8"] and args["--moe-router-topk"] == ["2"]
+    assert args["--moe-layer-freq"] == ["([0]*1+[1]*3)"]
+    # Megatron-LM evaluates the expression (arguments.moe_freq_type): the model's pattern
+    assert eval(args["--moe-layer-freq"][0]) == [0, 1, 1, 1]  # noqa: S307
+
+
+def test_torchrun_5d_groups(export_5d: Path, tmp_path: Path) -> None:
+    require(
+        Path(sys.executable).parent.joinpath("torchrun").exists(), "torchrun (torch) in this venv"
+    )
+    with open(export_5d / "rankmap.csv") as f:
+        rankmap = list(csv.DictReader(f))
+    world = len(rankmap)
+    par = json.loads((export_5d / "rankmap.json").read_text())["parallelism"]
+    assert (par["tp"], par["cp"], par["ep"], par["pp"], par["dp"]) == (2, 2, 2, 2, 1)
+    hosts = defaultdict(set)
+    for r in rankmap:
+        hosts[r["site"]].add(r["host"])
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        TRAIN_SCRIPT=str(PROBE),
+        PROBE_OUT=str(tmp_path),
+        PROBE_EXPORT=str(export_5d),
+        PROBE_TP=str(par["tp"]),
+        PROBE_PP=str(par["pp"]),
+        PROBE_CP=str(par["cp"]),
+        PROBE_EP=str(par["ep"]),
+        OMP_NUM_THREADS="1",
+    )
+    procs = []
+    for site, hs in sorted(hosts.items()):
+        for h in sorted(hs):
+            cmd = f"source {shlex.quote(str(export_5d / 'megatron_args.sh'))} && exec bash {shlex.quote(str(export_5d / f'torchrun_{site}.sh'))} {shlex.quote(h)}"  # noqa: E501
+            procs.append(
+                (
+                    h,
+                    subprocess.Popen(
+                        ["bash", "-c", cmd],
+                        env=env | {"PROBE_HOST": h},
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        text=True,
+                    ),
+                )
+            )
+    for h, p in procs:
+        out, _ = p.communicate(timeout=900)
+        assert p.returncode == 0, f"torchrun on {h} failed:\n{out[-3000:]}"
+    recs = {int(f.stem[4:]): json.loads(f.read_text()) for f in tmp_path.glob("rank*.json")}
+    assert sorted(recs) == list(range(world))
+    i = {k: k for k in ("tp", "cp", "dp", "pp", "ep", "expert_dp")}
+
+    def key(*names):
+        return lambda r: tuple(r[i[n]] for n in names)
+
+    want = {
+        "tp_group": _groups(rankmap, key("cp", "dp", "pp")),
+        "cp_group": _groups(rankmap, key("tp", "dp", "pp")),
+        "dp_group": _groups(rankmap, key("tp", "cp", "pp")),
+        "pp_group": _groups(rankmap, key("tp", "cp", "dp")),
+        "ep_group": _groups(rankmap, key("pp", "expert_dp")),
+        "expert_dp_group": _groups(rankmap, key("pp", "ep")),
+    }
+    sites_of = {int(r["rank"]): r["site"] for r in rankmap}
+    for r in rankmap:
+        rank = int(r["rank"])
+        rec = recs[rank]
+        assert (rec["site"], rec["host"]) == (r["site"], r["host"])
+        gpu = int(rec["cuda_visible_devices"].split(",")[rec["local_rank"]])
+        assert gpu == int(r["local_gpu"])
+        m = rec["megatron"]
+        assert (m["tp"], m["cp"], m["dp"], m["pp"], m["ep"]) == tuple(
+            int(r[k]) for k in ("tp", "cp", "dp", "pp", "ep")
+        ), f"Megatron coordinates of rank {rank}"
+        for g, ranks in want.items():
+            assert sorted(m[g]) == ranks[rank], f"Megatron {g} of rank {rank}"
+        # TP, CP and EP groups never leave the site
+        for g in ("tp_group", "cp_group", "ep_group"):
+            assert {sites_of[x] for x in m[g]} == {r["site"]}
+        t = rec["torchtitan"]
+        assert (t["tp"], t["cp"], t["pp"]) == (int(r["tp"]), int(r["cp"]), int(r["pp"]))
+        assert sorted(t["tp_group"]) == want["tp_group"][rank]
+        assert sorted(t["cp_group"]) == want["cp_group"][rank]
+        assert sorted(t["ep_group"]) == want["ep_group"][rank], f"torchtitan ep of rank {rank}"
+        assert t["ep"] == int(r["ep"])
+    print(f"torchrun 5D: {world} ranks, Megatron and torchtitan TP/CP/EP/DP/PP groups checked")
