@@ -36,6 +36,10 @@ def main() -> None:
     import megatron.training.arguments as A
 
     A.get_device_arch_version = lambda: arch
+    import torch
+
+    # --moe-grouped-gemm asks torch.cuda for the compute capability: the emulated GPU's
+    torch.cuda.get_device_capability = lambda *a, **k: (arch, 0)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     # the data/tokenizer/optimizer arguments the export leaves to the user (mock data)
     extra = [
@@ -74,6 +78,13 @@ def main() -> None:
                     "num_layers",
                     "global_batch_size",
                     "micro_batch_size",
+                    "context_parallel_size",
+                    "expert_model_parallel_size",
+                    "expert_tensor_parallel_size",
+                    "num_experts",
+                    "moe_router_topk",
+                    "moe_ffn_hidden_size",
+                    "moe_layer_freq",
                 )
             }
         )

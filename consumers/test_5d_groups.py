@@ -141,3 +141,71 @@ def test_torchrun_5d_groups(export_5d: Path, tmp_path: Path) -> None:
         assert sorted(t["ep_group"]) == want["ep_group"][rank], f"torchtitan ep of rank {rank}"
         assert t["ep"] == int(r["ep"])
     print(f"torchrun 5D: {world} ranks, Megatron and torchtitan TP/CP/EP/DP/PP groups checked")
+
+
+@pytest.fixture(scope="module")
+def export_ds3() -> Path:
+    d = Path(os.environ.get("PLACER_EXPORT_DS3", ROOT / "build" / "consumers" / "export-ds3"))
+    require(
+        (d / "rankmap.csv").exists(), f"placer's DeepSeek-V3 export in {d} (make test-consumers)"
+    )
+    return d
+
+
+def test_torchtitan_loads_the_deepseek_v3_export(export_ds3: Path) -> None:
+    """The shipped DeepSeek-V3 plan (EP 8, PP 8, 2048 GPUs over two sites) through torchtitan
+    0.3's ConfigManager with its deepseek_v3_671b recipe, and ParallelDims' validation."""
+    sys.path.insert(0, str(ROOT / "consumers"))
+    from probe import torchtitan_args
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    cfg = ConfigManager().parse_args(torchtitan_args(str(export_ds3 / "torchtitan_args.sh")))
+    p = cfg.parallelism
+    assert (p.expert_parallel_degree, p.pipeline_parallel_degree, p.tensor_parallel_degree) == (
+        8,
+        8,
+        1,
+    )
+    world = sum(1 for _ in open(export_ds3 / "rankmap.csv")) - 1
+    dims = ParallelDims.from_config(p, world)
+    assert dims.world_size == world == 2048
+    assert (
+        sum(
+            len([m for m in part if m.startswith("layers.")])
+            for part in p.module_fqns_per_model_part
+        )
+        == 61
+    )  # noqa: E501
+
+
+@pytest.mark.parametrize("which", ["5d", "ds3"])
+def test_megatron_lm_validates_cp_ep_exports(which: str, request) -> None:
+    """Megatron-LM's own parse_args + validate_args on the CP/EP export and on the DeepSeek-V3
+    one (MLA, 256 experts, --moe-layer-freq, custom pipeline layout). Needs MEGATRON_LM_SRC
+    (megatron/training of the release matching megatron-core; no package ships it)."""
+    src = os.environ.get("MEGATRON_LM_SRC")
+    if not src:
+        pytest.skip(
+            "MEGATRON_LM_SRC not set: Megatron-LM's megatron/training is not on any package registry"  # noqa: E501
+        )
+    export = request.getfixturevalue("export_5d" if which == "5d" else "export_ds3")
+    world = sum(1 for _ in open(export / "rankmap.csv")) - 1
+    script = ROOT / "consumers" / "megatron_validate.py"
+    cmd = f"source {export / 'megatron_args.sh'} && exec {sys.executable} {script} {src} {export} 9"  # noqa: E501
+    ok = subprocess.run(
+        ["bash", "-c", cmd],
+        env=os.environ | {"WORLD_SIZE": str(world)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    got = json.loads(ok.stdout.strip().splitlines()[-1])
+    if which == "5d":
+        assert (got["context_parallel_size"], got["expert_model_parallel_size"]) == (2, 2)
+        assert got["data_parallel_size"] == 2 and got["moe_layer_freq"] == [0, 1, 1, 1]
+    else:
+        assert got["expert_model_parallel_size"] == 8 and got["num_experts"] == 256
+        assert got["data_parallel_size"] == 256 and got["moe_layer_freq"] == [0] * 3 + [1] * 58
+    assert got["expert_tensor_parallel_size"] == 1

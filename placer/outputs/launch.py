@@ -863,6 +863,7 @@ TORCHTITAN_RECIPES = {
     "llama3-8b": ("llama3", "llama3_8b"),
     "llama3-70b": ("llama3", "llama3_70b"),
     "llama3-405b": ("llama3", "llama3_405b"),
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"),
 }
 
 
