@@ -78,6 +78,12 @@ def _components(res: SolveResult) -> dict[str, float]:
     return out
 
 
+def _blocks(data: InnerData, res: SolveResult, site: str) -> int:
+    """The formulations' node count: the evaluator's nodes in blocks of the nodes one
+    replica stage spans (1 unless tp x cp x ep is wider than a node)."""
+    return res.evaluation.nodes_by_site[site] // data.site_node_block.get(site, 1)
+
+
 def _option(data: InnerData, r: Any, waves: int) -> int:
     return next(i for i, o in enumerate(data.wave_options[r]) if o.waves == waves)
 
@@ -90,7 +96,7 @@ def milp_components(case_id: str) -> dict[str, float]:
     for r in data.routes:
         m.add(m.y[(r, _option(data, r, waves.get(r, 0)))] == 1, f"pin.y:{r[0]}:{r[1]}")
     for s, v in m.nodes.items():
-        m.add(v == res.evaluation.nodes_by_site[s], f"pin.nodes:{s}")
+        m.add(v == _blocks(data, res, s), f"pin.nodes:{s}")
     out = m._solve_once(30, 1, {})
     assert out.kind == "optimal", out
     ts = m.ts
@@ -115,7 +121,7 @@ def cpsat_components(case_id: str) -> dict[str, float]:
     for r in data.routes:
         M.Add(m.y[(r, _option(data, r, waves.get(r, 0)))] == 1)
     for s, v in m.nodes.items():
-        M.Add(v == res.evaluation.nodes_by_site[s])
+        M.Add(v == _blocks(data, res, s))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = 30

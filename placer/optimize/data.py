@@ -92,6 +92,9 @@ class InnerData:
     # data-parallel overlap (PerfModel.dp_pieces): (fraction of the per-step sync, window
     # in seconds it hides under); exposed = sum max(0, f sync - window)
     dp_pieces: tuple[tuple[float, float], ...] = ((1.0, 0.0),)
+    # physical nodes per formulation "node": 1, or the whole nodes one replica stage of
+    # tp x cp x ep GPUs spans when it is wider than a node (rules.replica_slots)
+    site_node_block: dict[str, int] = field(default_factory=dict)
 
     def routed(self, pair: PairKey) -> bool:
         """Whether the pair's split over paths is a decision (it has several candidates)."""
@@ -139,7 +142,7 @@ def build_inner(
     sites = [s.name for s in inst.sites]
     budget = inst.objective.max_cost_usd
     groups, gpn_groups, nodes, node_w, pue, power = {}, {}, {}, {}, {}, {}
-    node_usd = {}
+    node_usd, node_block = {}, {}
     for s in inst.sites:
         gpn = site_gpus_per_node(problem, s.name)
         # a replica-stage is tp x cp x ep GPUs: several per node, or (wider than a node)
@@ -151,6 +154,7 @@ def build_inner(
         groups[s.name] = nodes[s.name] * gpn_groups[s.name]
         node_w[s.name] = node_it_w(problem, s.name) * block
         node_usd[s.name] = node_usd_per_s(problem, s.name) * block
+        node_block[s.name] = block
         pue[s.name] = s.pue
         power[s.name] = None if s.power_mw is None else s.power_mw * 1e6
     routes = sorted(net.routes)
@@ -230,6 +234,7 @@ def build_inner(
         site_nodes=nodes,
         site_node_w=node_w,
         site_node_usd_per_s=node_usd,
+        site_node_block=node_block,
         site_pue=pue,
         site_power_w=power,
         routes=routes,
