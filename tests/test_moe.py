@@ -232,3 +232,23 @@ def test_library_optima_use_ep_and_cp() -> None:
     assert (par.ep or 1) > 1
     par = solve(problem_from_data(ids["cp-ring"].instance), backend="brute").plan.parallelism
     assert (par.cp or 1) > 1
+
+
+def test_mla_gemms_and_attention_core_by_hand() -> None:
+    """DeepSeek-V3's attention on one rank (tp 2, 4096 tokens): q down 4096 x 1536 x 7168
+    and kv down 4096 x (512 + 64) x 7168 replicated; q up 128 x 192 / 2 wide, kv up
+    128 x (128 + 128) / 2 wide from the 512 latent, output 7168 from 128 x 128 / 2. The core
+    counts 2 s (q_dim + v_dim) = 2 s 128 (192 + 128) FLOPs per token, not 4 s h."""
+    from placer.perf.flops import attention_core_flops_per_token, kv_exchange_width
+
+    m = load_model("deepseek-v3")
+    got = {g.name: (g.m, g.n, g.k) for g in compute.attention_gemms(m, 4096, 2)}
+    assert got == {
+        "q_down": (4096, 1536, 7168),
+        "q_up": (4096, 128 * 192 // 2, 1536),
+        "kv_down": (4096, 576, 7168),
+        "kv_up": (4096, 128 * 256 // 2, 512),
+        "attn_proj": (4096, 7168, 128 * 128 // 2),
+    }
+    assert attention_core_flops_per_token(m, 4096) == 2 * 4096 * 128 * (192 + 128)
+    assert kv_exchange_width(m) == 128 * 192 + 128 * 128  # decompressed K and V per token

@@ -53,10 +53,13 @@ def explain_infeasible(
                 f"short by {smallest - feedable} GPUs (~{(smallest - feedable) * max(site_power_w(problem, s.name, 1) / site_gpus_per_node(problem, s.name) for s in inst.sites) / 1e6:.2f} MW). "  # noqa: E501
                 + "; ".join(short_site)
             )
-        groups = sum(site_group_capacity(problem, s.name, tp) for s in inst.sites)
-        if groups * tp < smallest:
+        narrow = min(cands, key=lambda c: (c.cfg.width, c.cfg.gpus)).cfg
+        width = narrow.width  # a replica stage: tp x cp x ep GPUs (tp without CP / EP)
+        groups = sum(site_group_capacity(problem, s.name, narrow.tp, width) for s in inst.sites)
+        if groups * width < smallest:
+            unit = f"TP groups of {tp}" if width == tp else f"replica stages of {width} GPUs"
             lines.append(
-                f"GPUs: the smallest configuration needs {smallest} GPUs in TP groups of {tp}; the sites hold {groups * tp}."  # noqa: E501
+                f"GPUs: the smallest configuration needs {smallest} GPUs in {unit}; the sites hold {groups * width}."  # noqa: E501
             )
     # routes that carry nothing: no optic reaches, or no wave may be lit, and no capacity in place
     for r in inst.routes:
