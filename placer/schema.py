@@ -421,6 +421,10 @@ class Job(Strict):
         default=True, description="Megatron sequence parallelism with TP (--sequence-parallel)"
     )
     overlap: Overlap = Overlap()
+    replica_schedule: Literal["lockstep", "staggered"] = Field(
+        default="lockstep",
+        description="lockstep: every replica sends its stage boundary's message at the same pipeline tick, so the replicas whose chains cross a route share it tick by tick (Megatron's synchronous 1F1B); staggered: replicas are offset so that they time-share the routes and only the step-average route load binds (Atlas, arXiv 2411.14458; needs a launcher that staggers the replicas)",  # noqa: E501
+    )
     sync: Sync = Sync()
     parallelism: Parallelism = Parallelism()
 
