@@ -11,8 +11,8 @@ convex and piecewise linear in the crossings' transmit times ``tau`` and latenci
     T_pipe >= const + sum_i n_i tau_i + sum_i l_i lam_i      for every plane of a chain type
                                                               in use
 
-and the planes are generated: a few at build time (the uncontended chain, the latency levels
-of routed pairs, a ladder of ticks), then, after each solve, the plane at the plan's own
+and the planes are generated: one at build time (the uncontended chain, a constant), then,
+after each solve, the plane at the plan's own
 point for every chain whose true time no plane reaches yet (Kelley's cutting planes). Each
 plane is a true path of the schedule, valid for every plan, so the model stays a relaxation
 and its bound stays valid; once a plan meets the planes of its own point, the model's step
@@ -26,12 +26,11 @@ import math
 from dataclasses import dataclass, field
 
 from placer.io import Problem
-from placer.network import Network, PairKey, Routing, route_key
+from placer.network import PairKey, Routing, route_key
 from placer.perf.critical_path import critical_path
 from placer.perf.step import Chain, Config, Hop, PerfModel, hops_of
 
 TOL = 1e-9  # a plan's true chain time above every plane by more than this (relative) is cut
-LADDER = (0.125, 0.25, 0.5, 1.0)  # seed ticks: these fractions of all dp replicas on one wave
 
 
 @dataclass(frozen=True)
@@ -70,6 +69,10 @@ class ChainPlanes:
     chain: Chain
     crossings: list[Crossing]
     planes: list[Plane] = field(default_factory=list)
+    # chain types with the same signature (stage times, which boundaries cross sites, the
+    # other boundaries' times) have the same 1F1B function of their crossings' times:
+    # a plane of one is a plane of all (placer.optimize.data groups them)
+    signature: tuple = ()
 
     def covers(self, point: tuple[tuple[float, ...], tuple[float, ...]], t: float) -> bool:
         best = max((p.value(*point) for p in self.planes), default=-math.inf)
@@ -125,35 +128,16 @@ def plane_at(
     )
 
 
-def seed_planes(
-    perf: PerfModel, cfg: Config, cp: ChainPlanes, net: Network, one_wave_Bps: dict
-) -> None:
-    """Planes at the uncontended chain on every combination of path latencies (few: a
-    chain crosses one or two pairs), and along a ladder of ticks up to all dp replicas on
-    one wave of the chain's slowest crossing."""
-    xs = cp.crossings
-    if not xs:
-        cp.planes.append(plane_at(perf, cfg, cp, (), ()))
-        return
-    nic = tuple(x.nic_s for x in xs)
-    lat_sets: list[tuple[float, ...]] = [tuple(x.latency_s[0] for x in xs)]
-    for i, x in enumerate(xs):
-        for lv in range(1, len(x.latency_s)):
-            lat_sets.append(
-                tuple(x.latency_s[lv] if k == i else lat_sets[0][k] for k in range(len(xs)))
-            )
-    msg = perf.message_bytes(cfg)
-    caps = [min((one_wave_Bps.get(route_key(*h), 0.0) for h in x.hops[0]), default=0.0) for x in xs]
-    cap = min((c for c in caps if c > 0), default=0.0)
-    ticks = [cfg.dp * msg / cap * f for f in LADDER] if cap > 0 else []
-    seen: set[Plane] = set()
-    for lams in lat_sets:
-        for t in [0.0, *ticks]:
-            taus = tuple(max(n, t) for n in nic)
-            p = plane_at(perf, cfg, cp, taus, lams)
-            if p not in seen:
-                seen.add(p)
-                cp.planes.append(p)
+def seed_planes(perf: PerfModel, cfg: Config, cp: ChainPlanes) -> None:
+    """The first plane: the chain's uncontended time on its shortest paths, a constant
+    (zero slopes). Valid because the 1F1B time is non-decreasing in every transmit and
+    latency, and no crossing is faster than its NIC or its shortest path. The planes with
+    slopes come from the plans the solver proposes (add_violated_planes): computing them
+    for every chain type up front would cost more than the solves (a critical path per
+    chain type and point)."""
+    t = perf.chain_time(cfg, cp.chain)
+    n = len(cp.crossings)
+    cp.planes.append(Plane(t, (0,) * n, (0,) * n))
 
 
 def chain_points(
@@ -202,6 +186,49 @@ def add_violated_planes(
         for chain, (point, t) in chain_points(perf, cfg, groups, cap, routing, factor).items():
             cp = by_chain[chain]
             if math.isfinite(t) and not cp.covers(point, t):
-                cp.planes.append(plane_at(perf, cfg, cp, *point))
-                added += 1
+                before = len(cp.planes)
+                added += _add_around(perf, cfg, cp, point)
+                new = cp.planes[before:]
+                for other in planes:  # the same function: the same planes
+                    if other is not cp and other.signature == cp.signature:
+                        have = set(other.planes)
+                        other.planes.extend(p for p in new if p not in have)
+    return added
+
+
+def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) -> tuple:
+    fwd, bwd, lat, tx = perf.chain_times_at(cfg, chain, None, None)
+    cross = {x.boundary for x in xs}
+    rest = tuple((lat[j], tx[j]) for j in range(len(lat)) if j not in cross)
+    return (
+        tuple(fwd),
+        tuple(bwd),
+        tuple(sorted(cross)),
+        rest,
+        perf.optimizer_step_s(cfg, chain),
+    )
+
+
+NEIGHBOURS = (0.25, 0.5, 2.0, 4.0)  # the planes at a violated point and at these multiples
+# of its transmit times above the NIC's: the next round's plan usually moves there (more or
+# fewer waves), and a plane costs one critical path, far less than a round of solving
+
+
+def _add_around(
+    perf: PerfModel,
+    cfg: Config,
+    cp: ChainPlanes,
+    point: tuple[tuple[float, ...], tuple[float, ...]],
+) -> int:
+    taus, lams = point
+    nic = tuple(x.nic_s for x in cp.crossings)
+    added = 0
+    seen = set(cp.planes)
+    for f in (1.0, *NEIGHBOURS):
+        at = tuple(n + f * (t - n) for n, t in zip(nic, taus, strict=True))
+        pl = plane_at(perf, cfg, cp, at, lams)
+        if pl not in seen:
+            seen.add(pl)
+            cp.planes.append(pl)
+            added += 1
     return added

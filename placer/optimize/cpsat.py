@@ -60,11 +60,22 @@ class CpsatInner:
         self.sync = sync_rule(data.sync_mode, data.every_steps)
         self.m = cp_model.CpModel()
         self.rows: list[str] = []  # every row's name, in build order
+        self._values: dict[str, int] = {}
         for family in FAMILIES:
             getattr(self, f"define_{family}")()
 
     def ticks(self, seconds: float) -> int:
         return math.ceil(seconds / self.tau - 1e-6)
+
+    def start_from(self, values: dict[str, int]) -> None:
+        """Hint an earlier round's plan (its named integer variables) to CP-SAT."""
+        proto = self.m.Proto()
+        for i, var in enumerate(proto.variables):
+            if var.name and var.name in values:
+                self.m.AddHint(self.m.GetIntVarFromProtoIndex(i), values[var.name])
+
+    def integer_values(self) -> dict[str, int]:
+        return dict(self._values)
 
     def add(self, constraint: Any, name: str) -> Any:
         """Name a row (families.row) and record it."""
@@ -261,7 +272,17 @@ class CpsatInner:
         self._plane_exprs: list[Any] = []
         if d.planes is None:
             return
-        self.tick_loads = self._tick_loads()
+        # only chain types with a sloped plane (from an earlier round's plan) need transmit
+        # variables, and only the hops they cross need tick variables
+        self.sloped = {
+            c
+            for c, cp in enumerate(d.planes)
+            if any(any(pl.tau) or any(pl.lam) for pl in cp.planes)
+        }
+        used_hops = {
+            h for c in self.sloped for x in d.planes[c].crossings for hops in x.hops for h in hops
+        }
+        self.tick_loads = {h: v for h, v in self._tick_loads().items() if h in used_hops}
         for h, load in self.tick_loads.items():
             self.theta[h] = t = M.NewIntVar(0, self.TT, f"theta[{h}]")
             r = route_key(*h)
@@ -280,7 +301,7 @@ class CpsatInner:
             if not cp.planes:
                 add(M.Add(self.u[c] == 0), row("pipe.disconnected", c))
                 continue
-            for i, x in enumerate(cp.crossings):
+            for i, x in enumerate(cp.crossings if c in self.sloped else ()):
                 self._crossing(c, i, x, self.theta, self.tau_x, self._tau_terms, "pipe.tau")
             for k, pl in enumerate(cp.planes):
                 expr = self._plane(c, pl, self.tau_x)
@@ -577,8 +598,6 @@ class CpsatInner:
                 loads,
             )
         for c in range(len(d.chains)):
-            if d.planes is not None:
-                break  # lockstep: the planes price the latency of the allowed paths
             routed = d.chain_routed_pairs(c)
             for levels, t in d.chain_level_time[c].items():
                 chosen = [ws[q][lv] for q, lv in zip(routed, levels, strict=True) if lv >= 1]
@@ -831,7 +850,7 @@ class CpsatInner:
             crossing_r = [
                 i for i, x in enumerate(cp.crossings) if any(h in hit for p in x.hops for h in p)
             ]
-            if not crossing_r or not cp.planes:
+            if not crossing_r or c not in self.sloped:
                 continue
             for i, x in enumerate(cp.crossings):
                 if i in crossing_r:
@@ -922,6 +941,7 @@ class CpsatInner:
             bound = b * self._scale() if math.isfinite(b) else None
             return NoPlan(proven=False, bound=bound, reason=f"CP-SAT {solver.StatusName(st)}")
         optimal = st == cp_model.OPTIMAL
+        self._record(solver)
         # the tie-break solve gets what is left of the time limit, not a second one
         p.max_time_in_seconds = max(0.01, time_limit_s - (time.perf_counter() - t0))
         scale = self._scale()
@@ -963,6 +983,7 @@ class CpsatInner:
                 routing=first_routing,
             )
         counts, waves = self._extract(solver)
+        self._record(solver)
         return InnerSolution(
             counts,
             waves,
@@ -972,6 +993,14 @@ class CpsatInner:
             step_time_s=value if self.objective == "step_time" else None,
             routing=self.routing(solver),
         )
+
+    def _record(self, solver: cp_model.CpSolver) -> None:
+        proto = self.m.Proto()
+        self._values = {
+            var.name: solver.Value(self.m.GetIntVarFromProtoIndex(i))
+            for i, var in enumerate(proto.variables)
+            if var.name
+        }
 
     def _extract(self, solver: cp_model.CpSolver) -> tuple[dict[int, int], dict[Any, int]]:
         counts = {c: solver.Value(v) for c, v in self.n.items() if solver.Value(v) > 0}

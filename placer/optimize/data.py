@@ -272,20 +272,18 @@ def _contention(
     options: dict[RouteKey, list[WaveOption]],
 ) -> tuple[list[Any] | None, dict[tuple[str, str], dict[int, int]]]:
     """Chain planes and per-hop crossings for lockstep contention (None when staggered)."""
-    from placer.optimize.contention import ChainPlanes, crossings, seed_planes
+    from placer.optimize.contention import ChainPlanes, crossings, seed_planes, signature
 
     if cfg.staggered:
         return None, {}
-    one_wave = {
-        r: (opts[1] if len(opts) > 1 else opts[0]).capacity_Bps for r, opts in options.items()
-    }
     planes, hop_cross = [], {}
     for ci, c in enumerate(chains):
         if any(q not in pair_paths for q in perf.crossing_pairs(c)):
             planes.append(ChainPlanes(c, []))  # disconnected: no plane, never in use
             continue
-        cp = ChainPlanes(c, crossings(perf, cfg, c, pair_paths))
-        seed_planes(perf, cfg, cp, perf.net, one_wave)
+        xs = crossings(perf, cfg, c, pair_paths)
+        cp = ChainPlanes(c, xs, signature=signature(perf, cfg, c, xs))
+        seed_planes(perf, cfg, cp)
         planes.append(cp)
         for x in cp.crossings:
             if len(x.hops) == 1:

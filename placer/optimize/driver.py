@@ -445,12 +445,15 @@ def _backend(
     t_max = t_cap or (
         cutoff if (objective == "step_time" and cutoff is not None) else _upper_bound_time(data)
     )
+    warm: dict[str, float] = {}
+    last: tuple[InnerSolution, Evaluation] | None = None
     while True:
         left = max(0.05, deadline - time.perf_counter())
         if backend == "milp":
             model = MilpInner(
                 data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
             )
+            model.start_from(warm)
             # building the model counts against the time limit too
             sol = model.solve(
                 max(0.05, left - (time.perf_counter() - start)), threads, dict(opts.options)
@@ -459,6 +462,7 @@ def _backend(
             model_c = CpsatInner(
                 data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
             )
+            model_c.start_from(warm)
             sol = model_c.solve(
                 max(0.05, deadline - time.perf_counter()),
                 threads,
@@ -466,6 +470,12 @@ def _backend(
                 dict(opts.options),
             )
         start = time.perf_counter()
+        if isinstance(sol, NoPlan) and not sol.proven and last is not None:
+            # the limit struck in a later round: the earlier round's plan at its true value,
+            # with this round's bound (the model only grew, so it bounds that plan too)
+            bound = last[0].bound if sol.bound is None else max(last[0].bound, sol.bound)
+            last[0].bound = bound
+            return _at_true_value(last[0], last[1], objective, t_cap)
         if not isinstance(sol, InnerSolution) or data.planes is None:
             return sol
         ev = evaluate(problem, solution_plan(problem, data, sol), perf)
@@ -481,6 +491,8 @@ def _backend(
         )
         if not added:
             return sol
+        warm = (model if backend == "milp" else model_c).integer_values()
+        last = (sol, ev)
         if time.perf_counter() >= deadline or interrupt.requested():
             return _at_true_value(sol, ev, objective, t_cap)
 

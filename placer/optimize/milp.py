@@ -92,9 +92,26 @@ class MilpInner:
         self.cutoff = cutoff
         self.sync = sync_rule(data.sync_mode, data.every_steps)
         self.prob = pulp.LpProblem("placer", pulp.LpMinimize)
+        self.warm = False
         self.rows: list[str] = []  # every row's name, in build order
         for family in FAMILIES:
             getattr(self, f"define_{family}")()
+
+    def start_from(self, values: dict[str, float]) -> None:
+        """A MIP start: the integer values of an earlier round's plan (by variable name);
+        HiGHS completes the continuous ones."""
+        self.warm = False
+        for v in self.prob.variables():
+            if v.cat == pulp.LpInteger and v.name in values:
+                v.setInitialValue(values[v.name])
+                self.warm = True
+
+    def integer_values(self) -> dict[str, float]:
+        return {
+            v.name: round(v.value())
+            for v in self.prob.variables()
+            if v.cat == pulp.LpInteger and v.value() is not None
+        }
 
     def add(self, constraint: Any, name: str) -> None:
         self.rows.append(name)
@@ -256,7 +273,17 @@ class MilpInner:
         self._plane_exprs: list[Any] = []
         if d.planes is None:
             return
-        self.tick_loads = self._tick_loads()
+        # only chain types with a sloped plane (from an earlier round's plan) need transmit
+        # variables, and only the hops they cross need tick variables
+        self.sloped = {
+            c
+            for c, cp in enumerate(d.planes)
+            if any(any(pl.tau) or any(pl.lam) for pl in cp.planes)
+        }
+        used_hops = {
+            h for c in self.sloped for x in d.planes[c].crossings for hops in x.hops for h in hops
+        }
+        self.tick_loads = {h: v for h, v in self._tick_loads().items() if h in used_hops}
         for h, load in self.tick_loads.items():
             self.theta[h] = t = pulp.LpVariable(_name("theta", *h), 0)
             r = route_key(*h)
@@ -267,7 +294,7 @@ class MilpInner:
             if not cp.planes:
                 add(self.u[c] == 0, row("pipe.disconnected", c))
                 continue
-            for i, x in enumerate(cp.crossings):
+            for i, x in enumerate(cp.crossings if c in self.sloped else ()):
                 self._crossing(c, i, x, self.theta, self.tau, self._tau_terms, "pipe.tau")
             for k, pl in enumerate(cp.planes):
                 expr = self._plane(c, pl, self.tau)
@@ -501,8 +528,6 @@ class MilpInner:
             demand = pulp.lpSum(n[c] for c in crossing) * (d.pp_bytes_per_crossing / GBYTE)
             self._split("pp", q, demand, d.cfg.dp * d.pp_bytes_per_crossing / GBYTE, ws[q], loads)
         for c in range(len(d.chains)):
-            if d.planes is not None:
-                break  # lockstep: the planes price the latency of the allowed paths
             routed = d.chain_routed_pairs(c)
             for levels, t in d.chain_level_time[c].items():
                 chosen = [ws[q][lv] for q, lv in zip(routed, levels, strict=True) if lv >= 1]
@@ -770,7 +795,7 @@ class MilpInner:
             crossing_r = [
                 i for i, x in enumerate(cp.crossings) if any(h in hit for p in x.hops for h in p)
             ]
-            if not crossing_r or not cp.planes:
+            if not crossing_r or c not in self.sloped:
                 continue
             for i, x in enumerate(cp.crossings):
                 if i in crossing_r:
@@ -914,6 +939,8 @@ class MilpInner:
             # HiGHS' symmetry detection can run for the whole time limit on these models
             kwargs.setdefault("mip_detect_symmetry", False)
             kwargs.update(_interrupt_callback())
+            if self.warm:
+                kwargs["warmStart"] = True
             solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
             _highs_threads(threads)
         status = None
