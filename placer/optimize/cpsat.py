@@ -179,7 +179,8 @@ class CpsatInner:
         for c in u:
             tc = self.ticks(d.chain_time[c])
             if tc > self.TT:
-                self.add(M.Add(u[c] == 0), row("pipe.chain", c))
+                name = "pipe.chain" if d.planes is None else "pipe.too_slow"
+                self.add(M.Add(u[c] == 0), row(name, c))
             elif d.planes is None:  # staggered replicas: the uncontended chain times
                 self.add(M.Add(self.T_pipe >= tc), row("pipe.chain", c)).OnlyEnforceIf(u[c])
         self.w: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): path j may carry traffic

@@ -5,7 +5,8 @@ formulations (placer.optimize) are built from the very same per-stage, per-chain
 per-route quantities that this module exposes. Model (reference/performance-model.md):
 
     T = T_pipe + T_dp
-    T_pipe = max( max over replica chains of the 1F1B time of that chain
+    T_pipe = max( max over replica chains of the 1F1B time of that chain (its cross-site
+                      messages at max(NIC, the route's lockstep tick))
                       + the optimizer step of its slowest stage,
                   max over routes of the cross-site activation bytes / route capacity )
     T_dp   = X(T_intra + T_wan)                         (synchronous)
@@ -18,6 +19,14 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   communication on NVLink that the job does not hide under compute.
 * Pipeline messages are b*s*h bf16 values per micro-batch, scattered over the tp ranks'
   NICs (serialization) plus the one-way latency of the path between the two sites.
+  Lockstep contention (job.replica_schedule: lockstep, the default): every replica sends
+  its boundary's activation at the same tick of synchronous 1F1B, so a cross-site message
+  takes the larger of its NIC serialization and its route's tick, the activations of all
+  replicas travelling that route in that direction at once over its capacity
+  (route_tick_s), in series with the tick; checked against the flow-level simulator
+  (placer.sim, tests/test_simulate.py). `staggered` replicas time-share the routes (Atlas,
+  arXiv 2411.14458; needs a launcher that staggers them): only the step-average route
+  time below binds.
 * Data-parallel sync is hierarchical per stage k: reduce-scatter inside each site, an
   all-reduce between the K_k sites that host stage k on the full stage gradient (each pair
   of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on the plan's paths),
