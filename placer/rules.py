@@ -55,6 +55,7 @@ class Config:
         """GPUs of one replica at one stage: tp x cp x ep, consecutive ranks inside a site
         (Megatron's tp-cp-ep-dp-pp order), so EP and CP never cross a site."""
         return self.tp * self.cp * self.ep
+    staggered: bool = False  # job.replica_schedule: replicas time-share the routes (Atlas)
 
     @property
     def gpus(self) -> int:
@@ -109,6 +110,7 @@ def job_config(
         cp=cp,
         ep=ep,
         expert_load_imbalance=job.expert_load_imbalance,
+        staggered=job.replica_schedule == "staggered",
     )
 
 

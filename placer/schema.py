@@ -524,6 +524,10 @@ class Job(Strict):
         le=hi("slowdown"),
         description="MoE: tokens of the busiest expert-parallel rank / the mean; it scales the expert GEMMs, activations and all-to-all. assumption: 1.1, i.e. MaxVio = 0.1 in the metric of Wang et al. (arXiv 2408.15664), not a published per-rank figure for these models",  # noqa: E501
     )
+    replica_schedule: Literal["lockstep", "staggered"] = Field(
+        default="lockstep",
+        description="lockstep: every replica sends its stage boundary's message at the same pipeline tick, so the replicas whose chains cross a route share it tick by tick (Megatron's synchronous 1F1B); staggered: replicas are offset so that they time-share the routes and only the step-average route load binds (Atlas, arXiv 2411.14458; needs a launcher that staggers the replicas)",  # noqa: E501
+    )
     sync: Sync = Sync()
     parallelism: Parallelism = Parallelism()
 

@@ -20,6 +20,7 @@ import solver_cases as sc
 from ortools.sat.python import cp_model
 
 from placer.io import Problem, problem_from_data
+from placer.optimize.contention import add_violated_planes
 from placer.optimize.cpsat import CpsatInner
 from placer.optimize.data import InnerData, build_inner
 from placer.optimize.driver import SolveResult, _upper_bound_time, solve
@@ -61,6 +62,10 @@ def pinned(case_id: str) -> tuple[Problem, SolveResult, InnerData, dict[int, int
     data = build_inner(problem, perf, cfg, chains)
     counts = {chains.index(tuple(g.stage_sites)): g.count for g in res.plan.replica_groups}
     waves = {link.key: link.waves for link in res.plan.links}
+    if data.planes is not None:
+        # lockstep contention: the planes at the pinned plan's own point, which the driver's
+        # cutting-plane loop ends with (placer.optimize.contention)
+        add_violated_planes(problem, perf, cfg, data.planes, counts, waves, res.evaluation.routing)
     return problem, res, data, counts, waves
 
 
