@@ -325,7 +325,8 @@ class _Job:
         return sorted({(k, s) for c in self.chains for k, s in enumerate(c)})
 
     def nic_Bps(self, site: str) -> float:
-        return self.perf.nic_Bps(self.problem.catalog.gpus[self.gpu_of[site]]) * self.cfg.width  # a replica stage's NICs (tp x cp x ep)
+        # a replica stage's message leaves over its tp x cp x ep NICs (PerfModel.boundary)
+        return self.perf.nic_Bps(self.problem.catalog.gpus[self.gpu_of[site]]) * self.cfg.width
 
     def _fabric(self, env: simpy.Environment) -> Fabric:
         fab = Fabric(env)
