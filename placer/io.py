@@ -13,7 +13,6 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -24,7 +23,15 @@ from pydantic import BaseModel, ValidationError
 
 from placer.errors import InputError
 from placer.limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_INT_DIGITS, MAX_NODES, MESSAGE_VALUE_CHARS
-from placer.schema import HOST_PATTERN, Catalog, Instance, ModelSpec, Plan
+from placer.schema import (
+    DEFER_CROSS_FIELD,
+    HOST_PATTERN,
+    Catalog,
+    CrossFieldErrors,
+    Instance,
+    ModelSpec,
+    Plan,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_MODELS_DIR = PACKAGE_DIR.parent / "models"
@@ -518,16 +525,19 @@ def validation_message(
         t = err["type"]
         msg = _short_message(err)
         if t in {"value_error", "assertion_error"}:
-            # validators name the field they reject relative to their model: "hidden: ..."
-            m = _EMBEDDED_PATH.match(msg)
-            rel = _parse_loc(m.group(1)) if m else ()
-            if rel and loc and rel[0] == loc[-1]:  # a field validator naming its own field
-                full, msg = prefix + loc[:-1] + rel, m.group(2)
-            elif rel:  # a model validator naming one of its fields
-                allowed = _allowed_keys(root, loc) if root is not None else None
-                if allowed is None or rel[0] in allowed:
-                    full, msg = full + rel, m.group(2)
-            emit(full, msg)
+            error = (err.get("ctx") or {}).get("error")
+            for text in error.problems if isinstance(error, CrossFieldErrors) else [msg]:
+                # validators name the field they reject relative to their model: "hidden: ..."
+                at, text = full, text
+                m = _EMBEDDED_PATH.match(text)
+                rel = _parse_loc(m.group(1)) if m else ()
+                if rel and loc and rel[0] == loc[-1]:  # a field validator naming its own field
+                    at, text = prefix + loc[:-1] + rel, m.group(2)
+                elif rel:  # a model validator naming one of its fields
+                    allowed = _allowed_keys(root, loc) if root is not None else None
+                    if allowed is None or rel[0] in allowed:
+                        at, text = full + rel, m.group(2)
+                emit(at, text)
             continue
         if t == "extra_forbidden":
             allowed = _allowed_keys(root, loc[:-1]) if root is not None else None
@@ -577,6 +587,75 @@ def _parse_loc(text: str) -> Loc:
     return tuple(out)
 
 
+# ----------------------------------------------------------------------------- cross-field
+
+
+def cross_field_problems(value: Any, loc: Loc = ()) -> list[tuple[Loc, str]]:
+    """Every cross-field problem of a validated model tree, each with its full field path:
+    the checks the models' validators run (`cross_field_problems()`), children first, as
+    pydantic runs them, but none skipped because another failed."""
+    out: list[tuple[Loc, str]] = []
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            out += cross_field_problems(getattr(value, name), loc + (name,))
+        for text in value.cross_field_problems() if hasattr(value, "cross_field_problems") else []:
+            m = _EMBEDDED_PATH.match(text)
+            out.append((loc + _parse_loc(m.group(1)), m.group(2)) if m else (loc, text))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            if isinstance(v, BaseModel | list | tuple):
+                out += cross_field_problems(v, loc + (i,))
+    return out
+
+
+class Problems:
+    """Input problems collected across checks and raised together (one line each, in file
+    order), so that a user fixes them all in one round instead of one per run."""
+
+    def __init__(self, where: Path | str, lines: dict[Loc, int]) -> None:
+        self.where, self.lines = where, lines
+        self.found: list[tuple[float, int, str]] = []
+
+    def add(self, loc: Loc, msg: str) -> None:
+        line = line_for(loc, self.lines)
+        self.add_text(f"{self.where}{f':{line}' if line else ''}: {format_loc(loc)}: {msg}", line)
+
+    def add_text(self, text: str, line: int | None = None) -> None:
+        if all(t != text for _, _, t in self.found):
+            self.found.append((line if line is not None else math.inf, len(self.found), text))
+
+    def raise_any(self) -> None:
+        if self.found:
+            raise InputError("\n".join(t for _, _, t in sorted(self.found)))
+
+
+def validate_all(
+    cls: type[BaseModel],
+    data: Any,
+    where: Path | str,
+    lines: dict[Loc, int],
+    problems: Problems | None = None,
+) -> Any:
+    """`cls` validated from data, with every field error (pydantic) or, once the fields are
+    valid, every cross-field problem of the whole tree at once. With `problems`, cross-field
+    problems are added there (the caller adds its own checks and raises); without, raised."""
+    try:
+        obj = cls.model_validate(data, context={DEFER_CROSS_FIELD: True})
+    except ValidationError as deferred:
+        exc = deferred
+        try:  # the same field errors, with the cross-field ones pydantic reaches beside them
+            cls.model_validate(data)
+        except ValidationError as full:
+            exc = full
+        raise InputError(validation_message(where, exc, lines, data=data)) from None
+    own = problems or Problems(where, lines)
+    for loc, msg in cross_field_problems(obj):
+        own.add(loc, msg)
+    if problems is None:
+        own.raise_any()
+    return obj
+
+
 # ----------------------------------------------------------------------------- catalog
 
 
@@ -600,16 +679,22 @@ def build_catalog(
     *,
     where: str = "catalog",
     lines: dict[Loc, int] | None = None,
-) -> Catalog:
+    problems: Problems | None = None,
+) -> Catalog | None:
     """The built-in catalog with `overrides` merged in; `lines` (of the instance file, keyed
-    by paths starting with 'catalog') locate errors in the overrides."""
+    by paths starting with 'catalog') locate errors in the overrides. With `problems`, errors
+    are added there and None returned; without, raised."""
     data = _deep_merge(default_catalog_data(), overrides or {})
     try:
         return Catalog.model_validate(data)
     except ValidationError as exc:
-        raise InputError(
-            validation_message(where, exc, lines or {}, prefix=("catalog",), data=data)
-        ) from None
+        text = validation_message(where, exc, lines or {}, prefix=("catalog",), data=data)
+        if problems is None:
+            raise InputError(text) from None
+        for ln in text.splitlines():
+            m = re.match(r"^.*?:(\d+): ", ln)
+            problems.add_text(ln, int(m.group(1)) if m else None)
+        return None
 
 
 # ----------------------------------------------------------------------------- models
@@ -644,10 +729,7 @@ def load_model(name_or_path: str, base: Path | None = None) -> ModelSpec:
 
 def _load_model_file(path: Path) -> ModelSpec:
     data, lines = read_document(path)
-    try:
-        return ModelSpec.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(validation_message(path, exc, lines, data=data)) from None
+    return validate_all(ModelSpec, data, path, lines)
 
 
 # ----------------------------------------------------------------------------- instance
@@ -686,50 +768,53 @@ def problem_from_data(
     base: Path | None = None,
 ) -> Problem:
     lines = lines or {}
+    problems = Problems(where, lines)
     if isinstance(data, Instance):
         inst = data
+        for loc, msg in cross_field_problems(inst):
+            problems.add(loc, msg)
     else:
-        try:
-            inst = Instance.model_validate(data)
-        except ValidationError as exc:
-            raise InputError(validation_message(where, exc, lines, data=data)) from None
-    catalog = build_catalog(inst.catalog, where=str(where), lines=lines)
-
-    def err(loc: Loc, msg: str) -> InputError:
-        line = line_for(loc, lines)
-        return InputError(f"{where}{f':{line}' if line else ''}: {format_loc(loc)}: {msg}")
-
+        inst = validate_all(Instance, data, where, lines, problems)
+    catalog = build_catalog(inst.catalog, where=str(where), lines=lines, problems=problems)
+    known = set(catalog.gpus) if catalog is not None else set()
     for i, s in enumerate(inst.sites):
-        if s.gpu not in catalog.gpus:
-            raise err(
+        if catalog is not None and s.gpu not in catalog.gpus:
+            problems.add(
                 ("sites", i, "gpu"),
                 f"unknown GPU '{s.gpu}' (catalog: {', '.join(sorted(catalog.gpus))})",
             )
-    inst = _resolve_hosts(inst, catalog, err, base)
+    inst = _resolve_hosts(inst, catalog, problems, base, known)
+    model: ModelSpec | None
     if isinstance(inst.job.model, str):
         try:
             model = load_model(inst.job.model, base)
         except InputError as exc:
-            raise err(("job", "model"), str(exc)) from None
+            problems.add(("job", "model"), str(exc))
+            model = None
     else:
         model = inst.job.model
-    if inst.job.seq_len is not None:
+    if model is not None and inst.job.seq_len is not None:
         model = model.model_copy(update={"seq_len": inst.job.seq_len})
     par = inst.job.parallelism
-    if par.tp:
+    if par.tp and catalog is not None:
         for i, s in enumerate(inst.sites):
+            if s.gpu not in known:
+                continue
             gpn = s.gpus_per_node or catalog.gpus[s.gpu].gpus_per_node
             if all(t > gpn for t in par.tp):
                 if s.gpus_per_node is not None:  # the site's own node size is what is out of line
-                    raise err(
+                    problems.add(
                         ("sites", i, "gpus_per_node"),
                         f"{gpn} GPUs per node fit none of the tensor-parallel candidates job.parallelism.tp = {list(par.tp)} "  # noqa: E501
                         f"(a tp group sits in one node)",
                     )
-                raise err(
-                    ("job", "parallelism", "tp"),
-                    f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)",
-                )
+                else:
+                    problems.add(
+                        ("job", "parallelism", "tp"),
+                        f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)",
+                    )
+    problems.raise_any()
+    assert catalog is not None and model is not None  # no problems: both were built
     return Problem(
         instance=inst,
         catalog=catalog,
@@ -755,52 +840,61 @@ def read_hostfile(path: Path) -> list[str]:
 
 
 def _resolve_hosts(
-    inst: Instance, catalog: Catalog, err: Callable[[Loc, str], InputError], base: Path | None
+    inst: Instance, catalog: Catalog | None, problems: Problems, base: Path | None, known: set[str]
 ) -> Instance:
     """Check host sizes against the NVLink domain and read hostfiles into `hosts`, so that
-    every later stage sees one list of host names per site (or none: placeholders)."""
+    every later stage sees one list of host names per site (or none: placeholders). Sites
+    whose GPU is not in the catalog are skipped (their GPU is the problem reported)."""
     from placer.rules import default_gpus_per_host
 
     sites = []
     changed = False
     for i, s in enumerate(inst.sites):
+        sites.append(s)
+        if catalog is None or s.gpu not in known:
+            continue
         spec = catalog.gpus[s.gpu]
         domain = s.gpus_per_node or spec.gpus_per_node
         host = default_gpus_per_host(s.gpus_per_host, domain, spec.gpus_per_host)
         if domain % host:
             field = "gpus_per_host" if s.gpus_per_host is not None else "gpus_per_node"
-            raise err(
+            problems.add(
                 ("sites", i, field),
                 f"the NVLink domain ({domain} GPUs) must be a whole number of hosts of {host} GPUs",
             )
+            continue  # the host count below would rest on a host size that does not fit
         hosts = s.hosts
         if s.hostfile is not None:
             if hosts is not None:
-                raise err(("sites", i, "hostfile"), "give either hosts or hostfile, not both")
+                problems.add(("sites", i, "hostfile"), "give either hosts or hostfile, not both")
+                continue
             path = Path(s.hostfile)
             if not path.is_absolute() and base is not None:
                 path = base / path
-            hosts = read_hostfile(path)
+            try:
+                hosts = read_hostfile(path)
+            except InputError as exc:
+                problems.add_text(str(exc), line_for(("sites", i, "hostfile"), problems.lines))
+                continue
             bad = [h for h in hosts if not re.fullmatch(HOST_PATTERN, h)]
             if bad:
-                raise err(("sites", i, "hostfile"), f"{path}: not a host name: '{bad[0]}'")
+                problems.add(("sites", i, "hostfile"), f"{path}: not a host name: '{bad[0]}'")
         if hosts is not None:
             want = -(-s.gpus // host)
             if len(hosts) != want:
-                raise err(
+                problems.add(
                     ("sites", i, "hostfile" if s.hostfile else "hosts"),
                     f"site '{s.name}' has {s.gpus} GPUs = {want} hosts of {host} GPUs, {len(hosts)} host names given",  # noqa: E501
                 )
             dup = sorted({h for h in hosts if hosts.count(h) > 1})
             if dup:
-                raise err(
+                problems.add(
                     ("sites", i, "hostfile" if s.hostfile else "hosts"),
                     f"host '{dup[0]}' named twice",
                 )
         if hosts != s.hosts:
-            s = s.model_copy(update={"hosts": hosts})
+            sites[-1] = s.model_copy(update={"hosts": hosts})
             changed = True
-        sites.append(s)
     return inst.model_copy(update={"sites": sites}) if changed else inst
 
 
@@ -828,10 +922,7 @@ def plan_from_data(
 ) -> Plan:
     if isinstance(data, Plan):
         return data
-    try:
-        return Plan.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(validation_message(where, exc, lines or {}, data=data)) from None
+    return validate_all(Plan, data, where, lines or {})
 
 
 # ----------------------------------------------------------------------------- writing

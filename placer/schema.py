@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -60,6 +61,36 @@ Key = Annotated[str, StringConstraints(max_length=MAX_NAME_CHARS)]  # a referenc
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# ----------------------------------------------------------------------------- cross-field checks
+
+# Validation context key: models skip their cross-field checks, so that placer.io can run every
+# model's checks after the fields validate and list all problems at once (with its own, the
+# catalog's and the model library's), instead of pydantic stopping at the first model that fails.
+DEFER_CROSS_FIELD = "placer_defer_cross_field"
+
+
+class CrossFieldErrors(ValueError):
+    """Several problems one model's cross-field check found, each `field.path: message`
+    relative to that model. pydantic carries it as one error; placer.io lists one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def check_cross_field(model: Any, info: ValidationInfo) -> Any:
+    """The body of every cross-field model validator: raise all of `model.cross_field_problems()`
+    (one problem: a plain ValueError, so messages read as before), unless deferred."""
+    if info.context and info.context.get(DEFER_CROSS_FIELD):
+        return model
+    problems = model.cross_field_problems()
+    if len(problems) == 1:
+        raise ValueError(problems[0])
+    if problems:
+        raise CrossFieldErrors(problems)
+    return model
 
 
 # ----------------------------------------------------------------------------- catalog
@@ -249,14 +280,18 @@ class ModelSpec(Strict):
     )
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> ModelSpec:
+    def _heads_divide(self, info: ValidationInfo) -> ModelSpec:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        out = []
         if self.hidden % self.heads:
-            raise ValueError(f"hidden: {self.hidden} is not divisible by heads ({self.heads})")
+            out.append(f"hidden: {self.hidden} is not divisible by heads ({self.heads})")
         if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise ValueError(
+            out.append(
                 f"kv_heads: heads ({self.heads}) is not divisible by kv_heads ({self.kv_heads})"
             )
-        return self
+        return out
 
     @property
     def kv(self) -> int:
@@ -438,17 +473,19 @@ class Objective(Strict):
     )
 
     @model_validator(mode="after")
-    def _cost_needs_time(self) -> Objective:
+    def _cost_needs_time(self, info: ValidationInfo) -> Objective:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        out = []
         if self.minimize == "cost" and self.max_step_time_s is None and self.within_fastest is None:
-            raise ValueError(
+            out.append(
                 "max_step_time_s: required when minimize is 'cost' unless within_fastest is given "
                 "(otherwise buying nothing is optimal)"
             )
         if self.within_fastest is not None and self.minimize != "cost":
-            raise ValueError(
-                f"within_fastest: goes with minimize: cost, got minimize: {self.minimize}"
-            )
-        return self
+            out.append(f"within_fastest: goes with minimize: cost, got minimize: {self.minimize}")
+        return out
 
 
 class Resilience(Strict):
@@ -501,26 +538,30 @@ class Instance(Strict):
     catalog: dict[str, Any] = Field(default_factory=dict, description="additions/overrides")
 
     @model_validator(mode="after")
-    def _topology(self) -> Instance:
+    def _topology(self, info: ValidationInfo) -> Instance:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        out = []
         names = [s.name for s in self.sites]
         seen: set[str] = set()
         for i, n in enumerate(names):
             if n in seen:
-                raise ValueError(f"sites[{i}].name: duplicate site name '{n}'")
+                out.append(f"sites[{i}].name: duplicate site name '{n}'")
             seen.add(n)
         keys: dict[tuple[str, str], int] = {}
         for i, r in enumerate(self.routes):
             for j, end in enumerate(r.sites):
                 if end not in seen:
-                    raise ValueError(
+                    out.append(
                         f"routes[{i}].sites[{j}]: unknown site '{end}' (known: {', '.join(names)})"
                     )
             if r.key in keys:
-                raise ValueError(
+                out.append(
                     f"routes[{i}].sites: duplicate of routes[{keys[r.key]}] ({r.key[0]}-{r.key[1]})"
                 )
-            keys[r.key] = i
-        return self
+            keys.setdefault(r.key, i)
+        return out
 
     def site(self, name: str) -> Site:
         for s in self.sites:
@@ -574,21 +615,26 @@ class PairRouting(Strict):
     paths: list[PathShare] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _shares(self) -> PairRouting:
+    def _shares(self, info: ValidationInfo) -> PairRouting:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        out = []
         total = sum(p.share for p in self.paths)
         if abs(total - 1.0) > 1e-6:
-            raise ValueError(f"paths: shares sum to {total:.6g}, must sum to 1")
+            out.append(f"paths: shares sum to {total:.6g}, must sum to 1")
         a, b = self.sites
         if a == b:
-            raise ValueError(f"sites: a pair needs two different sites, got {a} twice")
+            out.append(f"sites: a pair needs two different sites, got {a} twice")
+            return out  # the paths cannot run between one site and itself
         for i, p in enumerate(self.paths):
             if {p.via[0], p.via[-1]} != {a, b}:
-                raise ValueError(
+                out.append(
                     f"paths[{i}].via: must run between {a} and {b}, got {p.via[0]} ... {p.via[-1]}"
                 )
             if len(set(p.via)) != len(p.via):
-                raise ValueError(f"paths[{i}].via: visits a site twice")
-        return self
+                out.append(f"paths[{i}].via: visits a site twice")
+        return out
 
     @property
     def key(self) -> tuple[Phase, tuple[str, str]]:
@@ -649,23 +695,23 @@ class Plan(Strict):
     )
 
     @model_validator(mode="after")
-    def _shape(self) -> Plan:
+    def _shape(self, info: ValidationInfo) -> Plan:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        out = []
         p = self.parallelism
         if len(self.stage_layers) != p.pp:
-            raise ValueError(
-                f"stage_layers: {len(self.stage_layers)} entries, parallelism.pp is {p.pp}"
-            )
+            out.append(f"stage_layers: {len(self.stage_layers)} entries, parallelism.pp is {p.pp}")
         for k, n in enumerate(self.stage_layers):
             if n < 1:
-                raise ValueError(
-                    f"stage_layers[{k}]: every stage needs at least one layer, got {n}"
-                )
+                out.append(f"stage_layers[{k}]: every stage needs at least one layer, got {n}")
         total = sum(g.count for g in self.replica_groups)
         if total != p.dp:
-            raise ValueError(f"replica_groups: counts sum to {total}, parallelism.dp is {p.dp}")
+            out.append(f"replica_groups: counts sum to {total}, parallelism.dp is {p.dp}")
         for i, g in enumerate(self.replica_groups):
             if len(g.stage_sites) != p.pp:
-                raise ValueError(
+                out.append(
                     f"replica_groups[{i}].stage_sites: {len(g.stage_sites)} entries, parallelism.pp is {p.pp}"  # noqa: E501
                 )
-        return self
+        return out
