@@ -13,6 +13,7 @@ import math
 import os
 import re
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -26,11 +27,14 @@ from placer.limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_INT_DIGITS, MAX_NODES, 
 from placer.schema import (
     DEFER_CROSS_FIELD,
     HOST_PATTERN,
+    RENAMED_GPU_KEYS,
     Catalog,
     CrossFieldErrors,
     Instance,
     ModelSpec,
     Plan,
+    renamed_key_warning,
+    upgrade_gpu_keys,
 )
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -680,21 +684,62 @@ def build_catalog(
     where: str = "catalog",
     lines: dict[Loc, int] | None = None,
     problems: Problems | None = None,
+    deprecations: list[tuple[Loc, str]] | None = None,
 ) -> Catalog | None:
     """The built-in catalog with `overrides` merged in; `lines` (of the instance file, keyed
     by paths starting with 'catalog') locate errors in the overrides. With `problems`, errors
-    are added there and None returned; without, raised."""
-    data = _deep_merge(default_catalog_data(), overrides or {})
+    are added there and None returned; without, raised. Deprecated keys in the overrides are
+    read under their new names, each noted in `deprecations` (field path, text)."""
+    lines = lines if lines is not None else {}
+    own = problems if problems is not None else Problems(where, lines)
+    over = _renamed_catalog_keys(overrides or {}, own, lines, deprecations)
+    data = _deep_merge(default_catalog_data(), over)
+    catalog = None
     try:
-        return Catalog.model_validate(data)
+        catalog = Catalog.model_validate(data)
     except ValidationError as exc:
-        text = validation_message(where, exc, lines or {}, prefix=("catalog",), data=data)
-        if problems is None:
-            raise InputError(text) from None
+        text = validation_message(where, exc, lines, prefix=("catalog",), data=data)
         for ln in text.splitlines():
             m = re.match(r"^.*?:(\d+): ", ln)
-            problems.add_text(ln, int(m.group(1)) if m else None)
-        return None
+            own.add_text(ln, int(m.group(1)) if m else None)
+    if problems is None:
+        own.raise_any()
+    return catalog
+
+
+def _renamed_catalog_keys(
+    overrides: dict[str, Any],
+    problems: Problems,
+    lines: dict[Loc, int],
+    deprecations: list[tuple[Loc, str]] | None,
+) -> dict[str, Any]:
+    """Overrides with the GPU keys renamed for units (placer.schema.RENAMED_GPU_KEYS) under
+    their new names, before the merge: an old key must override the built-in new one."""
+    gpus = overrides.get("gpus")
+    if not isinstance(gpus, dict) or not any(
+        isinstance(e, dict) and any(k in e for k in RENAMED_GPU_KEYS) for e in gpus.values()
+    ):
+        return overrides
+    renamed = {}
+    for name, entry in gpus.items():
+        if not isinstance(entry, dict):
+            renamed[name] = entry
+            continue
+        renamed[name], used, conflicts = upgrade_gpu_keys(entry)
+        for text in conflicts:
+            new, _, msg = text.partition(": ")
+            problems.add(("catalog", "gpus", name, new), msg)
+        for old in used:
+            loc = ("catalog", "gpus", name, old)
+            new_loc = loc[:-1] + (RENAMED_GPU_KEYS[old][0],)
+            if loc in lines:  # errors in the value name the new key, on the old key's line
+                lines.setdefault(new_loc, lines[loc])
+            if deprecations is not None:
+                deprecations.append((loc, renamed_key_warning(old)))
+            warnings.warn(
+                f"{format_loc(loc)}: {renamed_key_warning(old)}", DeprecationWarning, stacklevel=4
+            )
+    return {**overrides, "gpus": renamed}
 
 
 # ----------------------------------------------------------------------------- models
@@ -746,6 +791,9 @@ class Problem:
     lines: dict[Loc, int] = field(
         default_factory=dict, compare=False, repr=False
     )  # field path -> line
+    deprecations: tuple[tuple[Loc, str], ...] = field(
+        default=(), compare=False, repr=False
+    )  # (field path, text) per deprecated key read: warnings of kind 'deprecated'
 
     @property
     def name(self) -> str:
@@ -775,7 +823,10 @@ def problem_from_data(
             problems.add(loc, msg)
     else:
         inst = validate_all(Instance, data, where, lines, problems)
-    catalog = build_catalog(inst.catalog, where=str(where), lines=lines, problems=problems)
+    deprecations: list[tuple[Loc, str]] = []
+    catalog = build_catalog(
+        inst.catalog, where=str(where), lines=lines, problems=problems, deprecations=deprecations
+    )
     known = set(catalog.gpus) if catalog is not None else set()
     for i, s in enumerate(inst.sites):
         if catalog is not None and s.gpu not in catalog.gpus:
@@ -821,6 +872,7 @@ def problem_from_data(
         model=model,
         path=Path(where) if isinstance(where, Path) else None,
         lines=lines,
+        deprecations=tuple(deprecations),
     )
 
 

@@ -7,6 +7,7 @@ model library (GPU keys, model names) happen in `placer.io` after the catalog is
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -95,6 +96,44 @@ def check_cross_field(model: Any, info: ValidationInfo) -> Any:
 
 # ----------------------------------------------------------------------------- catalog
 
+# Units read the same in every catalog key (issue 14): `_gbps` and `_tbps` are bits per second
+# (nic_gbps, line_rate_gbps, a route's capacity_gbps), a byte rate says `bytes` and `_gb` is a
+# memory size in gigabytes. Keys renamed for it: old key -> (new key, unit). The old key is still
+# read, with a deprecation warning (`placer validate`, report.md, plan.json, DeprecationWarning);
+# both given with different values is an error.
+RENAMED_GPU_KEYS: dict[str, tuple[str, str]] = {
+    "nvlink_gbps_bidir": ("nvlink_gbytes_per_s_bidir", "GB/s"),
+    "hbm_tbps": ("hbm_tbytes_per_s", "TB/s"),
+}
+RENAMED_KEYS_REMOVED_IN = "placer 0.3"
+
+
+def renamed_key_warning(old: str) -> str:
+    new, unit = RENAMED_GPU_KEYS[old]
+    return (
+        f"deprecated key: write '{new}' (same value, in {unit}); '_gbps' and '_tbps' name bits "
+        f"per second in the catalog (nic_gbps), '{old}' goes away in {RENAMED_KEYS_REMOVED_IN}"
+    )
+
+
+def upgrade_gpu_keys(entry: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """A GPU catalog entry with renamed keys under their new names, the deprecated keys it
+    used, and one `new_key: message` per key given under both names with different values."""
+    out, used, conflicts = dict(entry), [], []
+    for old, (new, unit) in RENAMED_GPU_KEYS.items():
+        if old not in out:
+            continue
+        used.append(old)
+        value = out.pop(old)
+        if new not in out:
+            out[new] = value
+        elif out[new] != value:
+            conflicts.append(
+                f"{new}: {out[new]!r} and the deprecated '{old}': {value!r} are both given and "
+                f"differ (one bandwidth in {unit}, under its new and its old name); keep '{new}'"
+            )
+    return out, used, conflicts
+
 
 class GpuSpec(Strict):
     peak_tflops_bf16: Num = Field(gt=0, le=hi("tflops"), description="dense BF16 peak, TFLOP/s")
@@ -103,8 +142,10 @@ class GpuSpec(Strict):
     all_in_w: Num = Field(
         gt=0, le=hi("watts"), description="IT power per GPU incl. host, NICs, switches, W"
     )
-    nvlink_gbps_bidir: Num = Field(
-        gt=0, le=hi("gbps"), description="scale-up bandwidth, GB/s bidirectional"
+    nvlink_gbytes_per_s_bidir: Num = Field(
+        gt=0,
+        le=hi("gbps"),
+        description="scale-up (NVLink) bandwidth per GPU, GB/s (bytes), both directions summed; was nvlink_gbps_bidir",  # noqa: E501
     )
     nic_gbps: Num = Field(
         gt=0, le=hi("gbps"), description="scale-out NIC line rate per GPU, Gbit/s"
@@ -146,10 +187,10 @@ class GpuSpec(Strict):
         le=1,
         description="fraction of peak for the attention core (flash / fused softmax), on 4 s h FLOPs per token",  # noqa: E501
     )
-    hbm_tbps: Num = Field(
+    hbm_tbytes_per_s: Num = Field(
         gt=0,
         le=hi("gbps"),
-        description="HBM bandwidth, TB/s (memory-bound operators and the optimizer step)",
+        description="HBM bandwidth, TB/s (bytes; memory-bound operators and the optimizer step); was hbm_tbps",  # noqa: E501
     )
     hbm_efficiency: Num = Field(
         default=0.85,
@@ -171,9 +212,42 @@ class GpuSpec(Strict):
     )
     source: str
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not any(k in data for k in RENAMED_GPU_KEYS):
+            return data
+        data, used, conflicts = upgrade_gpu_keys(data)
+        if len(conflicts) == 1:
+            raise ValueError(conflicts[0])
+        if conflicts:
+            raise CrossFieldErrors(conflicts)
+        for old in used:
+            warnings.warn(f"{old}: {renamed_key_warning(old)}", DeprecationWarning, stacklevel=2)
+        return data
+
+    # the old attribute names, for code written against them (same values and units)
+    @property
+    def nvlink_gbps_bidir(self) -> float:
+        warnings.warn(
+            "GpuSpec.nvlink_gbps_bidir: renamed nvlink_gbytes_per_s_bidir",
+            DeprecationWarning,
+            stacklevel=2,
+        )  # noqa: E501
+        return self.nvlink_gbytes_per_s_bidir
+
+    @property
+    def hbm_tbps(self) -> float:
+        warnings.warn(
+            "GpuSpec.hbm_tbps: renamed hbm_tbytes_per_s", DeprecationWarning, stacklevel=2
+        )
+        return self.hbm_tbytes_per_s
+
 
 class OpticSpec(Strict):
-    line_rate_gbps: Num = Field(gt=0, le=hi("gbps"))
+    line_rate_gbps: Num = Field(
+        gt=0, le=hi("gbps"), description="line rate of one wave, Gbit/s per direction"
+    )
     reach_km: Num = Field(gt=0, le=hi("reach_km"))
     module_w: Num = Field(ge=0, le=hi("watts"))
     grid_ghz: Num = Field(gt=0, le=hi("ghz"))
@@ -358,7 +432,10 @@ class Route(Strict):
     )
     fiber_pairs: Int = Field(default=1, ge=0, le=hi("fiber_pairs"))
     capacity_gbps: Num = Field(
-        default=0, ge=0, le=hi("capacity_gbps"), description="existing capacity per direction"
+        default=0,
+        ge=0,
+        le=hi("capacity_gbps"),
+        description="existing capacity per direction, Gbit/s",
     )
     max_waves: Int | None = Field(default=None, ge=0, le=hi("waves"))
     fiber_usd_per_pair_km_year: Num | None = Field(
@@ -660,7 +737,7 @@ class SolverInfo(Strict):
 
 class PlanWarning(Strict):
     kind: str = Field(
-        description="implausible | unreachable | single_point_of_failure | unused_site"
+        description="implausible | unreachable | single_point_of_failure | unused_site | deprecated"
     )
     where: str = Field(description="field path or plan element")
     message: str
