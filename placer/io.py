@@ -594,20 +594,25 @@ def _parse_loc(text: str) -> Loc:
 # ----------------------------------------------------------------------------- cross-field
 
 
+_TREE = (BaseModel, list, tuple)
+
+
 def cross_field_problems(value: Any, loc: Loc = ()) -> list[tuple[Loc, str]]:
     """Every cross-field problem of a validated model tree, each with its full field path:
     the checks the models' validators run (`cross_field_problems()`), children first, as
     pydantic runs them, but none skipped because another failed."""
     out: list[tuple[Loc, str]] = []
     if isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            out += cross_field_problems(getattr(value, name), loc + (name,))
-        for text in value.cross_field_problems() if hasattr(value, "cross_field_problems") else []:
+        for name, v in value.__dict__.items():  # the field values
+            if isinstance(v, _TREE):
+                out += cross_field_problems(v, loc + (name,))
+        check = getattr(value, "cross_field_problems", None)
+        for text in check() if check is not None else []:
             m = _EMBEDDED_PATH.match(text)
             out.append((loc + _parse_loc(m.group(1)), m.group(2)) if m else (loc, text))
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
-            if isinstance(v, BaseModel | list | tuple):
+            if isinstance(v, _TREE):
                 out += cross_field_problems(v, loc + (i,))
     return out
 
