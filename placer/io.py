@@ -617,7 +617,7 @@ def cross_field_problems(value: Any, loc: Loc = ()) -> list[tuple[Loc, str]]:
     return out
 
 
-class Problems:
+class InputProblems:
     """Input problems collected across checks and raised together (one line each, in file
     order), so that a user fixes them all in one round instead of one per run."""
 
@@ -643,7 +643,7 @@ def validate_all(
     data: Any,
     where: Path | str,
     lines: dict[Loc, int],
-    problems: Problems | None = None,
+    problems: InputProblems | None = None,
 ) -> Any:
     """`cls` validated from data, with every field error (pydantic) or, once the fields are
     valid, every cross-field problem of the whole tree at once. With `problems`, cross-field
@@ -657,7 +657,7 @@ def validate_all(
         except ValidationError as full:
             exc = full
         raise InputError(validation_message(where, exc, lines, data=data)) from None
-    own = problems or Problems(where, lines)
+    own = problems if problems is not None else InputProblems(where, lines)
     for loc, msg in cross_field_problems(obj):
         own.add(loc, msg)
     if problems is None:
@@ -688,7 +688,7 @@ def build_catalog(
     *,
     where: str = "catalog",
     lines: dict[Loc, int] | None = None,
-    problems: Problems | None = None,
+    problems: InputProblems | None = None,
     deprecations: list[tuple[Loc, str]] | None = None,
 ) -> Catalog | None:
     """The built-in catalog with `overrides` merged in; `lines` (of the instance file, keyed
@@ -696,7 +696,7 @@ def build_catalog(
     are added there and None returned; without, raised. Deprecated keys in the overrides are
     read under their new names, each noted in `deprecations` (field path, text)."""
     lines = lines if lines is not None else {}
-    own = problems if problems is not None else Problems(where, lines)
+    own = problems if problems is not None else InputProblems(where, lines)
     over = _renamed_catalog_keys(overrides or {}, own, lines, deprecations)
     data = _deep_merge(default_catalog_data(), over)
     catalog = None
@@ -714,7 +714,7 @@ def build_catalog(
 
 def _renamed_catalog_keys(
     overrides: dict[str, Any],
-    problems: Problems,
+    problems: InputProblems,
     lines: dict[Loc, int],
     deprecations: list[tuple[Loc, str]] | None,
 ) -> dict[str, Any]:
@@ -821,7 +821,7 @@ def problem_from_data(
     base: Path | None = None,
 ) -> Problem:
     lines = lines or {}
-    problems = Problems(where, lines)
+    problems = InputProblems(where, lines)
     if isinstance(data, Instance):
         inst = data
         for loc, msg in cross_field_problems(inst):
@@ -897,7 +897,11 @@ def read_hostfile(path: Path) -> list[str]:
 
 
 def _resolve_hosts(
-    inst: Instance, catalog: Catalog | None, problems: Problems, base: Path | None, known: set[str]
+    inst: Instance,
+    catalog: Catalog | None,
+    problems: InputProblems,
+    base: Path | None,
+    known: set[str],
 ) -> Instance:
     """Check host sizes against the NVLink domain and read hostfiles into `hosts`, so that
     every later stage sees one list of host names per site (or none: placeholders). Sites
