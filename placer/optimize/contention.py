@@ -209,9 +209,10 @@ def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) ->
     )
 
 
-NEIGHBOURS = (0.25, 0.5, 2.0, 4.0)  # the planes at a violated point and at these multiples
-# of its transmit times above the NIC's: the next round's plan usually moves there (more or
-# fewer waves), and a plane costs one critical path, far less than a round of solving
+NEIGHBOURS = (1 / 64, 1 / 16, 1 / 4, 1 / 2, 2.0, 4.0, 16.0)  # the planes at a violated
+# point and at these multiples of its transmit times above the NIC's: the next round's plan
+# usually moves along that line (more or fewer waves, more or fewer replicas on the route),
+# and a plane costs one critical path, far less than a round of solving
 
 
 def _add_around(

@@ -171,8 +171,11 @@ def solve(
         if source not in {"greedy", "greedy-nowaves"} and sol.step_time_s is not None:
             diff = ev.step_time_s - sol.step_time_s
             # an optimal backend's step time equals the evaluator's; a feasible one bounds it
+            # (with another objective the model's step time is only bounded from below)
             if diff > AGREEMENT_REL * ev.step_time_s + 1e-9 or (
-                sol.optimal and -diff > AGREEMENT_REL * ev.step_time_s + 1e-9
+                sol.optimal
+                and objective == "step_time"
+                and -diff > AGREEMENT_REL * ev.step_time_s + 1e-9
             ):
                 raise ModelMismatchError(
                     f"{backend} step time {sol.step_time_s:.9g} s != evaluator {ev.step_time_s:.9g} s "  # noqa: E501
@@ -448,6 +451,7 @@ def _backend(
     )
     warm: dict[str, float] = {}
     last: tuple[InnerSolution, Evaluation] | None = None
+    own_cut = False  # the cutoff is the last round's plan at its true value
     while True:
         left = max(0.05, deadline - time.perf_counter())
         if backend == "milp":
@@ -471,6 +475,19 @@ def _backend(
                 dict(opts.options),
             )
         start = time.perf_counter()
+        if isinstance(sol, NoPlan) and sol.proven and last is not None and own_cut:
+            # nothing beats the earlier round's plan, whose true value was the cutoff
+            best = last[0]
+            value = last[1].step_time_s
+            return InnerSolution(
+                best.counts,
+                best.waves,
+                value,
+                value,
+                True,
+                step_time_s=value,
+                routing=best.routing,
+            )
         if isinstance(sol, NoPlan) and not sol.proven and last is not None:
             # the limit struck in a later round: the earlier round's plan at its true value,
             # with this round's bound (the model only grew, so it bounds that plan too)
@@ -494,6 +511,12 @@ def _backend(
             return sol
         warm = (model if backend == "milp" else model_c).integer_values()
         last = (sol, ev)
+        own_cut = False
+        if objective == "step_time" and ev.feasible and t_cap is None:
+            # the plan at its true value is a plan: the next round need only beat it
+            mine = ev.step_time_s * (1 + 1e-7)
+            if cutoff is None or mine < cutoff:
+                cutoff, own_cut = mine, True
         if time.perf_counter() >= deadline or interrupt.requested():
             return _at_true_value(sol, ev, objective, t_cap)
 

@@ -135,7 +135,7 @@ class PerfModel:
 
     def nvlink_Bps(self, gpu: GpuSpec) -> float:
         """Per-direction NVLink bandwidth (the catalog gives bidirectional GB/s)."""
-        return gpu.nvlink_gbps_bidir / 2 * 1e9 * self.catalog.network.nvlink_efficiency
+        return gpu.nvlink_gbytes_per_s_bidir / 2 * 1e9 * self.catalog.network.nvlink_efficiency
 
     # ------------------------------------------------------------------ per stage
 
