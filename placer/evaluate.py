@@ -120,6 +120,14 @@ def evaluate(
                 f"micro_batch x dp x num_micro_batches = {cfg.micro_batch}x{cfg.dp}x{cfg.num_micro_batches} != global_batch {inst.job.global_batch}",  # noqa: E501
             )
         )
+    if cfg.virtual_stages > 1 and cfg.num_micro_batches % cfg.pp:
+        viol.append(
+            Violation(
+                "shape",
+                "parallelism.virtual_stages",
+                f"interleaved 1F1B runs micro-batches in groups of pp: num_micro_batches {cfg.num_micro_batches} is not a multiple of pp {cfg.pp}",  # noqa: E501
+            )
+        )
     if cfg.sync_mode not in inst.job.sync.modes:
         viol.append(
             Violation(

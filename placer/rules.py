@@ -45,13 +45,23 @@ class Config:
     overlap_grad_reduce: bool = True  # job.overlap: what the framework hides under compute
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = True
+    # interleaved 1F1B: model chunks per pipeline rank (Megatron's virtual pipeline size);
+    # stage_layers[k] // virtual_stages layers per chunk of rank k, model stage c pp + k
+    virtual_stages: int = 1
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
+    @property
+    def chunk_layers(self) -> tuple[int, ...]:
+        """Layers of each model stage (v pp of them; model stage s on rank s mod pp)."""
+        v, p = self.virtual_stages, self.pp
+        return tuple(self.stage_layers[s % p] // v for s in range(v * p))
+
     def label(self) -> str:
-        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}-{self.sync_mode}"
+        v = f"-v{self.virtual_stages}" if self.virtual_stages > 1 else ""
+        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}{v}-{self.sync_mode}"
 
 
 def num_micro_batches(job: Job, micro_batch: int, dp: int) -> int:
@@ -68,6 +78,7 @@ def job_config(
     num_micro: int,
     stage_layers: tuple[int, ...],
     sync_mode: str,
+    virtual_stages: int = 1,
 ) -> Config:
     """A configuration with the job's recompute, precision, ZeRO and sync settings."""
     return Config(
@@ -87,6 +98,7 @@ def job_config(
         overlap_grad_reduce=job.overlap.grad_reduce,
         overlap_param_gather=job.overlap.param_gather,
         overlap_tp_comm=job.overlap.tp_comm,
+        virtual_stages=virtual_stages,
     )
 
 
@@ -107,6 +119,7 @@ def config_of(problem: Problem, plan: Plan) -> Config:
         m,
         tuple(plan.stage_layers),
         sync_mode_of(problem, plan),
+        par.virtual_stages,
     )
 
 

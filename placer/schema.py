@@ -375,8 +375,15 @@ class Parallelism(Strict):
     pp: Candidates | None = None
     dp: Candidates | None = None
     micro_batch: Candidates | None = None
+    virtual_stages: Candidates = Field(
+        default=[1],
+        description="interleaved 1F1B model chunks per pipeline rank the optimizer may choose "
+        "(Megatron's virtual pipeline size); default [1]: no interleaving unless asked, as "
+        "Megatron runs by default; e.g. [1, 2, 4] lets the optimizer weigh the smaller "
+        "bubble against v times the pipeline messages and more in-flight activations",
+    )
 
-    @field_validator("tp", "pp", "dp", "micro_batch")
+    @field_validator("tp", "pp", "dp", "micro_batch", "virtual_stages")
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:
         if v is not None:
@@ -538,6 +545,14 @@ class PlanParallelism(Strict):
     dp: Int = Field(ge=1, le=hi("parallel_degree"))
     micro_batch: Int = Field(ge=1, le=hi("parallel_degree"))
     num_micro_batches: Int | None = Field(default=None, ge=1, le=hi("global_batch"))
+    virtual_stages: Int = Field(
+        default=1,
+        ge=1,
+        le=hi("parallel_degree"),
+        description="interleaved 1F1B: model chunks per pipeline rank (Megatron's virtual "
+        "pipeline size); rank k's stage_layers[k] layers split evenly into them, model "
+        "stage c*pp + k being chunk c of rank k",
+    )
 
 
 class ReplicaGroup(Strict):
@@ -660,6 +675,19 @@ class Plan(Strict):
                 raise ValueError(
                     f"stage_layers[{k}]: every stage needs at least one layer, got {n}"
                 )
+        v = p.virtual_stages
+        if v > 1:
+            if p.pp == 1:
+                raise ValueError(
+                    f"parallelism.virtual_stages: {v} needs pipeline parallelism (pp is 1)"
+                )
+            for k, n in enumerate(self.stage_layers):
+                if n % v:
+                    raise ValueError(
+                        f"stage_layers[{k}]: {n} layers do not split into virtual_stages={v} "
+                        "equal chunks (Megatron-Core needs each rank's layers divisible by "
+                        "the virtual pipeline size)"
+                    )
         total = sum(g.count for g in self.replica_groups)
         if total != p.dp:
             raise ValueError(f"replica_groups: counts sum to {total}, parallelism.dp is {p.dp}")

@@ -144,13 +144,18 @@ def stage_memory_bytes(
     num_micro_batches: int,
     recompute: str,
     zero1: bool,
+    virtual_stages: int = 1,
 ) -> dict[str, float]:
-    """Per-GPU memory of a stage; 1F1B keeps min(pp - stage, m) micro-batches in flight."""
+    """Per-GPU memory of a stage (pipeline rank): model state, and the activations of the
+    chunk micro-batches its schedule holds at once (in_flight_chunks), each of
+    layers / virtual_stages layers."""
     first, last = stage == 0, stage == pp - 1
     params = stage_params(m, layers, first, last) / tp
     state = params * model_state_bytes_per_param(dp, zero1)
-    in_flight = min(pp - stage, num_micro_batches)
-    act = layers * in_flight * activation_bytes_per_layer(m, micro_batch, tp, recompute)
+    chunks = in_flight_chunks(pp, num_micro_batches, virtual_stages, stage)
+    act = (
+        layers / virtual_stages * chunks * activation_bytes_per_layer(m, micro_batch, tp, recompute)
+    )
     if recompute == "full":
         act += activation_bytes_per_layer(
             m, micro_batch, tp, "selective"
@@ -158,6 +163,24 @@ def stage_memory_bytes(
     if last:
         act += 4.0 * micro_batch * m.seq_len * m.vocab / tp  # fp32 logits of one micro-batch
     return {"model_state": state, "activations": act, "total": state + act}
+
+
+def in_flight_chunks(pp: int, m: int, v: int, rank: int) -> int:
+    """Chunk micro-batches whose activations pipeline rank `rank` holds at its peak: the
+    forwards its schedule runs before its first backward, plus the one in flight.
+
+    1F1B (v = 1): min(pp - rank, m) (Narayanan et al. SC21 section 2.2.1: the first stage
+    holds pp micro-batches). Interleaved (Megatron-Core forward_backward_pipelining_with_
+    interleaving, placer.perf.critical_path.interleaved_order): a warm-up of
+    min(m v, 2 (pp - rank - 1) + (v - 1) pp) forwards, then one more forward before each
+    backward: min(m v, 2 (pp - rank - 1) + (v - 1) pp + 1). For the first rank that is
+    pp v + pp - 1 chunks of 1/v of the stage each, pp (1 + (pp - 1) / (pp v)) stages'
+    worth: Megatron-LM's own estimate (megatron/training/theoretical_memory_usage.py,
+    `interleaved_schedule_memory_penalty` = 1 + (pp - 1) / (pp v) on pp micro-batches).
+    tests/test_interleave.py checks the count against the schedule itself."""
+    if v == 1:
+        return min(pp - rank, m)
+    return min(m * v, 2 * (pp - rank - 1) + (v - 1) * pp + 1)
 
 
 def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, float]:
@@ -173,4 +196,5 @@ def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, f
         cfg.num_micro_batches,
         cfg.recompute,
         cfg.zero1,
+        getattr(cfg, "virtual_stages", 1),
     )
