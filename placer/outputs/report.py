@@ -422,6 +422,8 @@ def simulate_critical_chain(prob: Problem, ev: Evaluation) -> dict[str, float] |
 
     if ev.step is None or ev.step.critical_chain is None:
         return None
+    if ev.config.virtual_stages > 1:
+        return None  # simulate_1f1b has no interleaving: `placer simulate` checks those plans
     perf = PerfModel(prob)
     cfg, chain = ev.config, ev.step.critical_chain
     st = [perf.stage_times(cfg, prob.instance.site(s).gpu)[k] for k, s in enumerate(chain)]
