@@ -351,11 +351,13 @@ def interleave_instance(
         return {
             "name": "case-interleave-1",
             "sites": [{"name": "a", "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 8}],
+            "routes": [],
             "job": {
                 "model": dict(INTERLEAVE_MODEL),
                 "global_batch": 16,
                 "gpus": 8,
                 "parallelism": {**par, "dp": [2]},
+                "sync": {"mode": "synchronous"},
             },
             "objective": {"minimize": "step_time"},
         }
@@ -370,6 +372,7 @@ def interleave_instance(
             "global_batch": 16,
             "gpus": 16,
             "parallelism": {**par, "dp": [4]},
+            "sync": {"mode": "synchronous"},
         },
         "objective": {"minimize": "step_time"},
     }
