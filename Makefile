@@ -49,11 +49,15 @@ consumer-exports: venv
 	rm -rf $(CBUILD)/export $(CBUILD)/export-0.2
 	$(BIN)/placer export $(CASE)/plan.json -i $(CASE)/instance.yaml -f all -o $(CBUILD)/export
 	$(BIN)/placer export $(CASE)/plan.json -i $(CASE)/instance.yaml -f torchtitan --torchtitan-version 0.2 -o $(CBUILD)/export-0.2
+	rm -rf $(CBUILD)/export-interleaved $(CBUILD)/export-interleaved-layout
+	$(BIN)/placer export $(CASE)-interleaved/plan.json -i $(CASE)-interleaved/instance.yaml -f all -o $(CBUILD)/export-interleaved
+	$(BIN)/placer export $(CASE)-interleaved/plan-layout.json -i $(CASE)-interleaved/instance.yaml -f all -o $(CBUILD)/export-interleaved-layout
 
 test-consumers: venv $(CVENV)/.installed consumer-exports
 	@$(CBIN)/python -c "import torch, megatron.core, torchtitan; print('tools: torch', torch.__version__, '| megatron-core', megatron.core.__version__, '| torchtitan', __import__('importlib.metadata').metadata.version('torchtitan'))"
 	@slurmd -V 2>/dev/null || echo "slurm-wlm: not installed"
 	PLACER_EXPORT=$(CURDIR)/$(CBUILD)/export PLACER_EXPORT_02=$(CURDIR)/$(CBUILD)/export-0.2 \
+	  PLACER_EXPORT_VPP=$(CURDIR)/$(CBUILD)/export-interleaved PLACER_EXPORT_VPP_LAYOUT=$(CURDIR)/$(CBUILD)/export-interleaved-layout \
 	  $(CBIN)/python -m pytest consumers -rs -s -p no:cacheprovider
 
 clean:
