@@ -15,6 +15,8 @@ import math
 
 import pytest
 import solver_cases as sc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sim_cases import SMALL_MODEL, plan, problem
 from typer.testing import CliRunner
 
@@ -289,3 +291,37 @@ def test_exports_carry_the_interleaving() -> None:
     )
     assert flags["--pipeline-model-parallel-layout"] == ["Et*1|t*2|t*1|t*1|t*1|t*2|t*1|t*1,L"]
     assert "--num-virtual-stages-per-pipeline-rank" not in flags
+
+
+@st.composite
+def single_interleaved_chains(draw):
+    """2-3 sites on a path, 50-1,000 km, one replica whose pp 2-4 ranks visit 1-3 sites in
+    blocks, v 2-3 chunks per rank, m = pp or 2 pp, routes with 8 waves (uncontended)."""
+    n = draw(st.integers(2, 3))
+    sites = [f"s{i}" for i in range(n)]
+    routes = [(sites[i], sites[i + 1], draw(st.floats(50, 1000))) for i in range(n - 1)]
+    pp = draw(st.integers(2, 4))
+    v = draw(st.integers(2, 3))
+    m = draw(st.sampled_from([pp, 2 * pp]))
+    k = draw(st.integers(1, min(pp, n)))
+    visit = draw(st.permutations(sites))[:k]
+    cuts = sorted(
+        draw(st.lists(st.integers(1, pp - 1), min_size=k - 1, max_size=k - 1, unique=True))
+    )
+    bounds = [0, *cuts, pp]
+    chain = [
+        s for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False) for _ in range(hi - lo)
+    ]
+    layers = [v * draw(st.integers(1, 2)) for _ in range(pp)]
+    tp = draw(st.sampled_from([1, 8]))
+    return sites, routes, chain, layers, v, m, tp
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(single_interleaved_chains())
+def test_closed_form_equals_the_simulation_on_random_interleaved_chains(case) -> None:
+    sites, routes, chain, layers, v, m, tp = case
+    prob = problem(sites, routes, global_batch=m, model={**SMALL_MODEL, "layers": sum(layers)})
+    links = {(a, b): 8 for a, b, _ in routes}
+    res = simulate(prob, _with_v(plan(tp, layers, [(1, chain)], m, links), v))
+    assert res.step_time_s == pytest.approx(res.closed_form_s, rel=1e-9)
