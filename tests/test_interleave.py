@@ -15,7 +15,7 @@ import math
 
 import pytest
 import solver_cases as sc
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sim_cases import SMALL_MODEL, plan, problem
 from typer.testing import CliRunner
@@ -319,9 +319,26 @@ def single_interleaved_chains(draw):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(single_interleaved_chains())
+# one site, pp 3: rank 0 receives over the wrap and from rank 1 at once (0.22% apart)
+@example((["s0", "s1"], [("s0", "s1", 50.0)], ["s0", "s0", "s0"], [4, 2, 2], 2, 6, 8))
 def test_closed_form_equals_the_simulation_on_random_interleaved_chains(case) -> None:
+    """Equal (rel 1e-9) whenever no message waited for another on a NIC. The simulator
+    shares a device's NIC between all its streams (an interleaved first rank receives
+    activations over the wrap and gradients from rank 1 at once), the closed form gives
+    each boundary direction its own (placer.sim.job's documented difference): then the
+    closed form is optimistic, by at most 1% on these chains."""
     sites, routes, chain, layers, v, m, tp = case
     prob = problem(sites, routes, global_batch=m, model={**SMALL_MODEL, "layers": sum(layers)})
     links = {(a, b): 8 for a, b, _ in routes}
-    res = simulate(prob, _with_v(plan(tp, layers, [(1, chain)], m, links), v))
-    assert res.step_time_s == pytest.approx(res.closed_form_s, rel=1e-9)
+    p = _with_v(plan(tp, layers, [(1, chain)], m, links), v)
+    res = simulate(prob, p)
+    perf = PerfModel(prob)
+    cfg = config_of(prob, plan_from_data(p))
+    shared = any(
+        t.sent - t.start > perf.boundary(cfg, t.src_site, t.dst_site)[1] * (1 + 1e-9)
+        for t in res.transfers
+    )
+    if not shared:
+        assert res.step_time_s == pytest.approx(res.closed_form_s, rel=1e-9)
+    else:
+        assert -0.01 <= res.rel_diff <= 1e-9
