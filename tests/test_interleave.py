@@ -342,3 +342,23 @@ def test_closed_form_equals_the_simulation_on_random_interleaved_chains(case) ->
         assert res.step_time_s == pytest.approx(res.closed_form_s, rel=1e-9)
     else:
         assert -0.01 <= res.rel_diff <= 1e-9
+
+
+def test_simulate_cli_reads_v_from_the_plan_and_can_override_it(tmp_path) -> None:
+    inst = tmp_path / "i.json"
+    inst.write_text(json.dumps(sc.interleave_instance(None)))
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps(_with_v(plan(1, [2, 2, 2, 2], [(2, ["a"] * 4)], 8), 2)))
+    out = {}
+    for extra in ([], ["--virtual-stages", "1"]):
+        r = CliRunner().invoke(app, ["simulate", str(inst), str(p), "--json", *extra])
+        assert r.exit_code == 0, r.output
+        out[len(extra)] = json.loads(r.stdout)
+    assert out[0]["virtual_stages"] == 2 and out[2]["virtual_stages"] == 1
+    # both sides of each run priced the same schedule: the v = 2 bubble is half of v = 1's
+    b2, b1 = (out[k]["closed_form"]["breakdown"]["bubble_s"] for k in (0, 2))
+    assert b2 < 0.6 * b1
+    for k in (0, 2):
+        assert out[k]["breakdown"]["bubble_s"] == pytest.approx(
+            out[k]["closed_form"]["breakdown"]["bubble_s"], rel=1e-6
+        )
