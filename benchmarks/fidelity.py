@@ -29,15 +29,15 @@ def print_table(table: str, catalog: dict | None = None, title: str = "") -> tup
     rows = errors(table, catalog=catalog)
     print(f"\n{title or table} ({GPU[table]})\n")
     print(
-        "| params (B) | TP | PP | DP | published TFLOP/s | model TFLOP/s | error | compute | memory-bound | TP exposed | bubble | DP exposed | optimizer |"  # noqa: E501
+        "| params (B) | TP | PP | DP | MBS | v | published TFLOP/s | model TFLOP/s | error | compute | memory-bound | TP exposed | bubble | DP exposed | optimizer |"  # noqa: E501
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row, got, err in rows:
         _, b = predict(row, catalog=catalog)
         total = sum(b.values())
         share = {k: max(0.0, b[k] / total) for k in b}  # a PP=1 bubble is 0 up to rounding
         print(
-            f"| {row.params_b:g} | {row.tp} | {row.pp} | {row.dp} | {row.published_tflops:g} | {got:.1f} | {err:+.1%} | "  # noqa: E501
+            f"| {row.params_b:g} | {row.tp} | {row.pp} | {row.dp} | {row.micro_batch} | {row.virtual_stages} | {row.published_tflops:g} | {got:.1f} | {err:+.1%} | "  # noqa: E501
             f"{share['compute_s']:.0%} | {share['memory_bound_s']:.0%} | {share['tp_comm_s']:.0%} | {share['bubble_s']:.0%} | "  # noqa: E501
             f"{share['dp_sync_s']:.0%} | {share['optimizer_s']:.1%} |"
         )

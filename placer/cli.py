@@ -221,12 +221,12 @@ def simulate(
         ),
     ] = 0,
     virtual_stages: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--virtual-stages",
-            help="interleaved 1F1B chunks per device (simulator only; plans do not carry it yet)",
+            help="interleaved 1F1B chunks per device, overriding the plan's parallelism.virtual_stages (default: the plan's) for the simulation and the closed form alike",  # noqa: E501
         ),
-    ] = 1,
+    ] = None,
 ) -> None:
     """Simulate one training step event by event (every replica, micro-batch and transfer,
     max-min fair sharing of the routes) and compare it with the evaluator's closed form."""

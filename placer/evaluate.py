@@ -125,6 +125,14 @@ def evaluate(
         )
     for why in cp_ep_problems(problem.model, cfg.tp, cfg.cp, cfg.ep, inst.job.sequence_parallel):
         viol.append(Violation("shape", "parallelism", why))
+    if cfg.virtual_stages > 1 and cfg.num_micro_batches % cfg.pp:
+        viol.append(
+            Violation(
+                "shape",
+                "parallelism.virtual_stages",
+                f"interleaved 1F1B runs micro-batches in groups of pp: num_micro_batches {cfg.num_micro_batches} is not a multiple of pp {cfg.pp}",  # noqa: E501
+            )
+        )
     if cfg.sync_mode not in inst.job.sync.modes:
         viol.append(
             Violation(

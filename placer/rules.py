@@ -55,7 +55,11 @@ class Config:
         """GPUs of one replica at one stage: tp x cp x ep, consecutive ranks inside a site
         (Megatron's tp-cp-ep-dp-pp order), so EP and CP never cross a site."""
         return self.tp * self.cp * self.ep
+
     staggered: bool = False  # job.replica_schedule: replicas time-share the routes (Atlas)
+    # interleaved 1F1B: model chunks per pipeline rank (Megatron's virtual pipeline size);
+    # stage_layers[k] // virtual_stages layers per chunk of rank k, model stage c pp + k
+    virtual_stages: int = 1
 
     @property
     def gpus(self) -> int:
@@ -66,9 +70,18 @@ class Config:
         """Megatron's --data-parallel-size: the dense layers' replicas, ep per replica."""
         return self.dp * self.ep
 
+    @property
+    def chunk_layers(self) -> tuple[int, ...]:
+        """Layers of each model stage (v pp of them; model stage s on rank s mod pp)."""
+        v, p = self.virtual_stages, self.pp
+        return tuple(self.stage_layers[s % p] // v for s in range(v * p))
+
     def label(self) -> str:
         extra = (f"-cp{self.cp}" if self.cp > 1 else "") + (f"-ep{self.ep}" if self.ep > 1 else "")
-        return f"tp{self.tp}{extra}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}-{self.sync_mode}"
+        v = f"-v{self.virtual_stages}" if self.virtual_stages > 1 else ""
+        return (
+            f"tp{self.tp}{extra}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}{v}-{self.sync_mode}"
+        )
 
 
 def num_micro_batches(job: Job, micro_batch: int, dp: int, ep: int = 1) -> int:
@@ -88,6 +101,7 @@ def job_config(
     sync_mode: str,
     cp: int = 1,
     ep: int = 1,
+    virtual_stages: int = 1,
 ) -> Config:
     """A configuration with the job's recompute, precision, ZeRO and sync settings."""
     return Config(
@@ -111,6 +125,7 @@ def job_config(
         ep=ep,
         expert_load_imbalance=job.expert_load_imbalance,
         staggered=job.replica_schedule == "staggered",
+        virtual_stages=virtual_stages,
     )
 
 
@@ -152,6 +167,7 @@ def config_of(problem: Problem, plan: Plan) -> Config:
         sync_mode_of(problem, plan),
         par.cp or 1,
         par.ep or 1,
+        virtual_stages=par.virtual_stages,
     )
 
 

@@ -585,7 +585,15 @@ class Parallelism(Strict):
         description="expert-parallel degrees (inside a site); null = [1] for a dense model, the powers of two dividing the expert count up to the largest scale-up domain for an MoE model",  # noqa: E501
     )
 
-    @field_validator("tp", "pp", "dp", "micro_batch", "cp", "ep")
+    virtual_stages: Candidates = Field(
+        default=[1],
+        description="interleaved 1F1B model chunks per pipeline rank the optimizer may choose "
+        "(Megatron's virtual pipeline size); default [1]: no interleaving unless asked, as "
+        "Megatron runs by default; e.g. [1, 2, 4] lets the optimizer weigh the smaller "
+        "bubble against v times the pipeline messages and more in-flight activations",
+    )
+
+    @field_validator("tp", "pp", "dp", "micro_batch", "cp", "ep", "virtual_stages")
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:
         if v is not None:
@@ -772,6 +780,14 @@ class PlanParallelism(Strict):
         le=hi("parallel_degree"),
         description="expert parallel, null = 1; a replica is tp x cp x ep GPUs per stage and Megatron's data-parallel size is dp x ep",  # noqa: E501
     )
+    virtual_stages: Int = Field(
+        default=1,
+        ge=1,
+        le=hi("parallel_degree"),
+        description="interleaved 1F1B: model chunks per pipeline rank (Megatron's virtual "
+        "pipeline size); rank k's stage_layers[k] layers split evenly into them, model "
+        "stage c*pp + k being chunk c of rank k",
+    )
 
 
 class ReplicaGroup(Strict):
@@ -899,6 +915,17 @@ class Plan(Strict):
         for k, n in enumerate(self.stage_layers):
             if n < 1:
                 out.append(f"stage_layers[{k}]: every stage needs at least one layer, got {n}")
+        v = p.virtual_stages
+        if v > 1:
+            if p.pp == 1:
+                out.append(f"parallelism.virtual_stages: {v} needs pipeline parallelism (pp is 1)")
+            for k, n in enumerate(self.stage_layers):
+                if n % v:
+                    out.append(
+                        f"stage_layers[{k}]: {n} layers do not split into virtual_stages={v} "
+                        "equal chunks (Megatron-Core needs each rank's layers divisible by "
+                        "the virtual pipeline size)"
+                    )
         total = sum(g.count for g in self.replica_groups)
         if total != p.dp:
             out.append(f"replica_groups: counts sum to {total}, parallelism.dp is {p.dp}")

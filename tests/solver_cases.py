@@ -386,7 +386,64 @@ def cases() -> list[Case]:
             out.append(
                 Case(f"{flavor}-{seed}", random_instance(seed, flavor), infeasible=BINDING[flavor])
             )
+    out += [
+        Case("interleave-one-site", interleave_instance(None)),
+        Case("interleave-two-sites-20km", interleave_instance(20.0)),
+        Case("interleave-two-sites-200km", interleave_instance(200.0)),
+    ]
     return out
+
+
+# 8 layers of h = 2048 at s = 2048: ~1 ms per stage forward, 8 MB pipeline messages, so that
+# interleaving's halved bubble and its extra messages (and WAN crossings) both matter
+INTERLEAVE_MODEL = {
+    "name": "il-small",
+    "layers": 8,
+    "hidden": 2048,
+    "heads": 16,
+    "vocab": 32000,
+    "seq_len": 2048,
+}
+
+
+def interleave_instance(
+    km: float | None, virtual_stages: list[int] | None = None
+) -> dict[str, Any]:
+    """pp 4 with m = 8 micro-batches and interleaving candidates [1, 2]: on one site (km None:
+    one 8-GPU node, dp 2) the halved bubble wins; across two sites of two 4-GPU nodes (dp 4,
+    traffic must cross the route) v = 2 sends every micro-batch over the WAN three times each
+    way (the boundary twice, the wrap once), so the route's length decides (tests/
+    test_interleave.py pins which side wins)."""
+    par = {"tp": [1], "pp": [4], "micro_batch": [1], "virtual_stages": virtual_stages or [1, 2]}
+    if km is None:
+        return {
+            "name": "case-interleave-1",
+            "sites": [{"name": "a", "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 8}],
+            "routes": [],
+            "job": {
+                "model": dict(INTERLEAVE_MODEL),
+                "global_batch": 16,
+                "gpus": 8,
+                "parallelism": {**par, "dp": [2]},
+                "sync": {"mode": "synchronous"},
+            },
+            "objective": {"minimize": "step_time"},
+        }
+    return {
+        "name": "case-interleave-2",
+        "sites": [
+            {"name": s, "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 4} for s in ("a", "b")
+        ],
+        "routes": [{"sites": ["a", "b"], "km": km, "max_waves": 2, "fiber_pairs": 1}],
+        "job": {
+            "model": dict(INTERLEAVE_MODEL),
+            "global_batch": 16,
+            "gpus": 16,
+            "parallelism": {**par, "dp": [4]},
+            "sync": {"mode": "synchronous"},
+        },
+        "objective": {"minimize": "step_time"},
+    }
 
 
 def _two_nodes_each(

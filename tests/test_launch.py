@@ -744,7 +744,14 @@ def test_megatron_llama_and_memory_model_flags():
     } <= flags
     assert "--untie-embeddings-and-output-weights" not in flags  # tiny-gqa ties its embeddings
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text  # H100 = compute capability 9.0 < 10
-    assert "--num-layers-per-virtual-pipeline-stage" not in flags  # plans carry no interleaving yet
+    # the plan does not interleave (virtual_stages 1): no virtual-stage flag at all
+    assert (
+        not {
+            "--num-layers-per-virtual-pipeline-stage",
+            "--num-virtual-stages-per-pipeline-rank",
+        }
+        & flags
+    )
 
 
 def test_megatron_gpt_family_and_blackwell():

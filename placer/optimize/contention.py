@@ -82,7 +82,7 @@ class ChainPlanes:
 def crossings(perf: PerfModel, cfg: Config, chain: Chain, paths: dict) -> list[Crossing]:
     out = []
     intra = perf.catalog.network.intra_site_latency_s
-    for j, (a, b) in enumerate(zip(chain, chain[1:], strict=False)):
+    for j, (a, b, _streams) in enumerate(perf.chain_boundaries(chain, cfg.virtual_stages)):
         if a == b:
             continue
         q = route_key(a, b)
@@ -113,7 +113,7 @@ def plane_at(
     for i, x in enumerate(cp.crossings):
         tx[x.boundary] = taus[i]
         lat[x.boundary] = lams[i]
-    path = critical_path(fwd, bwd, lat, tx, cfg.num_micro_batches)
+    path = critical_path(fwd, bwd, lat, tx, cfg.num_micro_batches, cfg.virtual_stages)
     const, n, lc = path.plane(tx, lat)
     const += perf.optimizer_step_s(cfg, cp.chain)
     cross = {x.boundary for x in cp.crossings}
@@ -152,11 +152,12 @@ def chain_points(
     (the evaluator's, placer.perf.step), healthy or under a failure's route `factor`."""
     tick = perf.route_tick_s(cfg, groups, capacity_Bps, routing, factor)
     out = {}
+    v = cfg.virtual_stages
     for _, chain in groups:
-        lats = perf.boundary_latencies(chain, routing) if routing else None
-        ticks = perf.boundary_ticks(chain, routing, tick) if tick else None
+        lats = perf.boundary_latencies(chain, routing, v) if routing else None
+        ticks = perf.boundary_ticks(chain, routing, tick, v) if tick else None
         _f, _b, lat, tx = perf.chain_times_at(cfg, chain, lats, ticks)
-        cross = [j for j, (a, b) in enumerate(zip(chain, chain[1:], strict=False)) if a != b]
+        cross = [j for j, (a, b, _) in enumerate(perf.chain_boundaries(chain, v)) if a != b]
         point = (tuple(tx[j] for j in cross), tuple(lat[j] for j in cross))
         out[chain] = (point, perf.chain_time(cfg, chain, routing=routing, tick_s=tick or None))
     return out

@@ -195,7 +195,10 @@ def build_inner(
                 pair_routes[(a, b)] = p
                 pair_lat[(a, b)] = net.path_latency_s(a, b)
                 pair_paths[q] = net.candidate_paths(*q, k_paths)
-    chain_pairs = [perf.crossing_pairs(c) for c in chains]
+    # a pair once per message stream that crosses it (interleaving: v per boundary and
+    # v - 1 for the wrap, PerfModel.chain_boundaries), so that counts are bytes
+    v = cfg.virtual_stages
+    chain_pairs = [perf.crossing_pairs(c, v) for c in chains]
     chain_cross, chain_level_time = [], []
     for c, qs in zip(chains, chain_pairs, strict=True):
         cross: dict[RouteKey, int] = {}
@@ -205,23 +208,21 @@ def build_inner(
                     cross[r] = cross.get(r, 0) + 1
         chain_cross.append(cross)
         routed = [q for q in qs if len(pair_paths[q]) >= 2]
+        # one path level per distinct pair (all its streams share the pair's paths), keyed
+        # by the level of every entry of `routed` as the formulations zip them
+        distinct = list(dict.fromkeys(routed))
         levels_time: dict[tuple[int, ...], float] = {}
         if routed:
-            for levels in itertools.product(*(range(len(pair_paths[q])) for q in routed)):
-                lat = dict(
-                    zip(
-                        routed,
-                        (pair_paths[q][lv].latency_s for q, lv in zip(routed, levels, strict=True)),
-                        strict=True,
-                    )
-                )
+            for levels in itertools.product(*(range(len(pair_paths[q])) for q in distinct)):
+                level = dict(zip(distinct, levels, strict=True))
+                lat = {q: pair_paths[q][lv].latency_s for q, lv in level.items()}
                 lats = tuple(
                     lat.get(
                         route_key(a, b), pair_paths[route_key(a, b)][0].latency_s if a != b else 0.0
                     )
-                    for a, b in zip(c, c[1:], strict=False)
+                    for a, b, _ in perf.chain_boundaries(c, v)
                 )
-                levels_time[levels] = perf.chain_time_at(cfg, c, lats)
+                levels_time[tuple(level[q] for q in routed)] = perf.chain_time_at(cfg, c, lats)
         chain_level_time.append(levels_time)
     stage_sites = [sorted({c[k] for c in chains}) for k in range(cfg.pp)]
     # stages whose site is the same in every chain type share their hosting decisions (with
@@ -398,6 +399,7 @@ def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan
                 **({"ep": cfg.ep} if cfg.ep > 1 else {}),
                 "micro_batch": cfg.micro_batch,
                 "num_micro_batches": cfg.num_micro_batches,
+                **({"virtual_stages": cfg.virtual_stages} if cfg.virtual_stages > 1 else {}),
             },
             "stage_layers": list(cfg.stage_layers),
             "replica_groups": groups,

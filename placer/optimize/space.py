@@ -1,7 +1,8 @@
 """The search space: parallel configurations and the replica chain types of each.
 
-Configurations (tp, cp, ep, pp, dp, micro-batch, sync policy) are enumerated outside the
-formulations and pruned by memory and by a lower bound against the incumbent.
+Configurations (tp, cp, ep, pp, dp, micro-batch, interleaved chunks per rank, sync policy)
+are enumerated outside the formulations and pruned by memory and by a lower bound against
+the incumbent.
 
 A chain type fixes the site of every stage of a replica. placer searches chains that
 visit each site at most once, in one contiguous block of stages, with at most
@@ -133,7 +134,6 @@ def _configs_for(
         if pp > model.layers:
             report.drop(f"pp={pp} exceeds {model.layers} layers")
             continue
-        layers = balanced_stage_layers(model.layers, pp)
         for b in sorted(set(mbs)):
             if job.global_batch % (b * ep):
                 continue
@@ -150,9 +150,40 @@ def _configs_for(
                     report.drop("tp x cp x ep x pp x dp differs from job.gpus")
                     continue
                 m = num_micro_batches(job, b, dp, ep)
-                for mode in job.sync.modes:
-                    out.append(job_config(job, tp, pp, dp, b, m, layers, mode, cp, ep))
+                for v in sorted(set(par.virtual_stages)):
+                    split = interleaved_split(model.layers, pp, m, v, report)
+                    if split is None:
+                        continue
+                    for mode in job.sync.modes:
+                        out.append(
+                            job_config(job, tp, pp, dp, b, m, split, mode, cp, ep, virtual_stages=v)
+                        )
     return out
+
+
+def interleaved_split(
+    layers: int, pp: int, m: int, v: int, report: SpaceReport
+) -> tuple[int, ...] | None:
+    """The layers per pipeline rank of v chunks each, or None (with the reason dropped).
+
+    v = 1: the balanced split. v > 1 needs pipeline parallelism, a micro-batch count that
+    is a multiple of pp (the interleaved schedule's micro-batch groups, as placer.perf.
+    critical_path.interleaved_order and Megatron-LM before Core 0.8 require) and every
+    rank's layers divisible by v (Megatron-Core 0.16 TransformerConfig: first, middle and
+    last ranks alike): the balanced split of layers / v over the ranks, times v, so that
+    every chunk of rank k holds the balanced share of rank k."""
+    if v == 1:
+        return balanced_stage_layers(layers, pp)
+    if pp == 1:
+        report.drop("virtual_stages > 1 needs pp > 1")
+        return None
+    if m % pp:
+        report.drop("interleaving needs the micro-batch count to be a multiple of pp")
+        return None
+    if layers % v or layers // v < pp:
+        report.drop("the layers do not split into pp x virtual_stages chunks")
+        return None
+    return tuple(v * n for n in balanced_stage_layers(layers // v, pp))
 
 
 def memory_fits(problem: Problem, cfg: Config, stage: int, gpu_key: str) -> tuple[bool, float]:
@@ -185,7 +216,10 @@ def chain_types(
     out: list[Chain] = []
     for n_blocks in range(1, min(k_max, len(sites), cfg.pp) + 1):
         for order in itertools.permutations(sites, n_blocks):
-            if any(perf.net.path(a, b) is None for a, b in zip(order, order[1:], strict=False)):
+            hops = list(zip(order, order[1:], strict=False))
+            if cfg.virtual_stages > 1 and len(order) > 1:
+                hops.append((order[-1], order[0]))  # the wrap from the last rank to the first
+            if any(perf.net.path(a, b) is None for a, b in hops):
                 continue
             for cuts in itertools.combinations(range(1, cfg.pp), n_blocks - 1):
                 bounds = (0, *cuts, cfg.pp)

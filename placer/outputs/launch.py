@@ -624,13 +624,27 @@ def rankmap_files(layout: Layout) -> dict[str, str]:
 # ----------------------------------------------------------------------------- Megatron-LM
 
 
-def megatron_pipeline_args(stage_layers: list[int]) -> tuple[list[str], list[str]]:
+def megatron_pipeline_args(
+    stage_layers: list[int], virtual_stages: int = 1
+) -> tuple[list[str], list[str]]:
     """(arguments, comment lines) that give Megatron the plan's layers per stage.
 
     Megatron splits the layers evenly unless --decoder-first-pipeline-num-layers and/or
     --decoder-last-pipeline-num-layers set the end stages; the middle stages must then be even.
+    Interleaving (v > 1) adds --num-virtual-stages-per-pipeline-rank v, the one virtual-stage
+    flag Megatron-LM's validate_args accepts together with the first/last flags; Megatron-
+    Core then gives every chunk of rank k stage_layers[k] / v layers (get_transformer_layer_
+    offset), as the plan means. A custom layout lists the v pp model stages instead (its
+    length sets the virtual size; no other virtual-stage flag is allowed with it).
     """
-    pp = len(stage_layers)
+    pp, v = len(stage_layers), virtual_stages
+    if v > 1:
+        if pp > 2 and len(set(stage_layers[1:-1])) > 1:
+            return _megatron_layout(stage_layers, v)
+        args, notes = megatron_pipeline_args(stage_layers)
+        return args + ["--num-virtual-stages-per-pipeline-rank", str(v)], notes + [
+            f"interleaved 1F1B: {v} chunks per rank of {[n // v for n in stage_layers]} layers"
+        ]
     if pp == 1 or len(set(stage_layers)) == 1:
         return [], []
     if pp == 2:
@@ -646,10 +660,19 @@ def megatron_pipeline_args(stage_layers: list[int]) -> tuple[list[str], list[str
         if stage_layers[-1] != m:
             args += ["--decoder-last-pipeline-num-layers", str(stage_layers[-1])]
         return args, [f"uneven ends {stage_layers}: middle stages {m} layers each"]
+    return _megatron_layout(stage_layers, 1)
+
+
+def _megatron_layout(stage_layers: list[int], v: int) -> tuple[list[str], list[str]]:
+    """--pipeline-model-parallel-layout of the v pp model stages in Megatron-Core's order
+    (entry c pp + k is chunk c of rank k: PipelineParallelLayerLayout)."""
+    pp = len(stage_layers)
+    chunks = [stage_layers[s % pp] // v for s in range(v * pp)]
     layout = "|".join(
-        ("E" if k == 0 else "") + f"t*{n}" + (",L" if k == pp - 1 else "")
-        for k, n in enumerate(stage_layers)
+        ("E" if s == 0 else "") + f"t*{n}" + (",L" if s == v * pp - 1 else "")
+        for s, n in enumerate(chunks)
     )
+    middle = stage_layers[1:-1]
     return ["--pipeline-model-parallel-layout", layout], [
         f"WARNING: the plan's middle stages are uneven ({middle}): Megatron's --decoder-first/last-pipeline-num-layers",  # noqa: E501
         "require equal middle stages, so they cannot express this split. The custom layout below does (Megatron-Core",  # noqa: E501
@@ -669,7 +692,9 @@ def megatron_files(layout: Layout) -> dict[str, str]:
     model = problem.model
     job = problem.instance.job
     cfg = config_of(problem, plan)
-    pipe_args, pipe_notes = megatron_pipeline_args(list(plan.stage_layers))
+    pipe_args, pipe_notes = megatron_pipeline_args(
+        list(plan.stage_layers), plan.parallelism.virtual_stages
+    )
     args: list[tuple[list[str], str]] = [
         (["--tensor-model-parallel-size", str(par.tp)], "TP inside one node"),
         (
@@ -868,15 +893,20 @@ TORCHTITAN_RECIPES = {
 
 
 def torchtitan_parts(layout: Layout, version: str) -> list[list[str]]:
-    """Module FQNs per pipeline stage: the plan's layers per stage, embeddings first, final
-    norm and output projection last (torchtitan's Llama module names for `version`)."""
+    """Module FQNs per model stage: the plan's layers per stage, embeddings first, final
+    norm and output projection last (torchtitan's Llama module names for `version`).
+    Interleaved (v > 1): v pp parts, part c pp + k being chunk c of rank k with
+    stage_layers[k] / v layers; torchtitan's looped schedules (Interleaved1F1B) place
+    part s on pipeline rank s mod pp, as placer's model does."""
     parts: list[list[str]] = []
     start = 0
-    for k, n in enumerate(layout.plan.stage_layers):
+    v = layout.plan.parallelism.virtual_stages
+    chunks = [n // v for _ in range(v) for n in layout.plan.stage_layers]
+    for k, n in enumerate(chunks):
         part = (["tok_embeddings"] if k == 0 else []) + [
             f"layers.{i}" for i in range(start, start + n)
         ]
-        if k == layout.pp - 1:
+        if k == len(chunks) - 1:
             part += ["norm", TORCHTITAN_OUTPUT_MODULE[version]]
         parts.append(part)
         start += n
@@ -904,7 +934,11 @@ def torchtitan_settings(layout: Layout, version: str) -> list[tuple[str, str, An
         out.append(("parallelism", "enable_sequence_parallel", layout.tp > 1))
     if layout.pp > 1:
         out += [
-            ("parallelism", "pipeline_parallel_schedule", "1F1B"),
+            (
+                "parallelism",
+                "pipeline_parallel_schedule",
+                "Interleaved1F1B" if plan.parallelism.virtual_stages > 1 else "1F1B",
+            ),
             ("parallelism", "pipeline_parallel_microbatch_size", plan.parallelism.micro_batch),
             ("parallelism", "module_fqns_per_model_part", torchtitan_parts(layout, version)),
         ]
@@ -1042,6 +1076,17 @@ def inter_site_groups(layout: Layout) -> list[dict[str, Any]]:
                         "what": f"pipeline p2p stage {k} -> {k + 1} of replica_groups[{i}] ({g.count} replicas x tp {layout.tp})",  # noqa: E501
                     }
                 )
+        a, b = g.stage_sites[-1], g.stage_sites[0]
+        if layout.plan.parallelism.virtual_stages > 1 and a != b:
+            out.append(
+                {
+                    "kind": "pp",
+                    "stage": layout.pp - 1,
+                    "sites": [a, b],
+                    "replicas": g.count,
+                    "what": f"pipeline p2p wrap stage {layout.pp - 1} -> 0 (interleaved chunks) of replica_groups[{i}] ({g.count} replicas x tp {layout.tp})",  # noqa: E501
+                }
+            )
     for k in range(layout.pp):
         sites = sorted({layout.site_of(k, d) for d in range(layout.dp)})
         if len(sites) > 1:

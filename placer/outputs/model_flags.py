@@ -8,9 +8,9 @@ it; the fidelity work (interleaving, overlap) extends this table, nothing else.
 
 Sources: placer.perf.flops.activation_bytes_per_layer (Korthikanti et al. 2022, tensor +
 sequence parallel), placer.perf.step (job.overlap: which TP and DP communication hides under
-compute; non-interleaved 1F1B), Megatron-LM megatron/training/arguments.py (validate_args:
-CUDA_DEVICE_MAX_CONNECTIONS=1 is required for tp > 1 or cp > 1 before the Blackwell
-architecture, i.e. compute capability < 10).
+compute; 1F1B or interleaved 1F1B by parallelism.virtual_stages), Megatron-LM
+megatron/training/arguments.py (validate_args: CUDA_DEVICE_MAX_CONNECTIONS=1 is required
+for tp > 1 or cp > 1 before the Blackwell architecture, i.e. compute capability < 10).
 """
 
 from __future__ import annotations
@@ -108,9 +108,14 @@ ASSUMPTIONS: list[Assumption] = [
         note="the catalog's tp_comm_overlap fraction of TP communication is hidden",
     ),
     Assumption(
-        "non-interleaved 1F1B",
-        lambda p, plan: True,
-        note="no --num-layers-per-virtual-pipeline-stage: plans carry no virtual stages yet",
+        "non-interleaved 1F1B (parallelism.virtual_stages 1)",
+        lambda p, plan: plan.parallelism.virtual_stages == 1,
+        note="no virtual-stage flag; torchtitan pipeline_parallel_schedule 1F1B",
+    ),
+    Assumption(
+        "interleaved 1F1B (parallelism.virtual_stages > 1): bubble (p-1)/(v m), v times the p2p messages, Megatron-Core's warm-up in memory",  # noqa: E501
+        lambda p, plan: plan.parallelism.virtual_stages > 1,
+        note="--num-virtual-stages-per-pipeline-rank (or a layout of v*pp stages) with the pipeline flags; torchtitan Interleaved1F1B over v*pp model parts",  # noqa: E501
     ),
 ]
 

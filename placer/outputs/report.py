@@ -98,7 +98,12 @@ def markdown_report(
         "## Parallelism",
         "",
         f"- model `{problem.model.name}`, global batch {problem.instance.job.global_batch} x {problem.model.seq_len} tokens",  # noqa: E501
-        f"- tensor {par.tp}{_cp_ep(ev.config)} x pipeline {par.pp} x data {par.dp} = {ev.config.gpus} GPUs; micro-batch {par.micro_batch}, {ev.config.num_micro_batches} micro-batches per step",  # noqa: E501
+        f"- tensor {par.tp}{_cp_ep(ev.config)} x pipeline {par.pp} x data {par.dp} = {ev.config.gpus} GPUs; micro-batch {par.micro_batch}, {ev.config.num_micro_batches} micro-batches per step"  # noqa: E501
+        + (
+            f"; interleaved 1F1B, {par.virtual_stages} chunks per pipeline rank"
+            if par.virtual_stages > 1
+            else ""
+        ),
         f"- layers per stage: {list(plan.stage_layers)}",
         f"- data-parallel sync: {ev.sync_mode}",
         "",
@@ -175,7 +180,9 @@ def print_summary(
 ) -> None:
     par = plan.parallelism
     console.print(
-        f"[bold]{title}[/bold]: {problem.name}  tp={par.tp}{_cp_ep(ev.config, '=')} pp={par.pp} dp={par.dp} mb={par.micro_batch} sync={ev.sync_mode}"  # noqa: E501
+        f"[bold]{title}[/bold]: {problem.name}  tp={par.tp}{_cp_ep(ev.config, '=')} pp={par.pp} dp={par.dp} mb={par.micro_batch}"  # noqa: E501
+        + (f" v={par.virtual_stages}" if par.virtual_stages > 1 else "")
+        + f" sync={ev.sync_mode}"
     )
     t = Table(title="placement")
     t.add_column("replicas", justify="right")
@@ -422,6 +429,8 @@ def simulate_critical_chain(prob: Problem, ev: Evaluation) -> dict[str, float] |
 
     if ev.step is None or ev.step.critical_chain is None:
         return None
+    if ev.config.virtual_stages > 1:
+        return None  # simulate_1f1b has no interleaving: `placer simulate` checks those plans
     perf = PerfModel(prob)
     cfg, chain = ev.config, ev.step.critical_chain
     st = [perf.stage_times(cfg, prob.instance.site(s).gpu)[k] for k, s in enumerate(chain)]

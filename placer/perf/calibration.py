@@ -5,12 +5,18 @@ reference/performance-model.md, "Calibration data":
 * SC21 Table 1 (Narayanan et al., SC21, arXiv 2104.04473): A100 80GB, s=2048, V=51200,
   full activation recompute, hardware FLOPs `96 B s l h^2 (1 + s/(6h) + V/(16 l h))`.
   The 2021 Megatron-LM of those runs had no sequence parallelism, no distributed
-  optimizer and no overlap of the gradient reduce or TP communication.
+  optimizer and no overlap of the gradient reduce or TP communication. The 76B-530B rows
+  ran the interleaved schedule: NVIDIA/Megatron-LM examples/sc21/run_table_1.sh passes
+  --num-layers-per-virtual-pipeline-stage 5, 5, 3 and 1, i.e. 15/5 = 3, 10/5 = 2, 6/3 = 2
+  and 3/1 = 3 chunks per rank (`virtual_stages` below); the 1T row did not. The same
+  script gives each run's micro-batch size (MBS 16, 16, 16, 8, 4, 2, 2, 1, 1, 1), which
+  sets the micro-batch count m = B / (b d) and so the bubble (`micro_batch` below).
 * Megatron-Core weak scaling on H100 (NVIDIA/Megatron-LM README, r0.8.0): s=4096,
   V=131072, micro-batch 1, DP 48, model FLOPs `72 B s l h^2 (1 + s/(6h) + V/(12 l h))`.
   Megatron-Core recipes run flash attention (recompute of the attention core, placer's
   "selective"), sequence parallelism, the distributed optimizer and every overlap
-  (--overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap).
+  (--overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap). The table states no
+  interleaving (virtual_stages 1).
 
 benchmarks/fidelity.py prints the comparison; tests/test_calibration.py bounds it.
 """
@@ -36,6 +42,8 @@ class Row:
     gpus: int
     batch: int
     published_tflops: float
+    virtual_stages: int = 1  # interleaved 1F1B chunks per rank of the published run
+    micro_batch: int = 1  # sequences per micro-batch of the published run
 
     @property
     def dp(self) -> int:
@@ -49,18 +57,18 @@ class Row:
 SC21 = "sc21-a100"
 MCORE = "mcore-h100"
 
-# params (B), layers, h, heads, TP, PP, GPUs, batch, achieved TFLOP/s per GPU
+# params (B), layers, h, heads, TP, PP, GPUs, batch, achieved TFLOP/s per GPU, v, MBS
 _SC21_ROWS = [
-    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
-    (3.6, 30, 3072, 32, 2, 1, 64, 512, 138),
-    (7.5, 36, 4096, 32, 4, 1, 128, 512, 142),
-    (18.4, 40, 6144, 48, 8, 1, 256, 1024, 135),
-    (39.1, 48, 8192, 64, 8, 2, 512, 1536, 138),
-    (76.1, 60, 10240, 80, 8, 4, 1024, 1792, 140),
-    (145.6, 80, 12288, 96, 8, 8, 1536, 2304, 148),
-    (310.1, 96, 16384, 128, 8, 16, 1920, 2160, 155),
-    (529.6, 105, 20480, 128, 8, 35, 2520, 2520, 163),
-    (1008.0, 128, 25600, 160, 8, 64, 3072, 3072, 163),
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 1, 16),
+    (3.6, 30, 3072, 32, 2, 1, 64, 512, 138, 1, 16),
+    (7.5, 36, 4096, 32, 4, 1, 128, 512, 142, 1, 16),
+    (18.4, 40, 6144, 48, 8, 1, 256, 1024, 135, 1, 8),
+    (39.1, 48, 8192, 64, 8, 2, 512, 1536, 138, 1, 4),
+    (76.1, 60, 10240, 80, 8, 4, 1024, 1792, 140, 3, 2),
+    (145.6, 80, 12288, 96, 8, 8, 1536, 2304, 148, 2, 2),
+    (310.1, 96, 16384, 128, 8, 16, 1920, 2160, 155, 2, 1),
+    (529.6, 105, 20480, 128, 8, 35, 2520, 2520, 163, 3, 1),
+    (1008.0, 128, 25600, 160, 8, 64, 3072, 3072, 163, 1, 1),
 ]
 _MCORE_ROWS = [
     (1.7, 24, 2048, 16, 1, 1, 48, 192, 408.8),
@@ -128,8 +136,11 @@ def instance_data(
 def plan_data(row: Row) -> dict[str, Any]:
     base, extra = divmod(row.layers, row.pp)
     layers = [base + (1 if k < extra else 0) for k in range(row.pp)]
+    par = {"tp": row.tp, "pp": row.pp, "dp": row.dp, "micro_batch": row.micro_batch}
+    if row.virtual_stages > 1:
+        par["virtual_stages"] = row.virtual_stages
     return {
-        "parallelism": {"tp": row.tp, "pp": row.pp, "dp": row.dp, "micro_batch": 1},
+        "parallelism": par,
         "stage_layers": layers,
         "replica_groups": [{"count": row.dp, "stage_sites": ["dc"] * row.pp}],
     }

@@ -263,6 +263,7 @@ def stage_memory_bytes(
     cp: int = 1,
     ep: int = 1,
     load_imbalance: float = 1.0,
+    virtual_stages: int = 1,
 ) -> dict[str, float]:
     """Per-GPU memory of a stage; 1F1B keeps min(pp - stage, m) micro-batches in flight.
 
@@ -270,7 +271,8 @@ def stage_memory_bytes(
     the dense weights are split over tp and replicated over the dp x cp x ep others (ZeRO-1
     shards their optimizer state over those), the routed experts are split over ep and
     replicated over dp x tp x cp (Megatron-Core's expert data-parallel group, expert
-    TP = 1)."""
+    TP = 1). The activations are those of the chunk micro-batches the schedule holds at
+    once (in_flight_chunks), each of layers / virtual_stages layers."""
     first, last = stage == 0, stage == pp - 1
     total = stage_params(m, layers, first, last, first_layer)
     experts = expert_layer_params(m, first_layer, layers)
@@ -278,13 +280,13 @@ def stage_memory_bytes(
     routed = experts / ep
     state = dense * model_state_bytes_per_param(dp * cp * ep, zero1)
     state += routed * model_state_bytes_per_param(dp * tp * cp, zero1)
-    in_flight = min(pp - stage, num_micro_batches)
+    chunks = in_flight_chunks(pp, num_micro_batches, virtual_stages, stage)
     n_moe = m.moe_layers_in(first_layer, layers)
     per_mb = (layers - n_moe) * activation_bytes_per_layer(m, micro_batch, tp, recompute, cp)
     per_mb += n_moe * activation_bytes_per_layer(
         m, micro_batch, tp, recompute, cp, True, load_imbalance
     )
-    act = in_flight * per_mb
+    act = chunks * per_mb / virtual_stages
     if recompute == "full":
         act += activation_bytes_per_layer(
             m, micro_batch, tp, "selective", cp, n_moe > 0, load_imbalance
@@ -292,6 +294,24 @@ def stage_memory_bytes(
     if last:
         act += 4.0 * micro_batch * m.seq_len * m.vocab / (tp * cp)  # fp32 logits of one micro-batch
     return {"model_state": state, "activations": act, "total": state + act}
+
+
+def in_flight_chunks(pp: int, m: int, v: int, rank: int) -> int:
+    """Chunk micro-batches whose activations pipeline rank `rank` holds at its peak: the
+    forwards its schedule runs before its first backward, plus the one in flight.
+
+    1F1B (v = 1): min(pp - rank, m) (Narayanan et al. SC21 section 2.2.1: the first stage
+    holds pp micro-batches). Interleaved (Megatron-Core forward_backward_pipelining_with_
+    interleaving, placer.perf.critical_path.interleaved_order): a warm-up of
+    min(m v, 2 (pp - rank - 1) + (v - 1) pp) forwards, then one more forward before each
+    backward: min(m v, 2 (pp - rank - 1) + (v - 1) pp + 1). For the first rank that is
+    pp v + pp - 1 chunks of 1/v of the stage each, pp (1 + (pp - 1) / (pp v)) stages'
+    worth: Megatron-LM's own estimate (megatron/training/theoretical_memory_usage.py,
+    `interleaved_schedule_memory_penalty` = 1 + (pp - 1) / (pp v) on pp micro-batches).
+    tests/test_interleave.py checks the count against the schedule itself."""
+    if v == 1:
+        return min(pp - rank, m)
+    return min(m * v, 2 * (pp - rank - 1) + (v - 1) * pp + 1)
 
 
 def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, float]:
@@ -311,4 +331,5 @@ def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, f
         cp=getattr(cfg, "cp", 1),
         ep=getattr(cfg, "ep", 1),
         load_imbalance=getattr(cfg, "expert_load_imbalance", 1.0),
+        virtual_stages=getattr(cfg, "virtual_stages", 1),
     )

@@ -5,8 +5,8 @@ formulations (placer.optimize) are built from the very same per-stage, per-chain
 per-route quantities that this module exposes. Model (reference/performance-model.md):
 
     T = T_pipe + T_dp
-    T_pipe = max( max over replica chains of the 1F1B time of that chain (its cross-site
-                      messages at max(NIC, the route's lockstep tick))
+    T_pipe = max( max over replica chains of the 1F1B (or interleaved 1F1B) time of that
+                      chain (its cross-site messages at max(NIC, the route's lockstep tick))
                       + the optimizer step of its slowest stage,
                   max over routes of the cross-site activation bytes / route capacity )
     T_dp   = X(T_intra + T_wan)                         (synchronous)
@@ -27,6 +27,14 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   (placer.sim, tests/test_simulate.py). `staggered` replicas time-share the routes (Atlas,
   arXiv 2411.14458; needs a launcher that staggers them): only the step-average route
   time below binds.
+* Interleaved 1F1B (cfg.virtual_stages = v > 1, Narayanan et al. SC21 section 2.2): each
+  rank runs v chunks, model stage s = c pp + k being chunk c of rank k with
+  stage_layers[k] / v layers (the LM head on the last model stage, chunk v - 1 of the
+  last rank); the chain time is the exact makespan of Megatron-Core's order
+  (placer.perf.critical_path) on the chunks' times. Every physical boundary k -> k + 1
+  carries v message streams per direction, and the wrap from the last rank back to the
+  first carries v - 1 (it crosses the WAN when the chain's last and first sites differ):
+  chain_boundaries.
 * Data-parallel sync is hierarchical per stage k: reduce-scatter inside each site, an
   all-reduce between the K_k sites that host stage k on the full stage gradient (each pair
   of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on the plan's paths),
@@ -48,6 +56,7 @@ from functools import cache
 from placer.io import Problem
 from placer.network import Network, PairKey, Path, RouteKey, Routing, route_key
 from placer.perf import comm, compute
+from placer.perf.critical_path import critical_path
 from placer.perf.flops import (
     BYTES_BF16,
     expert_layer_params,
@@ -186,6 +195,28 @@ class PerfModel:
             return comm.ring_attention_kv_s(cp, chunk, self.nvlink_Bps(gpu))
         lat = self.catalog.network.intra_site_latency_s
         return comm.ring_attention_kv_s(cp, chunk, self.nic_Bps(gpu), lat)
+
+    def chunk_times(self, cfg: Config, gpu_key: str) -> tuple[StageTime, ...]:
+        """Times of one micro-batch on each model stage (v pp of them, cfg.chunk_layers;
+        the LM head on the last): the per-stage model on the chunks. For v = 1 these are
+        the stage times. Their `optimizer` is not a rank's (use stage_times for that)."""
+        if cfg.virtual_stages == 1:
+            return self.stage_times(cfg, gpu_key)
+        return self._stage_times(
+            cfg.tp,
+            cfg.pp * cfg.virtual_stages,
+            cfg.micro_batch,
+            cfg.chunk_layers,
+            gpu_key,
+            cfg.recompute,
+            cfg.precision,
+            cfg.sequence_parallel,
+            cfg.overlap_tp_comm,
+            cfg.cp,
+            cfg.ep,
+            cfg.expert_load_imbalance,
+            cfg.zero1,
+        )
 
     def _stage_times_uncached(
         self,
@@ -326,28 +357,44 @@ class PerfModel:
         routing: Routing | None = None,
         tick_s: dict[Hop, float] | None = None,
     ) -> float:
-        """1F1B time of one replica chain; its cross-site boundaries pay the latency of the
-        slowest path the routing uses for that pair (default: shortest paths) and, given the
-        routes' lockstep tick times `tick_s` (route_tick_s), a transmit time of at least the
-        busiest route's tick on those paths."""
-        lats = self.boundary_latencies(chain, routing) if routing else None
-        ticks = self.boundary_ticks(chain, routing, tick_s) if tick_s else None
+        """1F1B (interleaved for v > 1) time of one replica chain; its cross-site
+        boundaries pay the latency of the slowest path the routing uses for that pair
+        (default: shortest paths) and, given the routes' lockstep tick times `tick_s`
+        (route_tick_s), a transmit time of at least the busiest route's tick on those
+        paths."""
+        v = cfg.virtual_stages
+        lats = self.boundary_latencies(chain, routing, v) if routing else None
+        ticks = self.boundary_ticks(chain, routing, tick_s, v) if tick_s else None
         return self._chain_time(cfg, chain, with_comm, lats, ticks)
 
-    def boundary_latencies(self, chain: Chain, routing: Routing | None) -> tuple[float, ...]:
+    @staticmethod
+    def chain_boundaries(chain: Chain, v: int = 1) -> list[tuple[str, str, int]]:
+        """The physical pipeline boundaries of a chain: (site of rank k, site of rank k + 1,
+        message streams per direction). With v chunks per rank every boundary k -> k + 1
+        carries v streams (chunk c's model stages c pp + k -> c pp + k + 1) and, for v > 1,
+        the wrap from the last rank back to the first (c pp + pp - 1 -> (c + 1) pp) v - 1:
+        the boundary order of placer.perf.critical_path."""
+        out = [(a, b, v) for a, b in zip(chain, chain[1:], strict=False)]
+        if v > 1:
+            out.append((chain[-1], chain[0], v - 1))
+        return out
+
+    def boundary_latencies(
+        self, chain: Chain, routing: Routing | None, v: int = 1
+    ) -> tuple[float, ...]:
         return tuple(
             self.net.pair_latency_s(routing, "pipeline", a, b)
-            for a, b in zip(chain, chain[1:], strict=False)
+            for a, b, _ in self.chain_boundaries(chain, v)
         )
 
     def boundary_ticks(
-        self, chain: Chain, routing: Routing | None, tick_s: dict[Hop, float]
+        self, chain: Chain, routing: Routing | None, tick_s: dict[Hop, float], v: int = 1
     ) -> tuple[float, ...]:
-        """Per boundary of a chain: the busiest route's lockstep tick time, in the
+        """Per physical boundary of a chain: the busiest route's lockstep tick time, in the
         direction the boundary's activations travel, over every path the routing lists
         for the pair (a replica's message may take any of them); 0 inside a site."""
         out = []
-        for a, b in zip(chain, chain[1:], strict=False):
+        for a, b, _ in self.chain_boundaries(chain, v):
             uses = self.net.pair_paths(routing, "pipeline", a, b) if a != b else None
             out.append(
                 max(
@@ -357,24 +404,30 @@ class PerfModel:
             )
         return tuple(out)
 
-    def chain_hops(self, chain: Chain, routing: Routing | None = None) -> dict[Hop, float]:
+    def chain_hops(
+        self, chain: Chain, routing: Routing | None = None, v: int = 1
+    ) -> dict[Hop, float]:
         """How many of a chain's boundary activations travel each route in each direction
         per tick (a hop (u, v) is the route u-v traversed from u to v; the gradients of the
-        same boundaries travel the reverse hops at another moment of the tick). A pair the
-        routing splits over several paths counts on both directions of every route of its
-        listed paths, with its share: the split is one per pair in plans, not one per
-        direction, so this bounds either direction's messages from above."""
+        same boundaries travel the reverse hops at another moment of the tick): one per
+        physical boundary (a rank sends one message per op, whatever its chunk). A pair the
+        routing splits over several paths counts each of its message streams (v per
+        boundary, v - 1 for the wrap) on both directions of every route of its listed
+        paths, with its share: the split is one per pair in plans, not one per direction or
+        stream, so this bounds the messages from above (exact for v = 1 on one path)."""
         out: dict[Hop, float] = defaultdict(float)
-        for a, b in zip(chain, chain[1:], strict=False):
+        for a, b, streams in self.chain_boundaries(chain, v):
             if a == b:
                 continue
             uses = self.net.pair_paths(routing, "pipeline", a, b) or ()
             split = routing is not None and ("pipeline", route_key(a, b)) in routing
             for use in uses:
-                for u, v in hops_of(use.path, a):
-                    out[(u, v)] += use.share
+                for x, y in hops_of(use.path, a):
                     if split:
-                        out[(v, u)] += use.share
+                        out[(x, y)] += streams * use.share
+                        out[(y, x)] += streams * use.share
+                    else:
+                        out[(x, y)] += use.share
         return dict(out)
 
     def chain_time_at(
@@ -384,8 +437,9 @@ class PerfModel:
         lats: tuple[float, ...],
         ticks: tuple[float, ...] | None = None,
     ) -> float:
-        """1F1B time of a chain with given one-way fiber latencies (and lockstep route tick
-        times) per boundary."""
+        """Chain time with given one-way fiber latencies (and lockstep route tick times)
+        per physical boundary (chain_boundaries: pp - 1 of them, pp with the wrap for
+        v > 1)."""
         return self._chain_time(cfg, chain, True, lats, ticks)
 
     def chain_times_at(
@@ -395,19 +449,21 @@ class PerfModel:
         lats: tuple[float, ...] | None,
         ticks: tuple[float, ...] | None,
     ) -> tuple[list[float], list[float], list[float], list[float]]:
-        """(fwd, bwd, latency, transmit) of a chain's 1F1B schedule: the stage times on each
-        site's GPU, and per boundary the fabric hop plus the fiber path, and the larger of
-        the message's NIC serialization and its route's lockstep tick."""
+        """(fwd, bwd, latency, transmit) of a chain's schedule: the times of its v pp model
+        stages on each rank's site GPU, and per physical boundary the fabric hop plus the
+        fiber path, and the larger of the message's NIC serialization and its route's
+        lockstep tick."""
+        v, inst = cfg.virtual_stages, self.problem.instance
         fwd, bwd, lat, tx = [], [], [], []
-        for k, site in enumerate(chain):
-            st = self.stage_times(cfg, self.problem.instance.site(site).gpu)[k]
+        for s in range(v * len(chain)):
+            st = self.chunk_times(cfg, inst.site(chain[s % len(chain)]).gpu)[s]
             fwd.append(st.fwd)
             bwd.append(st.bwd)
-            if k + 1 < len(chain):
-                fiber = lats[k] if lats is not None else None
-                la, t = self.boundary(cfg, site, chain[k + 1], fiber)
-                lat.append(la)
-                tx.append(max(t, ticks[k]) if ticks is not None else t)
+        for j, (a, b, _) in enumerate(self.chain_boundaries(chain, v)):
+            fiber = lats[j] if lats is not None else None
+            la, t = self.boundary(cfg, a, b, fiber)
+            lat.append(la)
+            tx.append(max(t, ticks[j]) if ticks is not None else t)
         return fwd, bwd, lat, tx
 
     def _chain_time_uncached(
@@ -423,21 +479,28 @@ class PerfModel:
             lat, tx = [0.0] * len(lat), [0.0] * len(tx)
         if any(math.isinf(x) for x in lat + tx):
             return math.inf
-        return one_f_one_b_time(fwd, bwd, lat, tx, cfg.num_micro_batches) + self.optimizer_step_s(
-            cfg, chain
-        )
+        m, v = cfg.num_micro_batches, cfg.virtual_stages
+        if v > 1 and m % cfg.pp:
+            return math.inf  # no interleaved schedule (the evaluator names the violation)
+        if v == 1:
+            pipe = one_f_one_b_time(fwd, bwd, lat, tx, m)
+        else:
+            pipe = critical_path(fwd, bwd, lat, tx, m, v).makespan_s
+        return pipe + self.optimizer_step_s(cfg, chain)
 
     def pipeline_lower_bound(self, cfg: Config, chains: list[Chain]) -> float:
         """A bound no chain beats: every stage on the fastest GPU any chain gives it, and no
         pipeline communication. Valid because the 1F1B makespan is non-decreasing in every
         stage and boundary time (it is a max-plus expression of them)."""
         inst = self.problem.instance
+        v = cfg.virtual_stages
         fwd, bwd = [], []
-        for k in range(cfg.pp):
-            options = [self.stage_times(cfg, inst.site(s).gpu)[k] for s in {c[k] for c in chains}]
+        for s in range(v * cfg.pp):
+            k = s % cfg.pp
+            options = [self.chunk_times(cfg, inst.site(x).gpu)[s] for x in {c[k] for c in chains}]
             fwd.append(min(t.fwd for t in options))
             bwd.append(min(t.bwd for t in options))
-        zeros = [0.0] * (cfg.pp - 1)
+        zeros = [0.0] * (cfg.pp - 1 if v == 1 else cfg.pp)
         shard = cfg.dp if cfg.zero1 else 1
         opt = (
             max(
@@ -449,25 +512,38 @@ class PerfModel:
             )
             / shard
         )
-        return one_f_one_b_time(fwd, bwd, zeros, zeros, cfg.num_micro_batches) + opt
+        m = cfg.num_micro_batches
+        if v == 1:
+            return one_f_one_b_time(fwd, bwd, zeros, zeros, m) + opt
+        if m % cfg.pp:
+            return math.inf
+        return critical_path(fwd, bwd, zeros, zeros, m, v).makespan_s + opt
 
     def chain_crossings(
-        self, chain: Chain, routing: Routing | None = None
+        self, chain: Chain, routing: Routing | None = None, v: int = 1
     ) -> dict[RouteKey, float]:
-        """How many pipeline boundaries of one chain use each route (fractions when the
-        routing splits a pair over several paths)."""
+        """How many pipeline message streams of one chain use each route (chain_boundaries:
+        v per boundary, v - 1 for the wrap; fractions when the routing splits a pair over
+        several paths). Each stream puts pp_bytes_per_crossing on each direction."""
         out: dict[RouteKey, float] = defaultdict(float)
-        for a, b in zip(chain, chain[1:], strict=False):
+        for a, b, n in self.chain_boundaries(chain, v):
             if a != b:
                 for use in self.net.pair_paths(routing, "pipeline", a, b) or ():
                     for key in use.path.routes:
-                        out[key] += use.share
+                        out[key] += n * use.share
         return dict(out)
 
     @staticmethod
-    def crossing_pairs(chain: Chain) -> list[PairKey]:
-        """The site pairs a chain's pipeline boundaries cross, in chain order."""
-        return [route_key(a, b) for a, b in zip(chain, chain[1:], strict=False) if a != b]
+    def crossing_pairs(chain: Chain, v: int = 1) -> list[PairKey]:
+        """The site pairs a chain's pipeline message streams cross, in chain order, a pair
+        once per stream (chain_boundaries: v times per cross-site boundary, v - 1 times
+        for a cross-site wrap; once per boundary for v = 1)."""
+        return [
+            route_key(a, b)
+            for a, b, n in PerfModel.chain_boundaries(chain, v)
+            if a != b
+            for _ in range(n)
+        ]
 
     def route_tick_s(
         self,
@@ -492,7 +568,7 @@ class PerfModel:
         msg = self.message_bytes(cfg)
         load: dict[Hop, float] = defaultdict(float)
         for count, chain in groups:
-            for hop, n in self.chain_hops(chain, routing).items():
+            for hop, n in self.chain_hops(chain, routing, cfg.virtual_stages).items():
                 load[hop] += count * n * msg
         out = {}
         for (u, v), x in load.items():
@@ -501,7 +577,8 @@ class PerfModel:
         return out
 
     def pp_bytes_per_crossing(self, cfg: Config) -> float:
-        """Bytes one boundary crossing puts on each direction of a route per step."""
+        """Bytes one message stream crossing a route puts on each direction of it per step
+        (one message per micro-batch; a boundary carries v streams, chain_crossings)."""
         return cfg.num_micro_batches * self.message_bytes(cfg)
 
     # ------------------------------------------------------------------ data parallel
@@ -582,10 +659,10 @@ class PerfModel:
         pp_load: dict[RouteKey, float] = defaultdict(float)
         unreachable: list[tuple[str, str]] = []
         for count, chain in groups:
-            for a, b in zip(chain, chain[1:], strict=False):
+            for a, b, _ in self.chain_boundaries(chain, cfg.virtual_stages):
                 if a != b and net.path(a, b) is None:
                     unreachable.append((a, b))
-            for key, n in self.chain_crossings(chain, routing).items():
+            for key, n in self.chain_crossings(chain, routing, cfg.virtual_stages).items():
                 pp_load[key] += count * n * self.pp_bytes_per_crossing(cfg)
         cap = {key: net.capacity_Bps(key, waves.get(key, 0), optics.get(key)) for key in net.routes}
         route_pp_s = {

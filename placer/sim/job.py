@@ -43,9 +43,12 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   the closed form charges the NIC volume of a ring over all d replicas); the outer
   WAN exchange is simulated on its own and amortized as the evaluator does: T_wan / H
   (diloco) or max(0, T_wan / H - T_pipe) (streaming-diloco).
-* `virtual_stages=v > 1` runs Megatron's interleaved 1F1B order (v chunks per device,
-  each 1/v of the stage's time; needs m % p == 0). Plans do not carry v yet (issue 11
-  item 2); the option exists so that the closed form for interleaving can be checked.
+* Interleaved 1F1B (the plan's `parallelism.virtual_stages` = v > 1) runs Megatron-Core's
+  interleaved order (placer.perf.critical_path.interleaved_order: v chunks per device,
+  model stage s = c pp + k on device k at PerfModel.chunk_times, the LM head on the last
+  chunk; needs m % p == 0); every chunk boundary is a message, the wrap from the last
+  device to the first included. `SimOptions(virtual_stages=v)` (CLI --virtual-stages)
+  overrides the plan's v for both the simulation and the closed form beside it.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ __all__ = ["SimOptions", "SimulationResult", "Transfer", "schedule", "simulate"]
 @dataclass(frozen=True)
 class SimOptions:
     dp_buckets: int = 0  # 0: each stage syncs after its last backward (no overlap)
-    virtual_stages: int = 1
+    virtual_stages: int | None = None  # None: the plan's parallelism.virtual_stages
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class SimulationResult:
     cpu_s: float  # process time: what the simulation costs on a machine shared with others
     feasible: bool
     violations: list[str] = field(default_factory=list)
+    virtual_stages: int = 1  # the interleaving simulated (the plan's, or the option's)
 
     @property
     def rel_diff(self) -> float:
@@ -157,6 +161,7 @@ class SimulationResult:
             "outer_sync_routes": self.outer_routes,
             "replicas": self.replicas,
             "micro_batches": self.micro_batches,
+            "virtual_stages": self.virtual_stages,
             "sync_mode": self.sync_mode,
             "options": {
                 "dp_buckets": self.options.dp_buckets,
@@ -194,9 +199,13 @@ def simulate(
     options = options or SimOptions()
     if options.dp_buckets < 0:
         raise InputError(f"dp_buckets must be >= 0, got {options.dp_buckets}")
-    if options.virtual_stages < 1:
+    if options.virtual_stages is not None and options.virtual_stages < 1:
         raise InputError(f"virtual_stages must be >= 1, got {options.virtual_stages}")
     plan = plan_from_data(plan)
+    if options.virtual_stages is not None:
+        data = plan.model_dump(mode="json", exclude_none=True)
+        data["parallelism"]["virtual_stages"] = options.virtual_stages
+        plan = plan_from_data(data)
     perf = PerfModel(problem)
     ev = evaluate(problem, plan, perf, check_resilience=False)
     broken = [str(v) for v in ev.violations if v.kind in {"topology", "shape"}]
@@ -259,6 +268,7 @@ def simulate(
         cpu_s=cpu,
         feasible=ev.feasible,
         violations=[str(v) for v in ev.violations],
+        virtual_stages=ev.config.virtual_stages,
     )
 
 
@@ -299,7 +309,7 @@ class _Job:
         self.problem, self.perf, self.ev, self.opt = problem, perf, ev, options
         cfg: Config = ev.config
         self.cfg = cfg
-        self.p, self.m, self.v = cfg.pp, cfg.num_micro_batches, options.virtual_stages
+        self.p, self.m, self.v = cfg.pp, cfg.num_micro_batches, cfg.virtual_stages
         self.chains = [tuple(g.stage_sites) for g in plan.replica_groups for _ in range(g.count)]
         inst = problem.instance
         self.gpu_of = {s.name: s.gpu for s in inst.sites}
@@ -308,10 +318,16 @@ class _Job:
         self.bwd: dict[int, dict[str, float]] = defaultdict(dict)
         self.fwd_c: dict[int, dict[str, float]] = defaultdict(dict)
         self.bwd_c: dict[int, dict[str, float]] = defaultdict(dict)
+        # per model stage s (chunk s // p of device s mod p) and site: chunk times
+        self.chunk_fwd: dict[int, dict[str, float]] = defaultdict(dict)
+        self.chunk_bwd: dict[int, dict[str, float]] = defaultdict(dict)
         for k, site in self.device_stage_sites():
             st = perf.stage_times(cfg, self.gpu_of[site])[k]
             self.fwd[k][site], self.bwd[k][site] = st.fwd, st.bwd
             self.fwd_c[k][site], self.bwd_c[k][site] = st.fwd_compute, st.bwd_compute
+            chunks = perf.chunk_times(cfg, self.gpu_of[site])
+            for s in range(k, self.p * self.v, self.p):
+                self.chunk_fwd[s][site], self.chunk_bwd[s][site] = chunks[s].fwd, chunks[s].bwd
         self.msg_bytes = perf.message_bytes(cfg)
         self.intra_lat = problem.catalog.network.intra_site_latency_s
         net = perf.net
@@ -456,14 +472,13 @@ class _Job:
 
         def device(r: int, k: int) -> Generator:
             site = self.chains[r][k]
-            f, b = self.fwd[k][site] / v, self.bwd[k][site] / v
             ops = schedule(p, m, v, k)
             for i, (kind, x, s) in enumerate(ops):
                 if kind == "F" and s > 0:
                     yield inbox(act, (r, s, x))
                 elif kind == "B" and s < n_stages - 1:
                     yield inbox(grad, (r, s, x))
-                dur = f if kind == "F" else b
+                dur = self.chunk_fwd[s][site] if kind == "F" else self.chunk_bwd[s][site]
                 last = i == len(ops) - 1
                 if last and self.opt.dp_buckets:
                     env.process(_buckets(env, ready[(r, k)], dur, self.opt.dp_buckets))
