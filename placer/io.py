@@ -716,6 +716,12 @@ def problem_from_data(
     if inst.job.seq_len is not None:
         model = model.model_copy(update={"seq_len": inst.job.seq_len})
     par = inst.job.parallelism
+    for i, split in enumerate(par.stage_layers if isinstance(par.stage_layers, list) else ()):
+        if sum(split) != model.layers:
+            raise err(
+                ("job", "parallelism", "stage_layers", i),
+                f"{split} sums to {sum(split)} layers, model '{model.name}' has {model.layers}",
+            )
     if par.tp:
         for i, s in enumerate(inst.sites):
             gpn = s.gpus_per_node or catalog.gpus[s.gpu].gpus_per_node

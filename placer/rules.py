@@ -51,7 +51,11 @@ class Config:
         return self.tp * self.pp * self.dp
 
     def label(self) -> str:
-        return f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}-{self.sync_mode}"
+        """tp-pp-dp-mb-sync, and the layers per stage when they are not all equal."""
+        base = f"tp{self.tp}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}-{self.sync_mode}"
+        if len(set(self.stage_layers)) <= 1:
+            return base
+        return base + "-L" + ".".join(map(str, self.stage_layers))
 
 
 def num_micro_batches(job: Job, micro_batch: int, dp: int) -> int:

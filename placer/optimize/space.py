@@ -1,7 +1,9 @@
 """The search space: parallel configurations and the replica chain types of each.
 
-Configurations (tp, pp, dp, micro-batch, sync policy) are enumerated outside the
-formulations and pruned by memory and by a lower bound against the incumbent.
+Configurations (tp, pp, dp, micro-batch, layers per stage, sync policy) are enumerated
+outside the formulations and pruned by memory and by a lower bound against the incumbent.
+The layer split is part of the configuration (every replica holds the same stage shards);
+which splits are searched is placer.optimize.splits' decision.
 
 A chain type fixes the site of every stage of a replica. placer searches chains that
 visit each site at most once, in one contiguous block of stages, with at most
@@ -18,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from placer.io import Problem
+from placer.optimize.splits import split_space
 from placer.perf.flops import config_stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, balanced_stage_layers
 from placer.rules import job_config, num_micro_batches, site_gpus_per_node, tp_groups_per_node
@@ -51,6 +54,11 @@ class SpaceReport:
         math.inf
     )  # fastest lower bound among configurations over max_step_time_s
 
+    # configuration shapes (with their even split) whose splits were not all enumerated:
+    # the driver keeps a lower bound of the splits left out (placer.optimize.splits)
+    unsearched: list[Config] = field(default_factory=list)
+    split_sources: set[str] = field(default_factory=set)  # SplitSpace.source of every shape
+
     def drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
@@ -68,14 +76,19 @@ def site_group_capacity(problem: Problem, site: str, tp: int) -> int:
     return (s.gpus // gpn) * tp_groups_per_node(gpn, tp)
 
 
-def enumerate_configs(problem: Problem, report: SpaceReport | None = None) -> list[Config]:
+def enumerate_configs(
+    problem: Problem, report: SpaceReport | None = None, perf: PerfModel | None = None
+) -> list[Config]:
+    """Every configuration of the candidate sets, one per layer split searched."""
     inst, model = problem.instance, problem.model
     job = inst.job
     par = job.parallelism
-    report = report or SpaceReport()
+    report = report if report is not None else SpaceReport()
+    perf = perf or PerfModel(problem)
     max_gpn = max(site_gpus_per_node(problem, s.name) for s in inst.sites)
     tps = par.tp or powers_of_two_upto(max_gpn)
-    pps = par.pp or divisors(model.layers)
+    listed = par.stage_layers if isinstance(par.stage_layers, list) else None
+    pps = par.pp or (sorted({len(s) for s in listed}) if listed else divisors(model.layers))
     mbs = par.micro_batch or [1, 2, 4]
     out: list[Config] = []
     for tp in sorted(set(tps)):
@@ -86,9 +99,13 @@ def enumerate_configs(problem: Problem, report: SpaceReport | None = None) -> li
         if groups == 0:
             report.drop(f"tp={tp} fits no node")
             continue
+        gpus = sorted({s.gpu for s in inst.sites if site_group_capacity(problem, s.name, tp)})
         for pp in sorted(set(pps)):
             if pp > model.layers:
                 report.drop(f"pp={pp} exceeds {model.layers} layers")
+                continue
+            if listed is not None and not any(len(s) == pp for s in listed):
+                report.drop(f"pp={pp} has no split in job.parallelism.stage_layers")
                 continue
             layers = balanced_stage_layers(model.layers, pp)
             for b in sorted(set(mbs)):
@@ -107,8 +124,15 @@ def enumerate_configs(problem: Problem, report: SpaceReport | None = None) -> li
                         report.drop("tp x pp x dp differs from job.gpus")
                         continue
                     m = num_micro_batches(job, b, dp)
+                    base = job_config(job, tp, pp, dp, b, m, layers, job.sync.modes[0])
+                    space = split_space(problem, perf, base, gpus)
+                    report.split_sources.add(space.source)
                     for mode in job.sync.modes:
-                        out.append(job_config(job, tp, pp, dp, b, m, layers, mode))
+                        for split in space.splits:
+                            out.append(job_config(job, tp, pp, dp, b, m, split, mode))
+                        if not space.complete:
+                            rest = job_config(job, tp, pp, dp, b, m, layers, mode)
+                            report.unsearched.append(rest)
     return out
 
 
