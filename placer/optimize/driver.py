@@ -200,6 +200,7 @@ def solve(
 
     solved = 0
     unproven = 0  # configurations the time limit ended before the solver proved them
+    rest_open = 0  # of which: layer splits left out of the enumeration (stage_layers: all)
     open_bounds: list[float] = []
     timed_out = False
     stopped = interrupt.requested()  # SIGINT/SIGTERM: keep the incumbent, report it feasible
@@ -217,6 +218,7 @@ def solve(
         if cand.rest:
             # splits left out of the enumeration could still beat the incumbent
             unproven += 1
+            rest_open += 1
             open_bounds.append(cand.lower_bound)
             bound_text = _fmt(objective, cand.lower_bound)
             say(f"[{i + 1}/{len(cands)}] {cand.cfg.label()}: other splits, bound {bound_text}")
@@ -272,6 +274,12 @@ def solve(
     if best is None and stopped:
         raise SearchInterrupted(f"interrupted by {stopped} before any feasible plan was found")
     if best is None:
+        if unproven and unproven == rest_open and not timed_out:
+            raise TimeLimitError(  # nothing proves infeasibility: not exit 3
+                "no feasible plan among the candidate layer splits, and with job.parallelism."
+                "stage_layers: all the other splits are too many to search one by one; list "
+                "the splits to try in job.parallelism.stage_layers"
+            )
         if timed_out or unproven:
             raise TimeLimitError(
                 f"time limit {time_limit_s:g} s reached before any feasible plan was found"
