@@ -187,3 +187,17 @@ def test_generated_candidates_and_the_bound_of_the_rest(monkeypatch: pytest.Monk
             assert res.objective == pytest.approx(best, rel=1e-5)
         else:
             assert res.status == "feasible" and res.gap > 0
+
+
+def test_plan_says_which_splits_were_searched() -> None:
+    inst = sc.mixed_gpu_pair("which")
+    got = {}
+    for listed in (None, "even", [[3, 1]], "all"):
+        res = solve(problem_from_data(_with_splits(inst, listed)), backend="cpsat")
+        got[str(listed)] = (res.plan.solver.splits, tuple(res.plan.stage_layers), res.status)
+    assert got == {
+        "None": ("all", (1, 3), "optimal"),
+        "even": ("even", (2, 2), "optimal"),
+        "[[3, 1]]": ("listed", (3, 1), "optimal"),
+        "all": ("all", (1, 3), "optimal"),
+    }
