@@ -201,3 +201,39 @@ def test_plan_says_which_splits_were_searched() -> None:
         "[[3, 1]]": ("listed", (3, 1), "optimal"),
         "all": ("all", (1, 3), "optimal"),
     }
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_stage_time_and_memory_are_affine_in_layers(recompute: str) -> None:
+    """The candidate generator reads stage time and memory as lines through 1 and 2 layers;
+    the performance model must give the same at any layer count (else min-max is off)."""
+    from dataclasses import replace
+
+    from placer.generate import random_instance
+    from placer.perf.flops import config_stage_memory_bytes
+    from placer.perf.step import PerfModel
+
+    # a 2T model in 16 stages on B200s: memory binds on the first stages (1F1B in-flight)
+    inst = random_instance(2, 16_384, seed=1, max_sites_per_replica=2, time_limit_s=60)
+    inst["job"]["recompute"] = recompute
+    inst["sites"][1]["gpu"] = "h100-sxm"
+    problem = problem_from_data(inst)
+    perf = PerfModel(problem)
+    cfg = next(c for c in enumerate_configs(problem) if c.pp == 16 and c.dp == 8)
+    binding = 0
+    for gpu in ("b200", "h100-sxm"):
+        lines = splits.stage_lines(perf, cfg, gpu)
+        caps = splits.memory_caps(problem, cfg, gpu)
+        for n in (3, 7, 11):
+            times = perf.stage_times(replace(cfg, stage_layers=(n,) * cfg.pp), gpu)
+            for (a, b), t in zip(lines, times, strict=True):
+                assert a + b * n == pytest.approx(t.fwd + t.bwd, rel=1e-12)
+        cap_bytes = (problem.catalog.gpus[gpu].hbm_gb - problem.catalog.memory.reserve_gb) * 1e9
+        for k, c in enumerate(caps):
+            at = lambda n, k=k: config_stage_memory_bytes(  # noqa: E731
+                problem.model, replace(cfg, stage_layers=(n,) * cfg.pp), k
+            )["total"]
+            assert c == 0 or at(c) <= cap_bytes
+            assert c == problem.model.layers or at(c + 1) > cap_bytes
+            binding += c < problem.model.layers
+    assert binding  # the check above saw caps that bind
