@@ -188,3 +188,98 @@ def test_megatron_lm_parse_and_validate_args(export_dir: Path) -> None:
         timeout=600,
     )
     assert bad.returncode != 0 and "CUDA_DEVICE_MAX_CONNECTIONS" in bad.stderr
+
+
+# ----------------------------------------------------------------------------- uneven splits
+
+
+def _uneven_export() -> Path:
+    d = Path(os.environ.get("PLACER_EXPORT_UNEVEN", ROOT / "build" / "consumers" / "export-uneven"))
+    require((d / "megatron_args.sh").exists(), f"placer's uneven-split export in {d}")
+    return d
+
+
+def _core_config(num_layers: int, split_args: dict[str, list[str]], pp: int):
+    import torch
+    from megatron.core.transformer import TransformerConfig
+
+    first = split_args.get("--decoder-first-pipeline-num-layers")
+    last = split_args.get("--decoder-last-pipeline-num-layers")
+    layout = split_args.get("--pipeline-model-parallel-layout")
+    # mapped as megatron/training's core_transformer_config_from_args maps these arguments
+    return TransformerConfig(
+        num_layers=num_layers,
+        hidden_size=64,
+        num_attention_heads=4,
+        pipeline_model_parallel_size=pp,
+        num_layers_in_first_pipeline_stage=int(first[0]) if first else None,
+        num_layers_in_last_pipeline_stage=int(last[0]) if last else None,
+        pipeline_model_parallel_layout=layout[0] if layout else None,
+        pipeline_dtype=torch.bfloat16,
+    )
+
+
+def _layers_per_rank(cfg, pp: int) -> list[int]:
+    """megatron-core's own count of the decoder layers each pipeline rank builds."""
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    if cfg.pipeline_model_parallel_layout is not None:
+        lay = cfg.pipeline_model_parallel_layout
+        return [lay.get_num_layers_to_build(pp_rank=r) for r in range(pp)]
+    return [get_num_layers_to_build(cfg, pp_rank=r) for r in range(pp)]
+
+
+def _split_cases() -> list[dict]:
+    path = Path(
+        os.environ.get("PLACER_SPLITS", ROOT / "build" / "consumers" / "megatron_splits.json")
+    )
+    require(path.exists(), f"placer's exported split arguments in {path}")
+    return json.loads(path.read_text())
+
+
+def test_megatron_core_builds_the_exported_layers_per_stage() -> None:
+    """For every split placer exports (first/last stage flags or the custom layout),
+    megatron-core's TransformerConfig accepts the arguments and builds exactly the split's
+    layers on each pipeline rank (embedding on the first, loss on the last for a layout)."""
+    from megatron.core.transformer.enums import LayerType
+
+    cases = _split_cases()
+    assert any("--pipeline-model-parallel-layout" in c["args"] for c in cases)
+    assert any("--decoder-last-pipeline-num-layers" in c["args"] for c in cases)
+    for c in cases:
+        split, args = c["split"], c["args"]
+        parsed: dict[str, list[str]] = {}
+        for i in range(0, len(args), 2):
+            parsed[args[i]] = [args[i + 1]]
+        cfg = _core_config(sum(split), parsed, len(split))
+        assert _layers_per_rank(cfg, len(split)) == split, (split, args)
+        if cfg.pipeline_model_parallel_layout is not None:
+            rows = cfg.pipeline_model_parallel_layout.layout
+            assert LayerType.embedding in rows[0][0] and LayerType.loss in rows[-1][0]
+
+
+def test_megatron_core_split_oracle_can_fail() -> None:
+    """A first-stage count whose remaining layers do not divide over the middle stages is
+    rejected by megatron-core (so the check above could catch a wrong mapping)."""
+    with pytest.raises(ValueError, match="divisible"):
+        _core_config(8, {"--decoder-first-pipeline-num-layers": ["1"]}, 3)
+
+
+def test_uneven_export_in_megatron_core_and_torchtitan() -> None:
+    """The uneven plan's export (stage_layers [1, 3]): Megatron's arguments give megatron-core
+    1 and 3 layers; torchtitan's parser reads 1 and 3 layers per model part, with the
+    embedding first and the final norm and output projection last."""
+    from torchtitan.config.manager import ConfigManager
+
+    d = _uneven_export()
+    a = _megatron_args(d)
+    pp = int(a["--pipeline-model-parallel-size"][0])
+    cfg = _core_config(int(a["--num-layers"][0]), a, pp)
+    assert _layers_per_rank(cfg, pp) == [1, 3]
+    tt = ConfigManager().parse_args(torchtitan_args(d / "torchtitan_args.sh"))
+    parts = tt.parallelism.module_fqns_per_model_part
+    assert [sum(m.startswith("layers.") for m in p) for p in parts] == [1, 3]
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
+    assert [m for p in parts for m in p if m.startswith("layers.")] == [
+        f"layers.{i}" for i in range(4)
+    ]

@@ -852,6 +852,13 @@ def problem_from_data(
     if model is not None and inst.job.seq_len is not None:
         model = model.model_copy(update={"seq_len": inst.job.seq_len})
     par = inst.job.parallelism
+    if model is not None:
+        for i, split in enumerate(par.stage_layers if isinstance(par.stage_layers, list) else ()):
+            if sum(split) != model.layers:
+                problems.add(
+                    ("job", "parallelism", "stage_layers", i),
+                    f"{split} sums to {sum(split)} layers, model '{model.name}' has {model.layers}",
+                )
     if par.tp and catalog is not None:
         for i, s in enumerate(inst.sites):
             if s.gpu not in known:

@@ -77,11 +77,16 @@ class Config:
         return tuple(self.stage_layers[s % p] // v for s in range(v * p))
 
     def label(self) -> str:
+        """tp[-cp][-ep]-pp-dp-mb[-v]-sync, and the layers per stage when they are not all
+        equal."""
         extra = (f"-cp{self.cp}" if self.cp > 1 else "") + (f"-ep{self.ep}" if self.ep > 1 else "")
         v = f"-v{self.virtual_stages}" if self.virtual_stages > 1 else ""
-        return (
+        base = (
             f"tp{self.tp}{extra}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}{v}-{self.sync_mode}"
         )
+        if len(set(self.stage_layers)) <= 1:
+            return base
+        return base + "-L" + ".".join(map(str, self.stage_layers))
 
 
 def num_micro_batches(job: Job, micro_batch: int, dp: int, ep: int = 1) -> int:

@@ -584,7 +584,17 @@ class Parallelism(Strict):
         default=None,
         description="expert-parallel degrees (inside a site); null = [1] for a dense model, the powers of two dividing the expert count up to the largest scale-up domain for an MoE model",  # noqa: E501
     )
-
+    stage_layers: (
+        Annotated[
+            list[Annotated[list[Annotated[Int, Field(le=hi("model_dim"))]], Field(min_length=1)]],
+            Field(max_length=int(hi("candidates"))),
+        ]
+        | Literal["even", "all"]
+        | None
+    ) = Field(
+        default=None,
+        description="candidate layer splits (each: layers per pipeline stage, summing to the model's layers; a pp is searched only with its listed splits, pp defaults to their lengths); 'even' (the even split only); 'all' (every split: enumerated when few, else searched over candidates with a bound on the rest); null = every split when at most 64, else the even split and the min-max split of each GPU-type sequence (README 'Layers per stage')",  # noqa: E501
+    )
     virtual_stages: Candidates = Field(
         default=[1],
         description="interleaved 1F1B model chunks per pipeline rank the optimizer may choose "
@@ -601,6 +611,19 @@ class Parallelism(Strict):
                 raise ValueError("candidate list must not be empty (use null for all)")
             if min(v) < 1:
                 raise ValueError(f"candidates must be >= 1, got {min(v)}")
+        return v
+
+    @field_validator("stage_layers")
+    @classmethod
+    def _splits(cls, v: list[list[int]] | str | None) -> list[list[int]] | str | None:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("candidate list must not be empty (use null for all)")
+            for i, split in enumerate(v):
+                if min(split) < 1:
+                    raise ValueError(
+                        f"split {i}: every stage needs at least one layer, got {split}"
+                    )
         return v
 
 
@@ -861,6 +884,10 @@ class SolverInfo(Strict):
     configs_solved: int | None = None
     objective: float | None = None
     bound: float | None = None
+    splits: str | None = Field(
+        default=None,
+        description="the layer splits searched: all | listed | even | candidates (README 'Layers per stage')",  # noqa: E501
+    )
     lexicographic: dict[str, Any] | None = Field(
         default=None,
         description="objective.within_fastest: the fastest step, its status and the step limit used",  # noqa: E501

@@ -391,7 +391,7 @@ def cases() -> list[Case]:
         Case("interleave-two-sites-20km", interleave_instance(20.0)),
         Case("interleave-two-sites-200km", interleave_instance(200.0)),
     ]
-    return out
+    return out + UNEVEN_SPLIT_CASES
 
 
 # 8 layers of h = 2048 at s = 2048: ~1 ms per stage forward, 8 MB pipeline messages, so that
@@ -488,5 +488,55 @@ KNOWN_GAPS = [
             infeasible="power:",
         ),
         "explain_infeasible counts node power only, not the optics' module power",
+    ),
+]
+
+
+# ----------------------------------------------------------------------------- uneven splits
+
+
+def mixed_gpu_pair(
+    name: str,
+    gpus: tuple[str, str] = ("a100-80g", "h100-sxm"),
+    model: str = "tiny-4l",
+    global_batch: int = 8,
+    dp: int = 1,
+    micro_batch: int = 1,
+    km: float = 10,
+    site_gpus: tuple[int, int] = (4, 4),
+) -> dict[str, Any]:
+    """Two sites of 4-GPU nodes, different GPU types, and a tp 4 pp 2 job that needs both:
+    the stage on the slower GPU should get fewer layers (issue 12's failing case)."""
+    return {
+        "name": name,
+        "sites": [
+            {"name": f"s{i}", "gpu": g, "gpus": n, "gpus_per_node": 4}
+            for i, (g, n) in enumerate(zip(gpus, site_gpus, strict=True))
+        ],
+        "routes": [{"sites": ["s0", "s1"], "km": km, "fiber_pairs": 1, "max_waves": 2}],
+        "job": {
+            "model": model,
+            "global_batch": global_batch,
+            "gpus": 8 * dp,
+            "sync": {"mode": "synchronous"},
+            "parallelism": {"tp": [4], "pp": [2], "dp": [dp], "micro_batch": [micro_batch]},
+        },
+        "objective": {"minimize": "step_time"},
+    }
+
+
+# heterogeneous cases whose optimum needs an uneven split (test_solver_library checks that
+# brute force finds an uneven one, so the generator cannot silently lose them)
+UNEVEN_SPLIT_CASES = [
+    Case("split-a100-h100", mixed_gpu_pair("case-split-0")),
+    Case("split-h100-a100-8l", mixed_gpu_pair("case-split-1", ("h100-sxm", "a100-80g"), "tiny-8l")),
+    # two replicas, one across both sites and one inside the B200 site, share the split
+    Case(
+        "split-a100-b200-dp2",
+        mixed_gpu_pair("case-split-2", ("a100-80g", "b200"), dp=2, site_gpus=(4, 12)),
+    ),
+    Case(
+        "split-h200-a100-8l-mb2",
+        mixed_gpu_pair("case-split-3", ("h200", "a100-80g"), "tiny-8l", 16, micro_batch=2),
     ),
 ]

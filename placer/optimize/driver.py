@@ -37,7 +37,8 @@ from placer.optimize.families import tiebreak_key
 from placer.optimize.greedy import greedy
 from placer.optimize.milp import MilpInner
 from placer.optimize.quiet import absorb_highs_banner
-from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
+from placer.optimize.space import SpaceReport, chain_types, enumerate_configs, site_group_capacity
+from placer.optimize.splits import rest_lower_bound_s
 from placer.perf.step import Config, PerfModel
 from placer.rules import energy_usd_per_j, replica_slots, site_gpus_per_node, site_power_w
 from placer.schema import MAX_THREADS, Plan
@@ -54,6 +55,9 @@ class Candidate:
     cfg: Config
     lower_bound: float
     data: InnerData | None = None
+    # bound only: the layer splits of this shape that were not enumerated
+    # (placer.optimize.splits); never solved, its bound stays open unless pruned
+    rest: bool = False
 
 
 @dataclass
@@ -145,7 +149,7 @@ def solve(
     deadline = t0 + time_limit_s - min(FINISH_RESERVE_S, 0.02 * time_limit_s)
     perf = PerfModel(problem)
     report = SpaceReport()
-    configs = enumerate_configs(problem, report)
+    configs = enumerate_configs(problem, report, perf)
 
     cands = prepare_candidates(problem, perf, configs, report, objective, deadline=deadline)
     say(f"{len(configs)} configurations, {len(cands)} after memory and bound pruning")
@@ -188,7 +192,7 @@ def solve(
 
     # greedy incumbent over the most promising configurations
     last_build_s = 0.0  # the slowest model build so far, to avoid starting one that cannot finish
-    for cand in cands[:GREEDY_CONFIGS]:
+    for cand in [c for c in cands if not c.rest][:GREEDY_CONFIGS]:
         if time.perf_counter() + 1.5 * last_build_s + finish_s > deadline or interrupt.requested():
             break
         t_build = time.perf_counter()
@@ -201,6 +205,7 @@ def solve(
 
     solved = 0
     unproven = 0  # configurations the time limit ended before the solver proved them
+    rest_open = 0  # of which: layer splits left out of the enumeration (stage_layers: all)
     open_bounds: list[float] = []
     timed_out = False
     stopped = interrupt.requested()  # SIGINT/SIGTERM: keep the incumbent, report it feasible
@@ -215,6 +220,14 @@ def solve(
             timed_out = not stopped
             open_bounds.extend(c.lower_bound for c in cands[i:])
             break
+        if cand.rest:
+            # splits left out of the enumeration could still beat the incumbent
+            unproven += 1
+            rest_open += 1
+            open_bounds.append(cand.lower_bound)
+            bound_text = _fmt(objective, cand.lower_bound)
+            say(f"[{i + 1}/{len(cands)}] {cand.cfg.label()}: other splits, bound {bound_text}")
+            continue
         if cand.data is None and remaining < 1.5 * last_build_s:
             timed_out = True  # building this model alone would overrun the limit
             open_bounds.extend(c.lower_bound for c in cands[i:])
@@ -266,6 +279,12 @@ def solve(
     if best is None and stopped:
         raise SearchInterrupted(f"interrupted by {stopped} before any feasible plan was found")
     if best is None:
+        if unproven and unproven == rest_open and not timed_out:
+            raise TimeLimitError(  # nothing proves infeasibility: not exit 3
+                "no feasible plan among the candidate layer splits, and with job.parallelism."
+                "stage_layers: all the other splits are too many to search one by one; list "
+                "the splits to try in job.parallelism.stage_layers"
+            )
         if timed_out or unproven:
             raise TimeLimitError(
                 f"time limit {time_limit_s:g} s reached before any feasible plan was found"
@@ -298,6 +317,7 @@ def solve(
             "configs_solved": solved,
             "objective": value,
             "bound": bound,
+            "splits": splits_searched(report),
         },
     )
     res = inst.resilience
@@ -410,8 +430,33 @@ def prepare_candidates(
         elif objective == "cost_per_token":
             lb = lb * min_usd_per_s(problem, cfg) / perf.tokens_per_step()
         cands.append(Candidate(cfg, lb))
-    cands.sort(key=lambda c: (c.lower_bound, c.cfg.label()))
+    for cfg in report.unsearched:
+        lb = rest_lower_bound_s(problem, perf, cfg, split_gpus(problem, cfg))
+        if inst.objective.max_step_time_s is not None and lb > inst.objective.max_step_time_s:
+            continue  # no split left out can meet the step-time limit
+        if objective == "cost":
+            lb = 0.0
+        elif objective == "cost_per_token":
+            lb = lb * min_usd_per_s(problem, cfg) / perf.tokens_per_step()
+        cands.append(Candidate(cfg, lb, rest=True))
+    cands.sort(key=lambda c: (c.lower_bound, c.rest, c.cfg.label()))
     return cands
+
+
+def splits_searched(report: SpaceReport) -> str | None:
+    """plan.solver.splits: the narrowest description that holds for every shape searched
+    (`candidates` as soon as one shape searched generated candidates only)."""
+    for name in ("candidates", "listed", "even", "all"):
+        if name in report.split_sources:
+            return name
+    return None
+
+
+def split_gpus(problem: Problem, cfg: Config) -> list[str]:
+    """GPU types of the sites that can host a stage of the configuration."""
+    return sorted(
+        {s.gpu for s in problem.instance.sites if site_group_capacity(problem, s.name, cfg.tp)}
+    )
 
 
 def min_usd_per_s(problem: Problem, cfg: Config) -> float:

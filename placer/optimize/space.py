@@ -1,8 +1,10 @@
 """The search space: parallel configurations and the replica chain types of each.
 
-Configurations (tp, cp, ep, pp, dp, micro-batch, interleaved chunks per rank, sync policy)
-are enumerated outside the formulations and pruned by memory and by a lower bound against
-the incumbent.
+Configurations (tp, cp, ep, pp, dp, micro-batch, layers per stage, interleaved chunks per
+rank, sync policy) are enumerated outside the formulations and pruned by memory and by a
+lower bound against the incumbent. The layer split is part of the configuration (every
+replica holds the same stage shards); which splits are searched is placer.optimize.splits'
+decision.
 
 A chain type fixes the site of every stage of a replica. placer searches chains that
 visit each site at most once, in one contiguous block of stages, with at most
@@ -19,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from placer.io import Problem
+from placer.optimize.splits import split_space
 from placer.perf.flops import config_stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, balanced_stage_layers
 from placer.rules import (
@@ -58,6 +61,11 @@ class SpaceReport:
         math.inf
     )  # fastest lower bound among configurations over max_step_time_s
 
+    # configuration shapes (with their even split) whose splits were not all enumerated:
+    # the driver keeps a lower bound of the splits left out (placer.optimize.splits)
+    unsearched: list[Config] = field(default_factory=list)
+    split_sources: set[str] = field(default_factory=set)  # SplitSpace.source of every shape
+
     def drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
@@ -87,14 +95,19 @@ def ep_candidates(problem: Problem, max_gpn: int) -> list[int]:
     return [e for e in powers_of_two_upto(min(moe.experts, max_gpn)) if moe.experts % e == 0]
 
 
-def enumerate_configs(problem: Problem, report: SpaceReport | None = None) -> list[Config]:
+def enumerate_configs(
+    problem: Problem, report: SpaceReport | None = None, perf: PerfModel | None = None
+) -> list[Config]:
+    """Every configuration of the candidate sets, one per layer split searched."""
     inst, model = problem.instance, problem.model
     job = inst.job
     par = job.parallelism
-    report = report or SpaceReport()
+    report = report if report is not None else SpaceReport()
+    perf = perf or PerfModel(problem)
     max_gpn = max(site_gpus_per_node(problem, s.name) for s in inst.sites)
     tps = par.tp or powers_of_two_upto(max_gpn)
-    pps = par.pp or divisors(model.layers)
+    listed = par.stage_layers if isinstance(par.stage_layers, list) else None
+    pps = par.pp or (sorted({len(s) for s in listed}) if listed else divisors(model.layers))
     mbs = par.micro_batch or [1, 2, 4]
     cps = sorted(set(par.cp or [1]))
     eps = ep_candidates(problem, max_gpn)
@@ -108,19 +121,25 @@ def enumerate_configs(problem: Problem, report: SpaceReport | None = None) -> li
             if why:
                 report.drop(why[0])
                 continue
-            out += _configs_for(problem, report, tp, cp, ep, pps, mbs)
+            out += _configs_for(problem, perf, report, tp, cp, ep, pps, mbs, listed)
     return out
 
 
 def _configs_for(
     problem: Problem,
+    perf: PerfModel,
     report: SpaceReport,
     tp: int,
     cp: int,
     ep: int,
     pps: list[int],
     mbs: list[int],
+    listed: list[list[int]] | None,
 ) -> list[Config]:
+    """The configurations of one (tp, cp, ep): every pp, micro-batch, dp, interleaving and
+    sync policy, with the layer splits placer.optimize.splits searches (v = 1) or the
+    balanced split into v equal chunks per rank (v > 1: uneven interleaved splits are not
+    searched)."""
     inst, model = problem.instance, problem.model
     job = inst.job
     par = job.parallelism
@@ -130,10 +149,15 @@ def _configs_for(
     if groups == 0:
         report.drop(f"tp={tp}" + (f" x cp={cp} x ep={ep}" if width > tp else "") + " fits no node")
         return out
+    gpus = sorted({s.gpu for s in inst.sites if site_group_capacity(problem, s.name, tp, width)})
     for pp in sorted(set(pps)):
         if pp > model.layers:
             report.drop(f"pp={pp} exceeds {model.layers} layers")
             continue
+        if listed is not None and not any(len(s) == pp for s in listed):
+            report.drop(f"pp={pp} has no split in job.parallelism.stage_layers")
+            continue
+        layers = balanced_stage_layers(model.layers, pp)
         for b in sorted(set(mbs)):
             if job.global_batch % (b * ep):
                 continue
@@ -151,13 +175,26 @@ def _configs_for(
                     continue
                 m = num_micro_batches(job, b, dp, ep)
                 for v in sorted(set(par.virtual_stages)):
-                    split = interleaved_split(model.layers, pp, m, v, report)
-                    if split is None:
-                        continue
+                    if v == 1:
+                        base = job_config(job, tp, pp, dp, b, m, layers, job.sync.modes[0], cp, ep)
+                        space = split_space(problem, perf, base, gpus)
+                        report.split_sources.add(space.source)
+                        splits, complete = space.splits, space.complete
+                    else:
+                        split = interleaved_split(model.layers, pp, m, v, report)
+                        if split is None:
+                            continue
+                        splits, complete = [split], True
                     for mode in job.sync.modes:
-                        out.append(
-                            job_config(job, tp, pp, dp, b, m, split, mode, cp, ep, virtual_stages=v)
-                        )
+                        for split in splits:
+                            out.append(
+                                job_config(
+                                    job, tp, pp, dp, b, m, split, mode, cp, ep, virtual_stages=v
+                                )
+                            )
+                        if not complete:
+                            rest = job_config(job, tp, pp, dp, b, m, layers, mode, cp, ep)
+                            report.unsearched.append(rest)
     return out
 
 

@@ -172,7 +172,20 @@ def markdown_report(
             f"- objective {solver.get('objective')}, bound {solver.get('bound')}, gap {solver.get('gap', 0):.2e}",  # noqa: E501
             f"- configurations: {solver.get('configs_total')} enumerated, {solver.get('configs_solved')} solved exactly, the rest pruned by bound",  # noqa: E501
         ]
+        if solver.get("splits"):
+            lines.append(
+                f"- layer splits searched: {SPLITS_TEXT.get(solver['splits'], solver['splits'])}"
+            )
     return "\n".join(lines) + "\n"
+
+
+# plan.solver.splits in words (placer.optimize.splits)
+SPLITS_TEXT = {
+    "all": "every split of the layers into the pipeline stages",
+    "candidates": "the even split and the min-max split of each GPU-type sequence (too many splits to search them all; job.parallelism.stage_layers: all asks for a bound over every split)",  # noqa: E501
+    "even": "the even split only (job.parallelism.stage_layers: even)",
+    "listed": "the splits listed in job.parallelism.stage_layers",
+}
 
 
 def print_summary(
