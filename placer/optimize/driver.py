@@ -33,9 +33,17 @@ from placer.optimize.data import InnerData, InnerSolution, NoPlan, build_inner, 
 from placer.optimize.explain import explain_infeasible
 from placer.optimize.families import tiebreak_key
 from placer.optimize.greedy import greedy
+from placer.optimize.heuristic import heuristic_plans
 from placer.optimize.milp import MilpInner
+from placer.optimize.presolve import presolve, site_caps, tighten
 from placer.optimize.quiet import absorb_highs_banner
-from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
+from placer.optimize.space import (
+    SpaceReport,
+    chain_types,
+    enumerate_configs,
+    memory_fits,
+    site_group_capacity,
+)
 from placer.perf.step import Config, PerfModel
 from placer.rules import energy_usd_per_j, site_gpus_per_node, site_power_w, tp_groups_per_node
 from placer.schema import MAX_THREADS, Plan
@@ -144,9 +152,16 @@ def solve(
     perf = PerfModel(problem)
     report = SpaceReport()
     configs = enumerate_configs(problem, report)
+    # presolve: each site's GPUs capped by power and memory; configurations no set of sites
+    # can power are dropped, and with none left the binding resource is reported at once
+    caps = site_caps(problem, perf.net)
+    powered = presolve(problem, configs, caps, report)
 
-    cands = prepare_candidates(problem, perf, configs, report, objective, deadline=deadline)
-    say(f"{len(configs)} configurations, {len(cands)} after memory and bound pruning")
+    cands = prepare_candidates(problem, perf, powered, report, objective, deadline=deadline)
+    say(
+        f"{len(configs)} configurations, {len(powered)} after the power and memory presolve, "
+        f"{len(cands)} after bound pruning"
+    )
 
     best: tuple[tuple[Any, ...], Plan, Evaluation, Config] | None = None
     finish_s = 0.0  # time kept back for evaluating, completing and writing the final plan
@@ -181,6 +196,32 @@ def solve(
             best = (key, plan, ev, data.cfg)
             say(f"incumbent {source} {data.cfg.label()}: {_fmt(objective, key[0])}")
 
+    def offer(plan: Plan, ev: Evaluation, cfg: Config, source: str) -> None:
+        """A plan the evaluator already accepted (the heuristic's) competes as is."""
+        nonlocal best
+        key = _tiebreak(objective, ev, plan, cfg)
+        if best is None or key < best[0]:
+            best = (key, plan, ev, cfg)
+            say(f"incumbent {source} {cfg.label()}: {_fmt(objective, key[0])}")
+
+    # a plan first (placer.optimize.heuristic): greedy construction and local search, every
+    # plan checked by the evaluator; it seeds the incumbent, so a time limit returns a plan
+    if cands and not interrupt.requested():
+        t_h = time.perf_counter()
+        found = heuristic_plans(
+            problem,
+            perf,
+            [c.cfg for c in cands],
+            caps,
+            lambda ev, plan, cfg: _tiebreak(objective, ev, plan, cfg),
+            deadline,
+            time_limit_s,
+        )
+        for f in found:
+            offer(f.plan, f.ev, f.cfg, "heuristic")
+            finish_s = max(finish_s, 3 * f.eval_s)
+        say(f"heuristic: {len(found)} plan(s) in {time.perf_counter() - t_h:.2f} s")
+
     # greedy incumbent over the most promising configurations
     last_build_s = 0.0  # the slowest model build so far, to avoid starting one that cannot finish
     for cand in cands[:GREEDY_CONFIGS]:
@@ -188,6 +229,7 @@ def solve(
             break
         t_build = time.perf_counter()
         cand.data = build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+        tighten(cand.data, caps)
         last_build_s = max(last_build_s, time.perf_counter() - t_build)
         g = greedy(cand.data)
         if g is not None:
@@ -215,9 +257,10 @@ def solve(
             open_bounds.extend(c.lower_bound for c in cands[i:])
             break
         t_build = time.perf_counter()
-        data = cand.data or build_inner(
-            problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg)
-        )
+        if cand.data is None:
+            cand.data = build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+            tighten(cand.data, caps)
+        data = cand.data
         last_build_s = max(last_build_s, time.perf_counter() - t_build)
         remaining = deadline - finish_s - time.perf_counter()
         res = _solve_inner(
@@ -381,16 +424,15 @@ def prepare_candidates(
             raise (SearchInterrupted if interrupt.requested() else TimeLimitError)(
                 f"stopped while preparing the search: {n} of {len(configs)} configurations bounded, no plan yet"  # noqa: E501
             )
-        chains = chain_types(problem, perf, cfg, report)
-        if not chains:
+        hosts = stage_hosts(problem, perf, cfg, report)
+        if hosts is None:
             report.drop("no stage placement fits in GPU memory")
             continue
-        lb_pipe = perf.pipeline_lower_bound(cfg, chains)
+        lb_pipe = perf.pipeline_lower_bound(cfg, host_cover(hosts))
         lb_intra = 0.0
         if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
             lb_intra = max(
-                min(perf.intra_sync_s(cfg, k, s) for s in {c[k] for c in chains})
-                for k in range(cfg.pp)
+                min(perf.intra_sync_s(cfg, k, s) for s in hosts[k]) for k in range(cfg.pp)
             )
             lb_intra = perf.dp_exposed_s(cfg, lb_intra)  # what the overlap windows cannot hide
         if (
@@ -407,6 +449,57 @@ def prepare_candidates(
         cands.append(Candidate(cfg, lb))
     cands.sort(key=lambda c: (c.lower_bound, c.cfg.label()))
     return cands
+
+
+EXACT_HOSTS_CHAINS = 5000  # up to this many chain types, a stage's hosts come from the chains
+
+
+def stage_hosts(
+    problem: Problem, perf: PerfModel, cfg: Config, report: SpaceReport
+) -> list[set[str]] | None:
+    """The sites that may host each stage (None: no chain type fits). Exact (the chain
+    types') on small spaces; on large ones every site with a TP group whose GPU holds the
+    stage, a superset, so the lower bounds built on it stay valid, without enumerating
+    sites^K x pp chains for every configuration (34 s for the 200 configurations of the
+    8-site power-bound instance)."""
+    inst = problem.instance
+    sites = [s.name for s in inst.sites if site_group_capacity(problem, s.name, cfg.tp) > 0]
+    k_max = min(inst.solver.max_sites_per_replica, len(sites), cfg.pp)
+    n_chains = sum(
+        math.perm(len(sites), n) * math.comb(cfg.pp - 1, n - 1) for n in range(1, k_max + 1)
+    )
+    if n_chains <= EXACT_HOSTS_CHAINS:
+        chains = chain_types(problem, perf, cfg, report)
+        return [{c[k] for c in chains} for k in range(cfg.pp)] if chains else None
+    fits: dict[tuple[int, str], bool] = {}
+    for s in sites:
+        gpu = inst.site(s).gpu
+        for k in range(cfg.pp):
+            key = (k, gpu)
+            if key not in fits:
+                ok, gap = memory_fits(problem, cfg, k, gpu)
+                fits[key] = ok
+                if not ok and gap < report.best_memory_gap_gb:
+                    report.best_memory_gap_gb = gap
+                    report.memory_example = (
+                        f"{cfg.label()}: stage {k} on {gpu} needs {gap:.1f} GB more than it has"
+                    )
+    hosts = [{s for s in sites if fits[(k, inst.site(s).gpu)]} for k in range(cfg.pp)]
+    if any(not h for h in hosts):
+        return None
+    if not any(all(s in h for h in hosts) for s in sites):
+        # no site holds a whole replica: only chains across sites can, so ask the chains
+        chains = chain_types(problem, perf, cfg, report)
+        return [{c[k] for c in chains} for k in range(cfg.pp)] if chains else None
+    return hosts
+
+
+def host_cover(hosts: list[set[str]]) -> list[tuple[str, ...]]:
+    """Pseudo-chains whose stage k runs over exactly hosts[k]: the lower bounds of
+    PerfModel read only which sites a stage may run at, never a chain's boundaries."""
+    ordered = [sorted(h) for h in hosts]
+    width = max(len(h) for h in ordered)
+    return [tuple(h[i % len(h)] for h in ordered) for i in range(width)]
 
 
 def min_usd_per_s(problem: Problem, cfg: Config) -> float:
