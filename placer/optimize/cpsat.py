@@ -31,6 +31,7 @@ from placer.optimize.families import (
     sync_rule,
     tiebreak_weights,
 )
+from placer.optimize.warmstart import start_values
 
 INT_LIMIT = 4e18  # stay well inside int64 for coefficient x domain products
 TIME_TICKS = 10**9
@@ -726,8 +727,16 @@ class CpsatInner:
         return {"step_time": self.tau, "cost": 1.0, "rate": RATE_UNIT}[self.objective]
 
     def solve(
-        self, time_limit_s: float, threads: int | None, seed: int, options: dict[str, Any]
+        self,
+        time_limit_s: float,
+        threads: int | None,
+        seed: int,
+        options: dict[str, Any],
+        hint: InnerSolution | None = None,
     ) -> InnerSolution | NoPlan:
+        # hook (placer.optimize.warmstart): a known plan of this configuration as hints
+        for var, value in start_values(self.d, hint, self.n, self.u, self.y) if hint else ():
+            self.m.AddHint(var, value)
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.01, time_limit_s)
@@ -763,6 +772,7 @@ class CpsatInner:
         self.add(
             self.m.Add(self._main() <= round(solver.ObjectiveValue())), row("objective.tiebreak")
         )
+        self.m.ClearHints()  # hook: the tie-break starts from this solve's plan, not the start
         for v in self.n.values():
             self.m.AddHint(v, solver.Value(v))
         # canonical order among the remaining ties (CP-SAT's parallel workers may otherwise

@@ -27,6 +27,7 @@ from placer.errors import (
 )
 from placer.evaluate import Evaluation, completed_plan, evaluate
 from placer.io import Problem
+from placer.optimize import deadline as dl
 from placer.optimize.brute import brute_inner
 from placer.optimize.cpsat import CpsatInner
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, build_inner, solution_plan
@@ -39,17 +40,20 @@ from placer.optimize.presolve import presolve, site_caps, tighten
 from placer.optimize.quiet import absorb_highs_banner
 from placer.optimize.space import (
     SpaceReport,
+    _check_chain_space,
     chain_types,
     enumerate_configs,
     memory_fits,
     site_group_capacity,
 )
+from placer.optimize.warmstart import hint_from_plan
 from placer.perf.step import Config, PerfModel
 from placer.rules import energy_usd_per_j, site_gpus_per_node, site_power_w, tp_groups_per_node
 from placer.schema import MAX_THREADS, Plan
 
 GREEDY_CONFIGS = 4  # configurations (best bounds first) that get a greedy incumbent
 FINISH_RESERVE_S = 1.0  # of the time limit, for the final evaluation (capped at 2% of it)
+MIN_LIMIT_S = 0.05  # what a command whose start-up used its whole limit still gives the search
 AGREEMENT_REL = 1e-5  # backend objective vs evaluator (CP-SAT works on a 1e-9 time grid)
 
 Progress = Callable[[str], None]
@@ -122,8 +126,15 @@ def solve(
     threads: int | None = None,
     progress: Progress | None = None,
     _nested: bool = False,
+    deadline_at: float | None = None,
 ) -> SolveResult:
+    """The best plan within the time limit. `deadline_at` (a time.perf_counter() instant,
+    the CLI's: its start plus the limit, less what writing the outputs needs) makes the
+    limit count from there, so that the whole command stays within it."""
     check_solver_options(time_limit_s, threads)
+    if deadline_at is not None:
+        limit = time_limit_s if time_limit_s is not None else problem.instance.solver.time_limit_s
+        time_limit_s = min(limit, max(MIN_LIMIT_S, deadline_at - time.perf_counter()))
     if backend is not None and backend not in BACKENDS:
         raise InputError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     absorb_highs_banner()  # HiGHS' banner goes to stderr, never onto stdout (CONTRACT section 4)
@@ -157,7 +168,13 @@ def solve(
     caps = site_caps(problem, perf.net)
     powered = presolve(problem, configs, caps, report)
 
-    cands = prepare_candidates(problem, perf, powered, report, objective, deadline=deadline)
+    # bounding stops at a share of the limit, so that the heuristic and the search get the
+    # rest; configurations left unbounded stay open with the trivial bound 0
+    cands, unbounded = _prepare_until(
+        problem, perf, powered, report, objective, t0 + PREPARE_SHARE * (deadline - t0)
+    )
+    if unbounded:
+        say(f"time limit: {unbounded} configurations left unbounded (bound 0)")
     say(
         f"{len(configs)} configurations, {len(powered)} after the power and memory presolve, "
         f"{len(cands)} after bound pruning"
@@ -228,18 +245,24 @@ def solve(
         if time.perf_counter() + 1.5 * last_build_s + finish_s > deadline or interrupt.requested():
             break
         t_build = time.perf_counter()
-        cand.data = build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+        try:
+            with dl.until(deadline - finish_s):
+                cand.data = build_inner(
+                    problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg)
+                )
+        except dl.DeadlinePassed:
+            break
         tighten(cand.data, caps)
         last_build_s = max(last_build_s, time.perf_counter() - t_build)
-        g = greedy(cand.data)
+        g = greedy(cand.data) if cand.data.chains else None
         if g is not None:
             consider(cand.data, g, "greedy")
             consider(cand.data, InnerSolution(g.counts, {}, math.inf, 0.0, False), "greedy-nowaves")
 
     solved = 0
     unproven = 0  # configurations the time limit ended before the solver proved them
-    open_bounds: list[float] = []
-    timed_out = False
+    open_bounds: list[float] = [0.0] if unbounded else []
+    timed_out = bool(unbounded)
     stopped = interrupt.requested()  # SIGINT/SIGTERM: keep the incumbent, report it feasible
     for i, cand in enumerate(cands):
         inc = best[0][0] if best else None
@@ -258,13 +281,32 @@ def solve(
             break
         t_build = time.perf_counter()
         if cand.data is None:
-            cand.data = build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+            try:
+                with dl.until(deadline - finish_s):
+                    cand.data = build_inner(
+                        problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg)
+                    )
+            except dl.DeadlinePassed:  # the limit struck inside the build: still open
+                stopped = interrupt.requested()
+                timed_out = not stopped
+                open_bounds.extend(c.lower_bound for c in cands[i:])
+                break
             tighten(cand.data, caps)
         data = cand.data
         last_build_s = max(last_build_s, time.perf_counter() - t_build)
+        if not data.chains:  # stage_hosts' superset admitted it; no chain type exists
+            solved += 1
+            continue
         remaining = deadline - finish_s - time.perf_counter()
+        hint = None  # the incumbent's plan, when it is of this configuration, as a start
+        if best is not None and best[3] == cand.cfg:
+            hint = hint_from_plan(
+                data,
+                {tuple(g.stage_sites): g.count for g in best[1].replica_groups},
+                {link.key: link.waves for link in best[1].links},
+            )
         res = _solve_inner(
-            problem, perf, data, backend, objective, inc, remaining, threads, opts, best
+            problem, perf, data, backend, objective, inc, remaining, threads, opts, best, hint
         )
         solved += 1
         sol = res if isinstance(res, InnerSolution) else None
@@ -340,13 +382,13 @@ def solve(
     )
     res = inst.resilience
     if res is not None and res.survive and not _nested and not stopped:
-        left = max(1.0, deadline - time.perf_counter())
+        left = deadline - time.perf_counter()  # no floor: the summary never overruns the limit
         summary = resilience_summary(problem, final, backend, left, threads)
         final = final.model_copy(update={"resilience": summary})
     if not _nested:
-        final = final.model_copy(
-            update={"warnings": instance_warnings(problem) + plan_warnings(problem, final, ev)}
-        )
+        with dl.until(t0 + time_limit_s):  # the failure analysis of the warnings is long
+            found_warnings = instance_warnings(problem) + plan_warnings(problem, final, ev)
+        final = final.model_copy(update={"warnings": found_warnings})
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved)
 
 
@@ -383,6 +425,10 @@ def resilience_summary(
         if variant is not None and variant["collective"] == res.collective:
             runs[name] = waves_of(plan)
             continue
+        if time_limit_s / 3 < MIN_LIMIT_S:
+            runs[name] = None
+            out[f"{name}_error"] = "not solved: the time limit was used up"
+            continue
         try:
             r = solve(
                 _variant(problem, variant),
@@ -408,6 +454,40 @@ def resilience_summary(
     return out
 
 
+PREPARE_SHARE = 0.5  # of the time to the deadline, at most, for bounding configurations
+PREPARE_CHUNK = 32  # configurations bounded between two looks at the clock
+
+
+def _prepare_until(
+    problem: Problem,
+    perf: PerfModel,
+    configs: list[Config],
+    report: SpaceReport,
+    objective: str,
+    stop_at: float,
+) -> tuple[list[Candidate], int]:
+    """prepare_candidates in chunks until `stop_at`: the candidates bounded (sorted) and
+    how many configurations were left unbounded. A stop request raises as before."""
+    cands: list[Candidate] = []
+    done = 0
+    try:
+        with dl.until(stop_at):
+            while done < len(configs):
+                if time.perf_counter() > stop_at:
+                    break
+                chunk = configs[done : done + PREPARE_CHUNK]
+                cands += prepare_candidates(problem, perf, chunk, report, objective)
+                done += len(chunk)
+    except dl.DeadlinePassed:
+        pass
+    if interrupt.requested():
+        raise SearchInterrupted(
+            f"interrupted while preparing the search: {done} of {len(configs)} configurations bounded, no plan yet"  # noqa: E501
+        )
+    cands.sort(key=lambda c: (c.lower_bound, c.cfg.label()))
+    return cands, len(configs) - done
+
+
 def prepare_candidates(
     problem: Problem,
     perf: PerfModel,
@@ -419,20 +499,24 @@ def prepare_candidates(
     """Chain types and a lower bound on step time per configuration, sorted by bound."""
     inst = problem.instance
     cands: list[Candidate] = []
+    kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in inst.sites}
+    reduced: dict[frozenset[str], set[str]] = {}
     for n, cfg in enumerate(configs):
         if deadline is not None and (time.perf_counter() > deadline or interrupt.requested()):
             raise (SearchInterrupted if interrupt.requested() else TimeLimitError)(
                 f"stopped while preparing the search: {n} of {len(configs)} configurations bounded, no plan yet"  # noqa: E501
             )
         hosts = stage_hosts(problem, perf, cfg, report)
+        memo: dict[tuple[Any, ...], float] = {}
         if hosts is None:
             report.drop("no stage placement fits in GPU memory")
             continue
+        hosts = [_one_per_kind(kinds, h, reduced) for h in hosts]
         lb_pipe = perf.pipeline_lower_bound(cfg, host_cover(hosts))
         lb_intra = 0.0
         if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
             lb_intra = max(
-                min(perf.intra_sync_s(cfg, k, s) for s in hosts[k]) for k in range(cfg.pp)
+                min(_intra(problem, perf, cfg, k, s, memo) for s in hosts[k]) for k in range(cfg.pp)
             )
             lb_intra = perf.dp_exposed_s(cfg, lb_intra)  # what the overlap windows cannot hide
         if (
@@ -451,7 +535,7 @@ def prepare_candidates(
     return cands
 
 
-EXACT_HOSTS_CHAINS = 5000  # up to this many chain types, a stage's hosts come from the chains
+EXACT_HOSTS_CHAINS = 1000  # up to this many chain types, a stage's hosts come from the chains
 
 
 def stage_hosts(
@@ -464,6 +548,7 @@ def stage_hosts(
     8-site power-bound instance)."""
     inst = problem.instance
     sites = [s.name for s in inst.sites if site_group_capacity(problem, s.name, cfg.tp) > 0]
+    _check_chain_space(len(sites), inst.solver.max_sites_per_replica, cfg.pp)  # bad input: refuse
     k_max = min(inst.solver.max_sites_per_replica, len(sites), cfg.pp)
     n_chains = sum(
         math.perm(len(sites), n) * math.comb(cfg.pp - 1, n - 1) for n in range(1, k_max + 1)
@@ -487,11 +572,66 @@ def stage_hosts(
     hosts = [{s for s in sites if fits[(k, inst.site(s).gpu)]} for k in range(cfg.pp)]
     if any(not h for h in hosts):
         return None
-    if not any(all(s in h for h in hosts) for s in sites):
-        # no site holds a whole replica: only chains across sites can, so ask the chains
-        chains = chain_types(problem, perf, cfg, report)
-        return [{c[k] for c in chains} for k in range(cfg.pp)] if chains else None
+    if _min_blocks(hosts, sites) > k_max:
+        return None  # no chain of at most K blocks holds every stage
     return hosts
+
+
+def _min_blocks(hosts: list[set[str]], sites: list[str]) -> int:
+    """The fewest contiguous single-site blocks that cover the stages (greedy furthest
+    reach, optimal for covering a line by runs; distinct sites and routes not required,
+    so it never exceeds the true minimum of a chain type)."""
+    k, blocks, pp = 0, 0, len(hosts)
+    while k < pp:
+        reach = k
+        for s in sites:
+            j = k
+            while j < pp and s in hosts[j]:
+                j += 1
+            reach = max(reach, j)
+        if reach == k:
+            return pp + 1
+        k, blocks = reach, blocks + 1
+    return blocks
+
+
+def _intra(
+    problem: Problem,
+    perf: PerfModel,
+    cfg: Config,
+    k: int,
+    site: str,
+    memo: dict[tuple[Any, ...], float],
+) -> float:
+    """PerfModel.intra_sync_s, once per (stage shape, GPU type, node size): it reads the
+    stage's gradient bytes (its layers, embedding or head) and the site's GPU and node,
+    and 8 sites x 160 stages x 200 configurations called it 90,000 times (2.8 s)."""
+    key = (
+        cfg.stage_layers[k],
+        k == 0,
+        k == cfg.pp - 1,
+        problem.instance.site(site).gpu,
+        site_gpus_per_node(problem, site),
+    )
+    if key not in memo:
+        memo[key] = perf.intra_sync_s(cfg, k, site)
+    return memo[key]
+
+
+def _one_per_kind(
+    kinds: dict[str, tuple[str, int]],
+    hosts: set[str],
+    reduced: dict[frozenset[str], set[str]],
+) -> set[str]:
+    """One site per (GPU type, node size): the bounds read a host only through those (its
+    stage times and its NIC phases), and 16 equal sites cost 16x the work of one."""
+    key = frozenset(hosts)
+    if key not in reduced:
+        first: dict[tuple[str, int], str] = {}
+        for s in sorted(hosts):
+            first.setdefault(kinds[s], s)
+        reduced[key] = set(first.values())
+    return reduced[key]
 
 
 def host_cover(hosts: list[set[str]]) -> list[tuple[str, ...]]:
@@ -524,6 +664,7 @@ def _backend(
     opts: Any,
     t_cap: float | None = None,
     rate_cap: float | None = None,
+    hint: InnerSolution | None = None,
 ) -> InnerSolution | NoPlan:
     start = time.perf_counter()
     t_max = t_cap or (
@@ -535,7 +676,10 @@ def _backend(
         )
         # building the model counts against the time limit too
         return model.solve(
-            max(0.05, remaining - (time.perf_counter() - start)), threads, dict(opts.options)
+            max(0.05, remaining - (time.perf_counter() - start)),
+            threads,
+            dict(opts.options),
+            hint=hint,
         )
     model_c = CpsatInner(
         data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
@@ -545,6 +689,7 @@ def _backend(
         threads,
         problem.instance.solver.seed,
         dict(opts.options),
+        hint=hint,
     )
 
 
@@ -559,6 +704,7 @@ def _solve_inner(
     threads: int | None,
     opts: Any,
     best: Any,
+    hint: InnerSolution | None = None,
 ) -> InnerSolution | NoPlan:
     if backend == "brute":
         sol = brute_inner(problem, perf, data, objective)
@@ -567,7 +713,9 @@ def _solve_inner(
         return _cost_per_token_walk(
             problem, perf, data, backend, incumbent, remaining, threads, opts
         )
-    return _backend(problem, data, backend, objective, incumbent, remaining, threads, opts)
+    return _backend(
+        problem, data, backend, objective, incumbent, remaining, threads, opts, hint=hint
+    )
 
 
 def _cost_per_token_walk(

@@ -39,9 +39,12 @@ from placer.optimize.space import memory_fits
 from placer.perf.step import Chain, Config, PerfModel
 from placer.schema import Plan
 
-HEURISTIC_S = 1.0  # wall seconds for construction and local search (issue 12: "about a second")
-HEURISTIC_SHARE = 0.25  # at most this share of the time limit
-EXTEND_S = 5.0  # with no feasible plan yet, construction may go on this long (capped by the limit)
+# The work is counted, not timed, so that the plan found does not depend on the machine's
+# load (repeat solves give the same incumbent); the time limit only caps it.
+MAX_CONFIGS = 24  # configurations (best bounds first) construction tries
+MAX_PLANS = 12  # ... or stops once this many gave a plan
+MAX_MOVES = 80  # evaluations of local-search moves
+TIME_SHARE = 0.25  # at most this share of the time limit, whatever the counts
 MAX_WAVE_STEPS = 4096  # waves the construction lights one by one (then it stops adding)
 
 Key = Callable[[Evaluation, Plan, Config], tuple[Any, ...]]
@@ -67,22 +70,25 @@ def heuristic_plans(
 ) -> list[Found]:
     """Feasible plans (evaluated), best key first: one per configuration that construction
     could place, the best improved by local search."""
-    t0 = time.perf_counter()
-    soft = min(deadline, t0 + min(HEURISTIC_S, HEURISTIC_SHARE * time_limit_s))
-    hard = min(deadline, t0 + min(EXTEND_S, 0.5 * time_limit_s))
+    hard = min(deadline, time.perf_counter() + TIME_SHARE * time_limit_s)
     found: list[Found] = []
-    for cfg in cfgs:
-        now = time.perf_counter()
-        if interrupt.requested() or now > hard or (found and now > soft):
+    for cfg in cfgs[:MAX_CONFIGS]:
+        if interrupt.requested() or time.perf_counter() > hard or len(found) >= MAX_PLANS:
             break
         f = _construct(problem, perf, cfg, caps, key)
         if f is not None:
             found.append(f)
+    if not found:  # keep going down the list while the time allows: a plan first
+        for cfg in cfgs[MAX_CONFIGS:]:
+            if interrupt.requested() or time.perf_counter() > hard:
+                break
+            f = _construct(problem, perf, cfg, caps, key)
+            if f is not None:
+                found.append(f)
+                break
     found.sort(key=lambda f: f.key)
     if found:
-        found[0] = _local_search(
-            problem, perf, found[0], key, max(soft, time.perf_counter() + 0.05)
-        )
+        found[0] = _local_search(problem, perf, found[0], key, hard)
         found.sort(key=lambda f: f.key)
     return found
 
@@ -337,6 +343,7 @@ def _local_search(problem: Problem, perf: PerfModel, start: Found, key: Key, unt
     counts = Counter({tuple(g.stage_sites): g.count for g in best.plan.replica_groups})
     routes = sorted(net.routes)
     improved = True
+    budget = MAX_MOVES
     while improved:
         improved = False
         waves = {link.key: link.waves for link in best.plan.links}
@@ -353,8 +360,9 @@ def _local_search(problem: Problem, perf: PerfModel, start: Found, key: Key, unt
                 if b != a and o is not None and waves.get(b, 0) < net.max_waves(b, o):
                     moves.append({**waves, a: waves[a] - 1, b: waves.get(b, 0) + 1})
         for mv in moves:
-            if time.perf_counter() > until or interrupt.requested():
+            if budget <= 0 or time.perf_counter() > until or interrupt.requested():
                 return best
+            budget -= 1
             plan = _plan(problem, perf, best.cfg, counts, {r: w for r, w in mv.items() if w > 0})
             ev = evaluate(problem, plan, perf)
             if not ev.feasible:

@@ -32,6 +32,7 @@ from placer.optimize.families import (
     sync_rule,
     tiebreak_weights,
 )
+from placer.optimize.warmstart import HighsWithStart, start_values
 
 GBYTE = 1e9
 MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
@@ -675,12 +676,23 @@ class MilpInner:
     # ------------------------------------------------------------------ solve
 
     def solve(
-        self, time_limit_s: float, threads: int | None, options: dict[str, Any]
+        self,
+        time_limit_s: float,
+        threads: int | None,
+        options: dict[str, Any],
+        hint: InnerSolution | None = None,
     ) -> InnerSolution | NoPlan:
         """Solve, then break ties within the time left. A configuration the time limit ends
         without a plan keeps HiGHS' bound (NoPlan, not proven); a HiGHS error is an error."""
         t0 = time.perf_counter()
+        # hook (placer.optimize.warmstart): a known plan of this configuration as a MIP start
+        self._start = (
+            {v.name: float(x) for v, x in start_values(self.d, hint, self.n, self.u, self.y)}
+            if hint
+            else {}
+        )
         first = self._solve_once(time_limit_s, threads, options)
+        self._start = {}  # the tie-break solve starts from HiGHS' own plan
         if first.kind == "error":
             raise SolverError(f"HiGHS failed on {self.d.cfg.label()}: {first.message}")
         if first.kind == "infeasible":
@@ -757,7 +769,12 @@ class MilpInner:
             # HiGHS' symmetry detection can run for the whole time limit on these models
             kwargs.setdefault("mip_detect_symmetry", False)
             kwargs.update(_interrupt_callback())
-            solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
+            start = getattr(self, "_start", None)  # hook: MIP start (warmstart.HighsWithStart)
+            solver = (
+                HighsWithStart(start, msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
+                if start
+                else pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
+            )
             _highs_threads(threads)
         status = None
         try:

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from placer.io import Problem
+from placer.optimize import deadline
 from placer.perf.flops import config_stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, balanced_stage_layers
 from placer.rules import job_config, num_micro_batches, site_gpus_per_node, tp_groups_per_node
@@ -140,6 +141,7 @@ def chain_types(
     out: list[Chain] = []
     for n_blocks in range(1, min(k_max, len(sites), cfg.pp) + 1):
         for order in itertools.permutations(sites, n_blocks):
+            deadline.check()
             if any(perf.net.path(a, b) is None for a, b in zip(order, order[1:], strict=False)):
                 continue
             for cuts in itertools.combinations(range(1, cfg.pp), n_blocks - 1):
