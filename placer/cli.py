@@ -72,13 +72,11 @@ def solve(
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
 ) -> None:
     """Find the best plan; write plan.json, bom.csv, report.md and report.html."""
-    import time
-
-    from placer.optimize.deadline import output_reserve_s, process_elapsed_s
+    from placer.optimize.deadline import command_start, output_reserve_s
 
     # the time limit bounds the whole command: start-up and loading count, and writing the
     # outputs gets its reserve (issue 15 item 3)
-    started = time.perf_counter() - process_elapsed_s()
+    started = command_start()
     from placer import interrupt
     from placer.io import load_instance
     from placer.optimize.driver import check_solver_options

@@ -72,20 +72,16 @@ def heuristic_plans(
     could place, the best improved by local search."""
     hard = min(deadline, time.perf_counter() + TIME_SHARE * time_limit_s)
     found: list[Found] = []
-    for cfg in cfgs[:MAX_CONFIGS]:
-        if interrupt.requested() or time.perf_counter() > hard or len(found) >= MAX_PLANS:
+    for i, cfg in enumerate(cfgs):
+        now = time.perf_counter()
+        if interrupt.requested() or len(found) >= MAX_PLANS or now > deadline:
+            break
+        # counted work; with no plan yet, on down the list up to the deadline itself
+        if found and (i >= MAX_CONFIGS or now > hard):
             break
         f = _construct(problem, perf, cfg, caps, key)
         if f is not None:
             found.append(f)
-    if not found:  # keep going down the list while the time allows: a plan first
-        for cfg in cfgs[MAX_CONFIGS:]:
-            if interrupt.requested() or time.perf_counter() > hard:
-                break
-            f = _construct(problem, perf, cfg, caps, key)
-            if f is not None:
-                found.append(f)
-                break
     found.sort(key=lambda f: f.key)
     if found:
         found[0] = _local_search(problem, perf, found[0], key, hard)
