@@ -26,6 +26,7 @@ from placer.optimize.families import (
     IntraTerm,
     LatencyTerm,
     PathLevelTerm,
+    chain_weight,
     hull_cells,
     row,
     sync_rule,
@@ -783,7 +784,7 @@ class CpsatInner:
             tb.waves * self.total_waves
             + tb.sites * sum(self.sites_used.values())
             + tb.paths * sum(self.w.values())
-            + sum(tb.chain_index * c * v for c, v in self.n.items())
+            + sum(tb.chain_index * chain_weight(c) * v for c, v in self.n.items())  # hook
         )
         if interrupt.requested():
             st2 = cp_model.UNKNOWN  # stopping: keep the first solution, no tie-break solve

@@ -29,6 +29,7 @@ from placer.evaluate import Evaluation, completed_plan, evaluate
 from placer.io import Problem
 from placer.optimize import deadline as dl
 from placer.optimize.brute import brute_inner
+from placer.optimize.canonical import canonical_routing_plan, routed_pairs
 from placer.optimize.cpsat import CpsatInner
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, build_inner, solution_plan
 from placer.optimize.explain import explain_infeasible
@@ -351,6 +352,10 @@ def solve(
                 f"time limit {time_limit_s:g} s reached before any feasible plan was found"
             )
         raise InfeasibleError(explain_infeasible(problem, perf, report, cands))
+    if not stopped:  # repeatable routing: the flows solved again from the decisions
+        canon = _canonical(problem, perf, cands, best, objective, deadline - time.perf_counter())
+        if canon is not None:
+            best = canon
     _, plan, ev, cfg = best
     value = _objective_value(objective, ev)
     bound = min([value, *open_bounds])
@@ -390,6 +395,34 @@ def solve(
             found_warnings = instance_warnings(problem) + plan_warnings(problem, final, ev)
         final = final.model_copy(update={"warnings": found_warnings})
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved)
+
+
+def _canonical(
+    problem: Problem,
+    perf: PerfModel,
+    cands: list[Candidate],
+    best: tuple[tuple[Any, ...], Plan, Evaluation, Config],
+    objective: str,
+    left_s: float,
+) -> tuple[tuple[Any, ...], Plan, Evaluation, Config] | None:
+    """The final plan with canonical routing (placer.optimize.canonical), when the
+    evaluator accepts it and its tie-break key is no worse; None keeps the plan as is."""
+    key, plan, _ev, cfg = best
+    data = next((c.data for c in cands if c.cfg == cfg and c.data is not None), None)
+    if data is None or not routed_pairs(data):
+        return None
+    try:
+        with dl.until(time.perf_counter() + left_s):
+            again = canonical_routing_plan(problem, data, plan, left_s)
+    except dl.DeadlinePassed:
+        return None
+    if again is None:
+        return None
+    ev = evaluate(problem, again, perf)
+    if not ev.feasible:
+        return None
+    k = _tiebreak(objective, ev, again, cfg)
+    return (k, again, ev, cfg) if k <= key else None
 
 
 def _variant(problem: Problem, resilience: Any) -> Problem:
