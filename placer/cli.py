@@ -106,7 +106,7 @@ def solve(
             time_limit_s=time_limit,
             threads=threads,
             progress=progress,
-            deadline_at=started + limit - output_reserve_s(limit),
+            deadline_at=started + limit - output_reserve_s(limit, len(prob.instance.sites)),
         )
         _write_solve(prob, res, output, folder_arg, as_json)
     stop = interrupt.requested()

@@ -18,15 +18,16 @@ from typing import Any, TypeVar
 
 from placer import interrupt
 
-# assumption: writing plan.json, bom.csv, report.md and report.html (its matplotlib figures)
-# took 1.1-3.7 s on 8 sites on the 2-core box (8 s at load average 70); the command keeps
-# this much of its limit for them
-OUTPUT_RESERVE_S = 3.0
+# assumption: writing plan.json, bom.csv, report.md and report.html (its matplotlib figure
+# grows with the sites) took 1.1 s for 2 sites, 1.7-3.7 s for 8 and 3.1 s for 16 on the
+# 2-core box at load average ~10; the command keeps this much of its limit for them
+OUTPUT_BASE_S = 1.0
+OUTPUT_PER_SITE_S = 0.15
 OUTPUT_RESERVE_SHARE = 0.25  # ... but at most this share of the limit
 
 
-def output_reserve_s(time_limit_s: float) -> float:
-    return min(OUTPUT_RESERVE_S, OUTPUT_RESERVE_SHARE * time_limit_s)
+def output_reserve_s(time_limit_s: float, sites: int = 8) -> float:
+    return min(OUTPUT_BASE_S + OUTPUT_PER_SITE_S * sites, OUTPUT_RESERVE_SHARE * time_limit_s)
 
 
 class DeadlinePassed(Exception):  # noqa: N818 (a signal to unwind, not an error)

@@ -391,7 +391,7 @@ def solve(
         summary = resilience_summary(problem, final, backend, left, threads)
         final = final.model_copy(update={"resilience": summary})
     if not _nested:
-        with dl.until(t0 + time_limit_s):  # the failure analysis of the warnings is long
+        with dl.until(deadline):  # the failure analysis of the warnings is long
             found_warnings = instance_warnings(problem) + plan_warnings(problem, final, ev)
         final = final.model_copy(update={"warnings": found_warnings})
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved)
