@@ -21,7 +21,7 @@ from placer import interrupt
 # assumption: writing plan.json, bom.csv, report.md and report.html (its matplotlib figure
 # grows with the sites) took 1.1 s for 2 sites, 1.7-3.7 s for 8 and 3.1 s for 16 on the
 # 2-core box at load average ~10; the command keeps this much of its limit for them
-OUTPUT_BASE_S = 1.0
+OUTPUT_BASE_S = 2.0
 OUTPUT_PER_SITE_S = 0.15
 OUTPUT_RESERVE_SHARE = 0.25  # ... but at most this share of the limit
 
