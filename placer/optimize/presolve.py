@@ -103,7 +103,7 @@ def presolve(
     problem: Problem, configs: list[Config], caps: dict[str, SiteCap], report: SpaceReport
 ) -> list[Config]:
     """The configurations some set of sites can power and hold in memory."""
-    fits: dict[tuple[Config, int, str], bool] = {}
+    groups_by_gpu: dict[tuple[int, str], int] = {}  # (tp, GPU type) -> capped groups
     gpus = sorted({c.gpu for c in caps.values()})
     out: list[Config] = []
     for cfg in configs:
@@ -111,7 +111,7 @@ def presolve(
         if usable_groups(caps, cfg.tp, need) < need:
             report.drop(POWER_DROP)
             continue
-        why = _memory_short(problem, cfg, caps, gpus, fits, report)
+        why = _memory_short(problem, cfg, caps, gpus, groups_by_gpu, report)
         if why is not None:
             report.drop(why)
             continue
@@ -126,7 +126,7 @@ def _memory_short(
     cfg: Config,
     caps: dict[str, SiteCap],
     gpus: list[str],
-    fits: dict[tuple[Config, int, str], bool],
+    groups_by_gpu: dict[tuple[int, str], int],
     report: SpaceReport,
 ) -> str | None:
     """Why the configuration's stages cannot all be held (None: they can): no GPU type
@@ -134,17 +134,17 @@ def _memory_short(
     for k in range(cfg.pp):
         hold = 0
         for g in gpus:
-            key = (cfg, k, g)
-            if key not in fits:
-                ok, gap = memory_fits(problem, cfg, k, g)
-                fits[key] = ok
-                if not ok and gap < report.best_memory_gap_gb:
-                    report.best_memory_gap_gb = gap
-                    report.memory_example = (
-                        f"{cfg.label()}: stage {k} on {g} needs {gap:.1f} GB more than it has"
-                    )
-            if fits[key]:
-                hold += sum(c.groups(cfg.tp) for c in caps.values() if c.gpu == g)
+            ok, gap = memory_fits(problem, cfg, k, g)
+            if not ok and gap < report.best_memory_gap_gb:
+                report.best_memory_gap_gb = gap
+                report.memory_example = (
+                    f"{cfg.label()}: stage {k} on {g} needs {gap:.1f} GB more than it has"
+                )
+            if ok:
+                key = (cfg.tp, g)
+                if key not in groups_by_gpu:
+                    groups_by_gpu[key] = sum(c.groups(cfg.tp) for c in caps.values() if c.gpu == g)
+                hold += groups_by_gpu[key]
         if hold == 0:
             return NO_FIT_DROP
         if hold < cfg.dp:
