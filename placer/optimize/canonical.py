@@ -34,7 +34,7 @@ def routed_pairs(data: InnerData) -> bool:
 
 
 def canonical_routing_plan(
-    problem: Any, data: InnerData, plan: Plan, time_limit_s: float
+    problem: Any, data: InnerData, plan: Plan, time_limit_s: float, t_max_s: float
 ) -> Plan | None:
     """The plan with its routing solved again from its decisions, or None (nothing to
     route, the plan's chains are not this configuration's, or the LP did not solve)."""
@@ -52,7 +52,8 @@ def canonical_routing_plan(
         return None
     levels = {(PHASE_KEYS[e.phase], tuple(sorted(e.sites))): len(e.paths) for e in plan.routing}
     t0 = time.perf_counter()
-    model = MilpInner(data, "step_time", _t_max(data) * 1.001 + 1e-6)
+    t_max = t_max_s if math.isfinite(t_max_s) else 1e9  # the driver's _upper_bound_time
+    model = MilpInner(data, "step_time", t_max * 1.001 + 1e-6)
     _fix(model, data, hint, levels)
     left = time_limit_s - (time.perf_counter() - t0)
     if left <= 0.05:
@@ -80,10 +81,3 @@ def _fix(model: Any, data: InnerData, hint: InnerSolution, levels: dict[Any, int
         pin(var, 1 if data.wave_options[r][i].waves == hint.waves.get(r, 0) else 0)
     for (phase, q, j), var in model.w.items():
         pin(var, 1 if j < levels.get((phase, tuple(sorted(q))), 1) else 0)
-
-
-def _t_max(data: InnerData) -> float:
-    from placer.optimize.driver import _upper_bound_time
-
-    t = _upper_bound_time(data)
-    return t if math.isfinite(t) else 1e9

@@ -413,7 +413,7 @@ def _canonical(
         return None
     try:
         with dl.until(time.perf_counter() + left_s):
-            again = canonical_routing_plan(problem, data, plan, left_s)
+            again = canonical_routing_plan(problem, data, plan, left_s, _upper_bound_time(data))
     except dl.DeadlinePassed:
         return None
     if again is None:
