@@ -14,6 +14,7 @@ Kinds:
   rerouting around a dark route; with that failure's step time.
 - `unused_site`: a site that offers GPUs the plan leaves idle, and why (power, node size,
   memory, WAN reach, or the objective: using it is no better).
+- `deprecated`: a catalog key read under its new name (placer.schema.RENAMED_GPU_KEYS).
 
 Warnings go to stderr, report.md and plan.json's `warnings`; they never change the plan.
 """
@@ -47,7 +48,7 @@ def instance_warnings(problem: Problem) -> list[PlanWarning]:
     inst, cat = problem.instance, problem.catalog
     ceil = cat.plausibility
     net = Network(problem)
-    out: list[PlanWarning] = []
+    out = [_warn(problem, "deprecated", loc, text) for loc, text in problem.deprecations]
     for i, s in enumerate(inst.sites):
         if s.power_mw is not None and s.power_mw > ceil.max_site_mw:
             out.append(

@@ -13,7 +13,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Callable
+import warnings
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -24,7 +24,18 @@ from pydantic import BaseModel, ValidationError
 
 from placer.errors import InputError
 from placer.limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_INT_DIGITS, MAX_NODES, MESSAGE_VALUE_CHARS
-from placer.schema import HOST_PATTERN, Catalog, Instance, ModelSpec, Plan
+from placer.schema import (
+    DEFER_CROSS_FIELD,
+    HOST_PATTERN,
+    RENAMED_GPU_KEYS,
+    Catalog,
+    CrossFieldErrors,
+    Instance,
+    ModelSpec,
+    Plan,
+    renamed_key_warning,
+    upgrade_gpu_keys,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_MODELS_DIR = PACKAGE_DIR.parent / "models"
@@ -518,16 +529,19 @@ def validation_message(
         t = err["type"]
         msg = _short_message(err)
         if t in {"value_error", "assertion_error"}:
-            # validators name the field they reject relative to their model: "hidden: ..."
-            m = _EMBEDDED_PATH.match(msg)
-            rel = _parse_loc(m.group(1)) if m else ()
-            if rel and loc and rel[0] == loc[-1]:  # a field validator naming its own field
-                full, msg = prefix + loc[:-1] + rel, m.group(2)
-            elif rel:  # a model validator naming one of its fields
-                allowed = _allowed_keys(root, loc) if root is not None else None
-                if allowed is None or rel[0] in allowed:
-                    full, msg = full + rel, m.group(2)
-            emit(full, msg)
+            error = (err.get("ctx") or {}).get("error")
+            for text in error.problems if isinstance(error, CrossFieldErrors) else [msg]:
+                # validators name the field they reject relative to their model: "hidden: ..."
+                at, text = full, text
+                m = _EMBEDDED_PATH.match(text)
+                rel = _parse_loc(m.group(1)) if m else ()
+                if rel and loc and rel[0] == loc[-1]:  # a field validator naming its own field
+                    at, text = prefix + loc[:-1] + rel, m.group(2)
+                elif rel:  # a model validator naming one of its fields
+                    allowed = _allowed_keys(root, loc) if root is not None else None
+                    if allowed is None or rel[0] in allowed:
+                        at, text = full + rel, m.group(2)
+                emit(at, text)
             continue
         if t == "extra_forbidden":
             allowed = _allowed_keys(root, loc[:-1]) if root is not None else None
@@ -577,6 +591,80 @@ def _parse_loc(text: str) -> Loc:
     return tuple(out)
 
 
+# ----------------------------------------------------------------------------- cross-field
+
+
+_TREE = (BaseModel, list, tuple)
+
+
+def cross_field_problems(value: Any, loc: Loc = ()) -> list[tuple[Loc, str]]:
+    """Every cross-field problem of a validated model tree, each with its full field path:
+    the checks the models' validators run (`cross_field_problems()`), children first, as
+    pydantic runs them, but none skipped because another failed."""
+    out: list[tuple[Loc, str]] = []
+    if isinstance(value, BaseModel):
+        for name, v in value.__dict__.items():  # the field values
+            if isinstance(v, _TREE):
+                out += cross_field_problems(v, loc + (name,))
+        check = getattr(value, "cross_field_problems", None)
+        for text in check() if check is not None else []:
+            m = _EMBEDDED_PATH.match(text)
+            out.append((loc + _parse_loc(m.group(1)), m.group(2)) if m else (loc, text))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            if isinstance(v, _TREE):
+                out += cross_field_problems(v, loc + (i,))
+    return out
+
+
+class InputProblems:
+    """Input problems collected across checks and raised together (one line each, in file
+    order), so that a user fixes them all in one round instead of one per run."""
+
+    def __init__(self, where: Path | str, lines: dict[Loc, int]) -> None:
+        self.where, self.lines = where, lines
+        self.found: list[tuple[float, int, str]] = []
+
+    def add(self, loc: Loc, msg: str) -> None:
+        line = line_for(loc, self.lines)
+        self.add_text(f"{self.where}{f':{line}' if line else ''}: {format_loc(loc)}: {msg}", line)
+
+    def add_text(self, text: str, line: int | None = None) -> None:
+        if all(t != text for _, _, t in self.found):
+            self.found.append((line if line is not None else math.inf, len(self.found), text))
+
+    def raise_any(self) -> None:
+        if self.found:
+            raise InputError("\n".join(t for _, _, t in sorted(self.found)))
+
+
+def validate_all(
+    cls: type[BaseModel],
+    data: Any,
+    where: Path | str,
+    lines: dict[Loc, int],
+    problems: InputProblems | None = None,
+) -> Any:
+    """`cls` validated from data, with every field error (pydantic) or, once the fields are
+    valid, every cross-field problem of the whole tree at once. With `problems`, cross-field
+    problems are added there (the caller adds its own checks and raises); without, raised."""
+    try:
+        obj = cls.model_validate(data, context={DEFER_CROSS_FIELD: True})
+    except ValidationError as deferred:
+        exc = deferred
+        try:  # the same field errors, with the cross-field ones pydantic reaches beside them
+            cls.model_validate(data)
+        except ValidationError as full:
+            exc = full
+        raise InputError(validation_message(where, exc, lines, data=data)) from None
+    own = problems if problems is not None else InputProblems(where, lines)
+    for loc, msg in cross_field_problems(obj):
+        own.add(loc, msg)
+    if problems is None:
+        own.raise_any()
+    return obj
+
+
 # ----------------------------------------------------------------------------- catalog
 
 
@@ -600,16 +688,63 @@ def build_catalog(
     *,
     where: str = "catalog",
     lines: dict[Loc, int] | None = None,
-) -> Catalog:
+    problems: InputProblems | None = None,
+    deprecations: list[tuple[Loc, str]] | None = None,
+) -> Catalog | None:
     """The built-in catalog with `overrides` merged in; `lines` (of the instance file, keyed
-    by paths starting with 'catalog') locate errors in the overrides."""
-    data = _deep_merge(default_catalog_data(), overrides or {})
+    by paths starting with 'catalog') locate errors in the overrides. With `problems`, errors
+    are added there and None returned; without, raised. Deprecated keys in the overrides are
+    read under their new names, each noted in `deprecations` (field path, text)."""
+    lines = lines if lines is not None else {}
+    own = problems if problems is not None else InputProblems(where, lines)
+    over = _renamed_catalog_keys(overrides or {}, own, lines, deprecations)
+    data = _deep_merge(default_catalog_data(), over)
+    catalog = None
     try:
-        return Catalog.model_validate(data)
+        catalog = Catalog.model_validate(data)
     except ValidationError as exc:
-        raise InputError(
-            validation_message(where, exc, lines or {}, prefix=("catalog",), data=data)
-        ) from None
+        text = validation_message(where, exc, lines, prefix=("catalog",), data=data)
+        for ln in text.splitlines():
+            m = re.match(r"^.*?:(\d+): ", ln)
+            own.add_text(ln, int(m.group(1)) if m else None)
+    if problems is None:
+        own.raise_any()
+    return catalog
+
+
+def _renamed_catalog_keys(
+    overrides: dict[str, Any],
+    problems: InputProblems,
+    lines: dict[Loc, int],
+    deprecations: list[tuple[Loc, str]] | None,
+) -> dict[str, Any]:
+    """Overrides with the GPU keys renamed for units (placer.schema.RENAMED_GPU_KEYS) under
+    their new names, before the merge: an old key must override the built-in new one."""
+    gpus = overrides.get("gpus")
+    if not isinstance(gpus, dict) or not any(
+        isinstance(e, dict) and any(k in e for k in RENAMED_GPU_KEYS) for e in gpus.values()
+    ):
+        return overrides
+    renamed = {}
+    for name, entry in gpus.items():
+        if not isinstance(entry, dict):
+            renamed[name] = entry
+            continue
+        renamed[name], used, conflicts = upgrade_gpu_keys(entry)
+        for text in conflicts:
+            new, _, msg = text.partition(": ")
+            problems.add(("catalog", "gpus", name, new), msg)
+        for old in used:
+            loc = ("catalog", "gpus", name, old)
+            new_loc = loc[:-1] + (RENAMED_GPU_KEYS[old][0],)
+            if loc in lines:  # errors in the value name the new key, on the old key's line
+                lines.setdefault(new_loc, lines[loc])
+            if deprecations is not None:
+                deprecations.append((loc, renamed_key_warning(old)))
+            warnings.warn(
+                f"{format_loc(loc)}: {renamed_key_warning(old)}", DeprecationWarning, stacklevel=4
+            )
+    return {**overrides, "gpus": renamed}
 
 
 # ----------------------------------------------------------------------------- models
@@ -644,10 +779,7 @@ def load_model(name_or_path: str, base: Path | None = None) -> ModelSpec:
 
 def _load_model_file(path: Path) -> ModelSpec:
     data, lines = read_document(path)
-    try:
-        return ModelSpec.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(validation_message(path, exc, lines, data=data)) from None
+    return validate_all(ModelSpec, data, path, lines)
 
 
 # ----------------------------------------------------------------------------- instance
@@ -664,6 +796,9 @@ class Problem:
     lines: dict[Loc, int] = field(
         default_factory=dict, compare=False, repr=False
     )  # field path -> line
+    deprecations: tuple[tuple[Loc, str], ...] = field(
+        default=(), compare=False, repr=False
+    )  # (field path, text) per deprecated key read: warnings of kind 'deprecated'
 
     @property
     def name(self) -> str:
@@ -686,56 +821,63 @@ def problem_from_data(
     base: Path | None = None,
 ) -> Problem:
     lines = lines or {}
+    problems = InputProblems(where, lines)
     if isinstance(data, Instance):
         inst = data
+        for loc, msg in cross_field_problems(inst):
+            problems.add(loc, msg)
     else:
-        try:
-            inst = Instance.model_validate(data)
-        except ValidationError as exc:
-            raise InputError(validation_message(where, exc, lines, data=data)) from None
-    catalog = build_catalog(inst.catalog, where=str(where), lines=lines)
-
-    def err(loc: Loc, msg: str) -> InputError:
-        line = line_for(loc, lines)
-        return InputError(f"{where}{f':{line}' if line else ''}: {format_loc(loc)}: {msg}")
-
+        inst = validate_all(Instance, data, where, lines, problems)
+    deprecations: list[tuple[Loc, str]] = []
+    catalog = build_catalog(
+        inst.catalog, where=str(where), lines=lines, problems=problems, deprecations=deprecations
+    )
+    known = set(catalog.gpus) if catalog is not None else set()
     for i, s in enumerate(inst.sites):
-        if s.gpu not in catalog.gpus:
-            raise err(
+        if catalog is not None and s.gpu not in catalog.gpus:
+            problems.add(
                 ("sites", i, "gpu"),
                 f"unknown GPU '{s.gpu}' (catalog: {', '.join(sorted(catalog.gpus))})",
             )
-    inst = _resolve_hosts(inst, catalog, err, base)
+    inst = _resolve_hosts(inst, catalog, problems, base, known)
+    model: ModelSpec | None
     if isinstance(inst.job.model, str):
         try:
             model = load_model(inst.job.model, base)
         except InputError as exc:
-            raise err(("job", "model"), str(exc)) from None
+            problems.add(("job", "model"), str(exc))
+            model = None
     else:
         model = inst.job.model
-    if inst.job.seq_len is not None:
+    if model is not None and inst.job.seq_len is not None:
         model = model.model_copy(update={"seq_len": inst.job.seq_len})
     par = inst.job.parallelism
-    if par.tp:
+    if par.tp and catalog is not None:
         for i, s in enumerate(inst.sites):
+            if s.gpu not in known:
+                continue
             gpn = s.gpus_per_node or catalog.gpus[s.gpu].gpus_per_node
             if all(t > gpn for t in par.tp):
                 if s.gpus_per_node is not None:  # the site's own node size is what is out of line
-                    raise err(
+                    problems.add(
                         ("sites", i, "gpus_per_node"),
                         f"{gpn} GPUs per node fit none of the tensor-parallel candidates job.parallelism.tp = {list(par.tp)} "  # noqa: E501
                         f"(a tp group sits in one node)",
                     )
-                raise err(
-                    ("job", "parallelism", "tp"),
-                    f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)",
-                )
+                else:
+                    problems.add(
+                        ("job", "parallelism", "tp"),
+                        f"no candidate fits inside a node of site '{s.name}' ({gpn} GPUs)",
+                    )
+    problems.raise_any()
+    assert catalog is not None and model is not None  # no problems: both were built
     return Problem(
         instance=inst,
         catalog=catalog,
         model=model,
         path=Path(where) if isinstance(where, Path) else None,
         lines=lines,
+        deprecations=tuple(deprecations),
     )
 
 
@@ -755,52 +897,65 @@ def read_hostfile(path: Path) -> list[str]:
 
 
 def _resolve_hosts(
-    inst: Instance, catalog: Catalog, err: Callable[[Loc, str], InputError], base: Path | None
+    inst: Instance,
+    catalog: Catalog | None,
+    problems: InputProblems,
+    base: Path | None,
+    known: set[str],
 ) -> Instance:
     """Check host sizes against the NVLink domain and read hostfiles into `hosts`, so that
-    every later stage sees one list of host names per site (or none: placeholders)."""
+    every later stage sees one list of host names per site (or none: placeholders). Sites
+    whose GPU is not in the catalog are skipped (their GPU is the problem reported)."""
     from placer.rules import default_gpus_per_host
 
     sites = []
     changed = False
     for i, s in enumerate(inst.sites):
+        sites.append(s)
+        if catalog is None or s.gpu not in known:
+            continue
         spec = catalog.gpus[s.gpu]
         domain = s.gpus_per_node or spec.gpus_per_node
         host = default_gpus_per_host(s.gpus_per_host, domain, spec.gpus_per_host)
         if domain % host:
             field = "gpus_per_host" if s.gpus_per_host is not None else "gpus_per_node"
-            raise err(
+            problems.add(
                 ("sites", i, field),
                 f"the NVLink domain ({domain} GPUs) must be a whole number of hosts of {host} GPUs",
             )
+            continue  # the host count below would rest on a host size that does not fit
         hosts = s.hosts
         if s.hostfile is not None:
             if hosts is not None:
-                raise err(("sites", i, "hostfile"), "give either hosts or hostfile, not both")
+                problems.add(("sites", i, "hostfile"), "give either hosts or hostfile, not both")
+                continue
             path = Path(s.hostfile)
             if not path.is_absolute() and base is not None:
                 path = base / path
-            hosts = read_hostfile(path)
+            try:
+                hosts = read_hostfile(path)
+            except InputError as exc:
+                problems.add_text(str(exc), line_for(("sites", i, "hostfile"), problems.lines))
+                continue
             bad = [h for h in hosts if not re.fullmatch(HOST_PATTERN, h)]
             if bad:
-                raise err(("sites", i, "hostfile"), f"{path}: not a host name: '{bad[0]}'")
+                problems.add(("sites", i, "hostfile"), f"{path}: not a host name: '{bad[0]}'")
         if hosts is not None:
             want = -(-s.gpus // host)
             if len(hosts) != want:
-                raise err(
+                problems.add(
                     ("sites", i, "hostfile" if s.hostfile else "hosts"),
                     f"site '{s.name}' has {s.gpus} GPUs = {want} hosts of {host} GPUs, {len(hosts)} host names given",  # noqa: E501
                 )
             dup = sorted({h for h in hosts if hosts.count(h) > 1})
             if dup:
-                raise err(
+                problems.add(
                     ("sites", i, "hostfile" if s.hostfile else "hosts"),
                     f"host '{dup[0]}' named twice",
                 )
         if hosts != s.hosts:
-            s = s.model_copy(update={"hosts": hosts})
+            sites[-1] = s.model_copy(update={"hosts": hosts})
             changed = True
-        sites.append(s)
     return inst.model_copy(update={"sites": sites}) if changed else inst
 
 
@@ -828,10 +983,7 @@ def plan_from_data(
 ) -> Plan:
     if isinstance(data, Plan):
         return data
-    try:
-        return Plan.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(validation_message(where, exc, lines or {}, data=data)) from None
+    return validate_all(Plan, data, where, lines or {})
 
 
 # ----------------------------------------------------------------------------- writing

@@ -45,6 +45,7 @@ class Config:
     overlap_grad_reduce: bool = True  # job.overlap: what the framework hides under compute
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = True
+    staggered: bool = False  # job.replica_schedule: replicas time-share the routes (Atlas)
 
     @property
     def gpus(self) -> int:
@@ -87,6 +88,7 @@ def job_config(
         overlap_grad_reduce=job.overlap.grad_reduce,
         overlap_param_gather=job.overlap.param_gather,
         overlap_tp_comm=job.overlap.tp_comm,
+        staggered=job.replica_schedule == "staggered",
     )
 
 

@@ -7,6 +7,7 @@ model library (GPU keys, model names) happen in `placer.io` after the catalog is
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -16,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -62,7 +64,75 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+# ----------------------------------------------------------------------------- cross-field checks
+
+# Validation context key: models skip their cross-field checks, so that placer.io can run every
+# model's checks after the fields validate and list all problems at once (with its own, the
+# catalog's and the model library's), instead of pydantic stopping at the first model that fails.
+DEFER_CROSS_FIELD = "placer_defer_cross_field"
+
+
+class CrossFieldErrors(ValueError):
+    """Several problems one model's cross-field check found, each `field.path: message`
+    relative to that model. pydantic carries it as one error; placer.io lists one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def check_cross_field(model: Any, info: ValidationInfo) -> Any:
+    """The body of every cross-field model validator: raise all of `model.cross_field_problems()`
+    (one problem: a plain ValueError, so messages read as before), unless deferred."""
+    if info.context and info.context.get(DEFER_CROSS_FIELD):
+        return model
+    problems = model.cross_field_problems()
+    if len(problems) == 1:
+        raise ValueError(problems[0])
+    if problems:
+        raise CrossFieldErrors(problems)
+    return model
+
+
 # ----------------------------------------------------------------------------- catalog
+
+# Units read the same in every catalog key (issue 14): `_gbps` and `_tbps` are bits per second
+# (nic_gbps, line_rate_gbps, a route's capacity_gbps), a byte rate says `bytes` and `_gb` is a
+# memory size in gigabytes. Keys renamed for it: old key -> (new key, unit). The old key is still
+# read, with a deprecation warning (`placer validate`, report.md, plan.json, DeprecationWarning);
+# both given with different values is an error.
+RENAMED_GPU_KEYS: dict[str, tuple[str, str]] = {
+    "nvlink_gbps_bidir": ("nvlink_gbytes_per_s_bidir", "GB/s"),
+    "hbm_tbps": ("hbm_tbytes_per_s", "TB/s"),
+}
+RENAMED_KEYS_REMOVED_IN = "placer 0.3"
+
+
+def renamed_key_warning(old: str) -> str:
+    new, unit = RENAMED_GPU_KEYS[old]
+    return (
+        f"deprecated key: write '{new}' (same value, in {unit}); '_gbps' and '_tbps' name bits "
+        f"per second in the catalog (nic_gbps), '{old}' goes away in {RENAMED_KEYS_REMOVED_IN}"
+    )
+
+
+def upgrade_gpu_keys(entry: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """A GPU catalog entry with renamed keys under their new names, the deprecated keys it
+    used, and one `new_key: message` per key given under both names with different values."""
+    out, used, conflicts = dict(entry), [], []
+    for old, (new, unit) in RENAMED_GPU_KEYS.items():
+        if old not in out:
+            continue
+        used.append(old)
+        value = out.pop(old)
+        if new not in out:
+            out[new] = value
+        elif out[new] != value:
+            conflicts.append(
+                f"{new}: {out[new]!r} and the deprecated '{old}': {value!r} are both given and "
+                f"differ (one bandwidth in {unit}, under its new and its old name); keep '{new}'"
+            )
+    return out, used, conflicts
 
 
 class GpuSpec(Strict):
@@ -72,8 +142,10 @@ class GpuSpec(Strict):
     all_in_w: Num = Field(
         gt=0, le=hi("watts"), description="IT power per GPU incl. host, NICs, switches, W"
     )
-    nvlink_gbps_bidir: Num = Field(
-        gt=0, le=hi("gbps"), description="scale-up bandwidth, GB/s bidirectional"
+    nvlink_gbytes_per_s_bidir: Num = Field(
+        gt=0,
+        le=hi("gbps"),
+        description="scale-up (NVLink) bandwidth per GPU, GB/s (bytes), both directions summed; was nvlink_gbps_bidir",  # noqa: E501
     )
     nic_gbps: Num = Field(
         gt=0, le=hi("gbps"), description="scale-out NIC line rate per GPU, Gbit/s"
@@ -115,10 +187,10 @@ class GpuSpec(Strict):
         le=1,
         description="fraction of peak for the attention core (flash / fused softmax), on 4 s h FLOPs per token",  # noqa: E501
     )
-    hbm_tbps: Num = Field(
+    hbm_tbytes_per_s: Num = Field(
         gt=0,
         le=hi("gbps"),
-        description="HBM bandwidth, TB/s (memory-bound operators and the optimizer step)",
+        description="HBM bandwidth, TB/s (bytes; memory-bound operators and the optimizer step); was hbm_tbps",  # noqa: E501
     )
     hbm_efficiency: Num = Field(
         default=0.85,
@@ -140,9 +212,42 @@ class GpuSpec(Strict):
     )
     source: str
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not any(k in data for k in RENAMED_GPU_KEYS):
+            return data
+        data, used, conflicts = upgrade_gpu_keys(data)
+        if len(conflicts) == 1:
+            raise ValueError(conflicts[0])
+        if conflicts:
+            raise CrossFieldErrors(conflicts)
+        for old in used:
+            warnings.warn(f"{old}: {renamed_key_warning(old)}", DeprecationWarning, stacklevel=2)
+        return data
+
+    # the old attribute names, for code written against them (same values and units)
+    @property
+    def nvlink_gbps_bidir(self) -> float:
+        warnings.warn(
+            "GpuSpec.nvlink_gbps_bidir: renamed nvlink_gbytes_per_s_bidir",
+            DeprecationWarning,
+            stacklevel=2,
+        )  # noqa: E501
+        return self.nvlink_gbytes_per_s_bidir
+
+    @property
+    def hbm_tbps(self) -> float:
+        warnings.warn(
+            "GpuSpec.hbm_tbps: renamed hbm_tbytes_per_s", DeprecationWarning, stacklevel=2
+        )
+        return self.hbm_tbytes_per_s
+
 
 class OpticSpec(Strict):
-    line_rate_gbps: Num = Field(gt=0, le=hi("gbps"))
+    line_rate_gbps: Num = Field(
+        gt=0, le=hi("gbps"), description="line rate of one wave, Gbit/s per direction"
+    )
     reach_km: Num = Field(gt=0, le=hi("reach_km"))
     module_w: Num = Field(ge=0, le=hi("watts"))
     grid_ghz: Num = Field(gt=0, le=hi("ghz"))
@@ -249,14 +354,18 @@ class ModelSpec(Strict):
     )
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> ModelSpec:
+    def _heads_divide(self, info: ValidationInfo) -> ModelSpec:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        out = []
         if self.hidden % self.heads:
-            raise ValueError(f"hidden: {self.hidden} is not divisible by heads ({self.heads})")
+            out.append(f"hidden: {self.hidden} is not divisible by heads ({self.heads})")
         if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise ValueError(
+            out.append(
                 f"kv_heads: heads ({self.heads}) is not divisible by kv_heads ({self.kv_heads})"
             )
-        return self
+        return out
 
     @property
     def kv(self) -> int:
@@ -323,7 +432,10 @@ class Route(Strict):
     )
     fiber_pairs: Int = Field(default=1, ge=0, le=hi("fiber_pairs"))
     capacity_gbps: Num = Field(
-        default=0, ge=0, le=hi("capacity_gbps"), description="existing capacity per direction"
+        default=0,
+        ge=0,
+        le=hi("capacity_gbps"),
+        description="existing capacity per direction, Gbit/s",
     )
     max_waves: Int | None = Field(default=None, ge=0, le=hi("waves"))
     fiber_usd_per_pair_km_year: Num | None = Field(
@@ -421,6 +533,10 @@ class Job(Strict):
         default=True, description="Megatron sequence parallelism with TP (--sequence-parallel)"
     )
     overlap: Overlap = Overlap()
+    replica_schedule: Literal["lockstep", "staggered"] = Field(
+        default="lockstep",
+        description="lockstep: every replica sends its stage boundary's message at the same pipeline tick, so the replicas whose chains cross a route share it tick by tick (Megatron's synchronous 1F1B); staggered: replicas are offset so that they time-share the routes and only the step-average route load binds (Atlas, arXiv 2411.14458; needs a launcher that staggers the replicas)",  # noqa: E501
+    )
     sync: Sync = Sync()
     parallelism: Parallelism = Parallelism()
 
@@ -438,17 +554,19 @@ class Objective(Strict):
     )
 
     @model_validator(mode="after")
-    def _cost_needs_time(self) -> Objective:
+    def _cost_needs_time(self, info: ValidationInfo) -> Objective:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        out = []
         if self.minimize == "cost" and self.max_step_time_s is None and self.within_fastest is None:
-            raise ValueError(
+            out.append(
                 "max_step_time_s: required when minimize is 'cost' unless within_fastest is given "
                 "(otherwise buying nothing is optimal)"
             )
         if self.within_fastest is not None and self.minimize != "cost":
-            raise ValueError(
-                f"within_fastest: goes with minimize: cost, got minimize: {self.minimize}"
-            )
-        return self
+            out.append(f"within_fastest: goes with minimize: cost, got minimize: {self.minimize}")
+        return out
 
 
 class Resilience(Strict):
@@ -501,26 +619,30 @@ class Instance(Strict):
     catalog: dict[str, Any] = Field(default_factory=dict, description="additions/overrides")
 
     @model_validator(mode="after")
-    def _topology(self) -> Instance:
+    def _topology(self, info: ValidationInfo) -> Instance:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        out = []
         names = [s.name for s in self.sites]
         seen: set[str] = set()
         for i, n in enumerate(names):
             if n in seen:
-                raise ValueError(f"sites[{i}].name: duplicate site name '{n}'")
+                out.append(f"sites[{i}].name: duplicate site name '{n}'")
             seen.add(n)
         keys: dict[tuple[str, str], int] = {}
         for i, r in enumerate(self.routes):
             for j, end in enumerate(r.sites):
                 if end not in seen:
-                    raise ValueError(
+                    out.append(
                         f"routes[{i}].sites[{j}]: unknown site '{end}' (known: {', '.join(names)})"
                     )
             if r.key in keys:
-                raise ValueError(
+                out.append(
                     f"routes[{i}].sites: duplicate of routes[{keys[r.key]}] ({r.key[0]}-{r.key[1]})"
                 )
-            keys[r.key] = i
-        return self
+            keys.setdefault(r.key, i)
+        return out
 
     def site(self, name: str) -> Site:
         """The site by name, from an index (the performance model looks sites up ~10^6
@@ -578,21 +700,26 @@ class PairRouting(Strict):
     paths: list[PathShare] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _shares(self) -> PairRouting:
+    def _shares(self, info: ValidationInfo) -> PairRouting:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        out = []
         total = sum(p.share for p in self.paths)
         if abs(total - 1.0) > 1e-6:
-            raise ValueError(f"paths: shares sum to {total:.6g}, must sum to 1")
+            out.append(f"paths: shares sum to {total:.6g}, must sum to 1")
         a, b = self.sites
         if a == b:
-            raise ValueError(f"sites: a pair needs two different sites, got {a} twice")
+            out.append(f"sites: a pair needs two different sites, got {a} twice")
+            return out  # the paths cannot run between one site and itself
         for i, p in enumerate(self.paths):
             if {p.via[0], p.via[-1]} != {a, b}:
-                raise ValueError(
+                out.append(
                     f"paths[{i}].via: must run between {a} and {b}, got {p.via[0]} ... {p.via[-1]}"
                 )
             if len(set(p.via)) != len(p.via):
-                raise ValueError(f"paths[{i}].via: visits a site twice")
-        return self
+                out.append(f"paths[{i}].via: visits a site twice")
+        return out
 
     @property
     def key(self) -> tuple[Phase, tuple[str, str]]:
@@ -618,7 +745,7 @@ class SolverInfo(Strict):
 
 class PlanWarning(Strict):
     kind: str = Field(
-        description="implausible | unreachable | single_point_of_failure | unused_site"
+        description="implausible | unreachable | single_point_of_failure | unused_site | deprecated"
     )
     where: str = Field(description="field path or plan element")
     message: str
@@ -653,23 +780,23 @@ class Plan(Strict):
     )
 
     @model_validator(mode="after")
-    def _shape(self) -> Plan:
+    def _shape(self, info: ValidationInfo) -> Plan:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        out = []
         p = self.parallelism
         if len(self.stage_layers) != p.pp:
-            raise ValueError(
-                f"stage_layers: {len(self.stage_layers)} entries, parallelism.pp is {p.pp}"
-            )
+            out.append(f"stage_layers: {len(self.stage_layers)} entries, parallelism.pp is {p.pp}")
         for k, n in enumerate(self.stage_layers):
             if n < 1:
-                raise ValueError(
-                    f"stage_layers[{k}]: every stage needs at least one layer, got {n}"
-                )
+                out.append(f"stage_layers[{k}]: every stage needs at least one layer, got {n}")
         total = sum(g.count for g in self.replica_groups)
         if total != p.dp:
-            raise ValueError(f"replica_groups: counts sum to {total}, parallelism.dp is {p.dp}")
+            out.append(f"replica_groups: counts sum to {total}, parallelism.dp is {p.dp}")
         for i, g in enumerate(self.replica_groups):
             if len(g.stage_sites) != p.pp:
-                raise ValueError(
+                out.append(
                     f"replica_groups[{i}].stage_sites: {len(g.stage_sites)} entries, parallelism.pp is {p.pp}"  # noqa: E501
                 )
-        return self
+        return out

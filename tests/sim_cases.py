@@ -32,6 +32,7 @@ def problem(
     model: dict[str, Any] | None = None,
     gpu: str = "h100-sxm",
     overlap: bool = False,
+    replica_schedule: str = "lockstep",
 ) -> Problem:
     """Sites of one GPU type, routes (a, b, km) with 8 fiber pairs, no limits that bind.
     The closed form's overlap of the sync with compute is off unless asked for: the
@@ -50,6 +51,7 @@ def problem(
                 "global_batch": global_batch,
                 "sync": {"mode": sync, "every_steps": every_steps, "bits": bits},
                 "overlap": {"grad_reduce": overlap, "param_gather": overlap, "tp_comm": overlap},
+                "replica_schedule": replica_schedule,
             },
         }
     )

@@ -36,6 +36,14 @@ CPSAT_ONLY = (
     "exact.exposed",
     "exact.dp_overlap",
     "res.dp_part",
+    # lockstep contention: CP-SAT's gating of a crossing's transmit time (enforcement
+    # literals where the MILP writes big-M rows), its exact max, integer tick flows
+    "pipe.too_slow",
+    ".off",
+    ".hop_on",
+    ".hop_off",
+    "exact.tau",
+    "route.tick_flow",
 )
 # rows that exist in both but are indexed by a backend's own decomposition
 INDEXED_APART = ("exact.chain_path_on",)

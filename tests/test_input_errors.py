@@ -331,3 +331,109 @@ def test_json_instance_and_plan_work(tmp_path: Path) -> None:
     r = _invoke(tmp_path, ["evaluate", "inst.json", "plan.json", "--json"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["feasible"] is True
+
+
+# three independent cross-field errors, each caught by a different stage of validation: a
+# site's GPU missing from the catalog (placer.io), a route to an unknown site (Instance), and
+# minimize: cost without a step-time limit (Objective)
+CROSS_FIELD_EDITS = {
+    "unknown-gpu": lambda text: text.replace("    gpu: h100-sxm\n", "    gpu: h900\n", 1),
+    "route-to-unknown-site": lambda text: text.replace("      - south\n", "      - west\n"),
+    "cost-without-time": lambda text: text + "objective:\n  minimize: cost\n",
+}
+
+
+def _error_lines(r: Result) -> list[str]:
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    return [ln.removeprefix("invalid ") for ln in r.stderr.splitlines() if ln.strip()]
+
+
+def test_every_cross_field_error_at_once(tmp_path: Path) -> None:
+    """All three are listed in one run, in file order, each exactly as it reads alone (file,
+    line, field and message unchanged), and nothing else."""
+    alone = {}
+    for name, change in CROSS_FIELD_EDITS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "inst.yaml").write_text(change(BASE))
+        lines = _error_lines(_invoke(tmp_path / name, ["validate", "inst.yaml"]))
+        assert len(lines) == 1, lines
+        alone[name] = lines[0]
+    assert alone["unknown-gpu"].startswith("inst.yaml:4: sites[0].gpu: unknown GPU 'h900'")
+    assert alone["route-to-unknown-site"] == (
+        "inst.yaml:12: routes[0].sites[1]: unknown site 'west' (known: north, south)"
+    )
+    assert alone["cost-without-time"].startswith(
+        "inst.yaml:17: objective.max_step_time_s: required when minimize is 'cost'"
+    )
+    text = BASE
+    for change in CROSS_FIELD_EDITS.values():
+        text = change(text)
+    (tmp_path / "inst.yaml").write_text(text)
+    together = _error_lines(_invoke(tmp_path, ["validate", "inst.yaml"]))
+    assert together == [
+        alone["unknown-gpu"],
+        alone["route-to-unknown-site"],
+        alone["cost-without-time"],
+    ]
+    # the Python API says the same
+    with pytest.raises(InputError) as exc:
+        placer.load_instance(tmp_path / "inst.yaml")
+    assert str(exc.value).splitlines() == [f"{tmp_path / ln}" for ln in together]
+
+
+def test_cross_field_errors_of_hosts_and_model_reference(tmp_path: Path) -> None:
+    """Per-site host checks, the model reference and the node-size check are collected too."""
+    text = edit(5, "    hosts: [a, b]", insert=True)  # north: 8 hosts of 8 GPUs needed
+    text = text.replace("    gpus: 64\nroutes", "    gpus: 64\n    gpus_per_node: 4\nroutes")
+    text = text.replace("  model: tiny-4l\n", "  model: gpt-9\n") + "  parallelism:\n    tp: [8]\n"
+    (tmp_path / "inst.yaml").write_text(text)
+    with pytest.raises(InputError) as exc:
+        placer.load_instance(tmp_path / "inst.yaml")
+    lines = str(exc.value).splitlines()
+    where = tmp_path / "inst.yaml"
+    assert len(lines) == 3, lines
+    hosts = "site 'north' has 64 GPUs = 8 hosts of 8 GPUs, 2 host names given"
+    assert lines[0] == f"{where}:6: sites[0].hosts: {hosts}"
+    assert lines[1].startswith(f"{where}:10: sites[1].gpus_per_node: 4 GPUs per node fit none")
+    assert lines[2].startswith(f"{where}:17: job.model: unknown model 'gpt-9'")
+
+
+def test_every_plan_shape_error_at_once(tmp_path: Path) -> None:
+    (tmp_path / "inst.yaml").write_text(BASE)
+    plan = json.loads(PLAN_PP)
+    plan["replica_groups"][1]["count"] = 1  # dp sums to 3 as well as 3 stage entries for pp 2
+    (tmp_path / "plan.json").write_text(json.dumps(plan, indent=2))
+    with pytest.raises(InputError) as exc:
+        placer.load_plan(tmp_path / "plan.json")
+    lines = str(exc.value).splitlines()
+    assert [ln.split(": ", 2)[1] for ln in lines] == ["stage_layers", "replica_groups"], lines
+    assert lines[0].endswith("3 entries, parallelism.pp is 2")
+    assert lines[1].endswith("counts sum to 3, parallelism.dp is 4")
+
+
+def test_field_errors_keep_cross_field_errors_pydantic_reaches(tmp_path: Path) -> None:
+    """With a field error the instance cannot be built, so the checks that need it wait; the
+    sibling models' own checks still run beside the field error, as before."""
+    (tmp_path / "i.yaml").write_text(edit(8, "    gpus: -8") + "objective:\n  minimize: cost\n")
+    with pytest.raises(InputError) as exc:
+        placer.load_instance(tmp_path / "i.yaml")
+    lines = str(exc.value).splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].endswith("i.yaml:8: sites[1].gpus: must be >= 0, got -8")
+    assert ":17: objective.max_step_time_s: required when minimize is 'cost'" in lines[1]
+
+
+def test_python_api_validation_lists_every_problem_of_a_model() -> None:
+    """`Instance.model_validate` outside placer.io: one pydantic error, every problem in it."""
+    import yaml
+    from pydantic import ValidationError
+
+    from placer.schema import Instance
+
+    data = yaml.safe_load(edit(6, "  - name: north").replace("      - south\n", "      - west\n"))
+    with pytest.raises(ValidationError) as exc:
+        Instance.model_validate(data)
+    msg = str(exc.value)
+    assert "sites[1].name: duplicate site name 'north'" in msg
+    assert "routes[0].sites[1]: unknown site 'west'" in msg

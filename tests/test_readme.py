@@ -1,16 +1,26 @@
 """The README's quoted numbers are what the code gives: the worked example (step time, its
 terms, waves, capex, throughput, MFU, placement) and the spare waves of the resilient
-instance. Regenerate the README from the command output when the model changes."""
+instance; the validation example's output, the renamed catalog keys, the deprecation warning
+and the catalog typos the schema flags. Regenerate the README from the command output when
+the model changes."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import warnings
 from pathlib import Path
 
 import pytest
+import yaml
+from jsonschema import Draft202012Validator
+from typer.testing import CliRunner
 
+from placer.cli import app
 from placer.io import load_instance
 from placer.optimize.driver import solve
+from placer.schema import RENAMED_GPU_KEYS, RENAMED_KEYS_REMOVED_IN
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -56,3 +66,70 @@ def test_resilient_instance_spare_waves() -> None:
     ring, optcc = summary["spare_waves_ring"], summary["spare_waves_optcc"]
     assert int(m.group(1)) == ring
     assert m.group(2) == ("none" if optcc == 0 else str(optcc))
+
+
+def _block_after(marker: str, lang: str = "", nth: int = 0) -> str:
+    """The nth fenced block (of that language, or any) after the marker."""
+    i = README.index(marker)
+    blocks = re.compile(r"```(\w*)\n(.*?)```", re.S).findall(README, i)
+    blocks = [text for tag, text in blocks if not lang or tag == lang]
+    assert len(blocks) > nth, f"no ```{lang} block {nth} after {marker!r}"
+    return blocks[nth]
+
+
+def _validate(folder: Path, name: str) -> tuple[int, str]:
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        r = CliRunner().invoke(app, ["validate", name])
+    finally:
+        os.chdir(old)
+    return r.exit_code, r.stderr
+
+
+def test_validation_example_lists_what_placer_prints(tmp_path: Path) -> None:
+    """The README's bad instance gives exactly the quoted lines, all three in one run."""
+    marker = "### Validation: every error at once"
+    (tmp_path / "bad.yaml").write_text(_block_after(marker, "yaml"))
+    quoted = _block_after(marker, nth=1)
+    assert quoted.startswith("$ placer validate bad.yaml\n")
+    code, stderr = _validate(tmp_path, "bad.yaml")
+    assert code == 2
+    assert stderr.splitlines() == quoted.splitlines()[1:]
+
+
+def test_renamed_keys_table_is_the_code() -> None:
+    section = README[README.index("### Catalog units and renamed keys") :]
+    rows = re.findall(r"^\| `(\w+)` \| `(\w+)` \| (\S+) ", section, flags=re.M)
+    assert {old: (new, unit) for old, new, unit in rows} == RENAMED_GPU_KEYS
+    assert f"still works until {RENAMED_KEYS_REMOVED_IN}:" in " ".join(section.split())
+
+
+def test_deprecation_example_gives_the_quoted_warning(tmp_path: Path) -> None:
+    section = README[README.index("### Catalog units and renamed keys") :]
+    override = yaml.safe_load(_block_after("### Catalog units and renamed keys", "yaml"))
+    data = yaml.safe_load((REPO / "instances" / "two-campus-100km.yaml").read_text())
+    data["job"]["model"] = str(REPO / "models" / f"{data['job']['model']}.yaml")
+    data.update(override)
+    text = yaml.safe_dump(data, sort_keys=False)
+    (tmp_path / "inst.yaml").write_text(text)
+    line = text.splitlines().index("      nvlink_gbps_bidir: 450") + 1
+    m = re.search(r"gives `(warning: deprecated: .*?)`", " ".join(section.split()))
+    assert m, "README quotes no deprecation warning"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        code, stderr = _validate(tmp_path, "inst.yaml")
+    assert code == 0
+    assert m.group(1).replace("LINE", str(line)) in " ".join(stderr.split())
+
+
+def test_schema_flags_the_quoted_typos() -> None:
+    schema = json.loads((REPO / "schema" / "instance.schema.json").read_text())
+    data = yaml.safe_load((REPO / "instances" / "two-campus-100km.yaml").read_text())
+    validator = Draft202012Validator(schema)
+    assert not list(validator.iter_errors(data))
+    typos = re.search(r"a misspelt key \(`(\w+)`, `(\w+)`\)", " ".join(README.split()))
+    assert typos, "README quotes no catalog typos"
+    gpu_typo, section_typo = typos.groups()
+    for catalog in ({"gpus": {"h100-sxm": {gpu_typo: 96}}}, {section_typo: {}}):
+        assert list(validator.iter_errors({**data, "catalog": catalog})), catalog

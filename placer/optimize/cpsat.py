@@ -19,6 +19,7 @@ from ortools.sat.python import cp_model
 
 from placer import interrupt
 from placer.errors import SolverError
+from placer.network import route_key
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
 from placer.optimize.families import (
     FAMILIES,
@@ -30,9 +31,9 @@ from placer.optimize.families import (
     hull_cells,
     row,
     sync_rule,
+    tick_family,
     tiebreak_weights,
 )
-from placer.optimize.warmstart import start_values
 
 INT_LIMIT = 4e18  # stay well inside int64 for coefficient x domain products
 TIME_TICKS = 10**9
@@ -60,11 +61,22 @@ class CpsatInner:
         self.sync = sync_rule(data.sync_mode, data.every_steps)
         self.m = cp_model.CpModel()
         self.rows: list[str] = []  # every row's name, in build order
+        self._values: dict[str, int] = {}
         for family in FAMILIES:
             getattr(self, f"define_{family}")()
 
     def ticks(self, seconds: float) -> int:
         return math.ceil(seconds / self.tau - 1e-6)
+
+    def start_from(self, values: dict[str, int]) -> None:
+        """Hint an earlier round's plan (its named integer variables) to CP-SAT."""
+        proto = self.m.Proto()
+        for i, var in enumerate(proto.variables):
+            if var.name and var.name in values:
+                self.m.AddHint(self.m.GetIntVarFromProtoIndex(i), values[var.name])
+
+    def integer_values(self) -> dict[str, int]:
+        return dict(self._values)
 
     def add(self, constraint: Any, name: str) -> Any:
         """Name a row (families.row) and record it."""
@@ -164,11 +176,13 @@ class CpsatInner:
         self.T_pipe = M.NewIntVar(
             min(min(self.ticks(t) for t in d.chain_time), self.TT), self.TT, "T_pipe"
         )
+        self._exact = d.resilience is not None and d.resilience.max_step_time_s is None
         for c in u:
             tc = self.ticks(d.chain_time[c])
             if tc > self.TT:
-                self.add(M.Add(u[c] == 0), row("pipe.chain", c))
-            else:
+                name = "pipe.chain" if d.planes is None else "pipe.too_slow"
+                self.add(M.Add(u[c] == 0), row(name, c))
+            elif d.planes is None:  # staggered replicas: the uncontended chain times
                 self.add(M.Add(self.T_pipe >= tc), row("pipe.chain", c)).OnlyEnforceIf(u[c])
         self.w: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): path j may carry traffic
         self.f: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): bytes on path j
@@ -225,6 +239,145 @@ class CpsatInner:
             self._hull(
                 self.T_pipe, load, r, self._wave_caps(r), None, TT, "route.pp", by_route=True
             )
+        self._define_ticks()
+
+    # ------------------------------------------------------------------ lockstep ticks
+
+    def _tick_loads(self) -> dict[Any, Any]:
+        """Bytes one tick puts on each hop (see milp._tick_loads); a routed pair's tick
+        flow on a path is ceil(per-step flow x tick_fraction), an integer."""
+        d, M, n = self.d, self.m, self.n
+        msg = round(d.message_bytes)
+        terms: dict[Any, list[Any]] = {}
+        for h, per_chain in d.hop_cross.items():
+            terms[h] = [k * msg * n[c] for c, k in per_chain.items()]
+        N = round(1 / d.tick_fraction)  # messages per crossing and step
+        for (phase, q, j), f in self.f.items():
+            if phase != "pp":
+                continue
+            g = M.NewIntVar(0, d.cfg.dp * msg, f"g[{q}][{j}]")
+            self.add(M.Add(N * g >= f), row("route.tick_flow", *q, j))
+            if self._exact:
+                self.add(M.Add(N * g <= f + N - 1), row("route.tick_flow_ub", *q, j))
+            for a, b in zip(d.pair_paths[q][j].sites, d.pair_paths[q][j].sites[1:], strict=False):
+                for h in ((a, b), (b, a)):
+                    terms.setdefault(h, []).append(g)
+        return {h: sum(t) for h, t in sorted(terms.items())}
+
+    def _define_ticks(self) -> None:
+        """Lockstep contention (see milp._define_ticks), in ticks."""
+        d, M, add = self.d, self.m, self.add
+        self.theta: dict[Any, Any] = {}
+        self.tau_x: dict[tuple[int, int], Any] = {}
+        self.lam: dict[tuple[int, int], Any] = {}
+        self._tau_terms: dict[tuple[int, int], list[Any]] = {}
+        self._plane_exprs: list[Any] = []
+        if d.planes is None:
+            return
+        # only chain types with a sloped plane (from an earlier round's plan) need transmit
+        # variables, and only the hops they cross need tick variables
+        self.sloped = {
+            c
+            for c, cp in enumerate(d.planes)
+            if any(any(pl.tau) or any(pl.lam) for pl in cp.planes)
+        }
+        used_hops = {
+            h for c in self.sloped for x in d.planes[c].crossings for hops in x.hops for h in hops
+        }
+        self.tick_loads = {h: v for h, v in self._tick_loads().items() if h in used_hops}
+        for h, load in self.tick_loads.items():
+            self.theta[h] = t = M.NewIntVar(0, self.TT, f"theta[{h}]")
+            r = route_key(*h)
+            self._hull(
+                t,
+                load,
+                r,
+                self._wave_caps(r),
+                None,
+                self.TT,
+                tick_family(h),
+                exact=self._exact,
+                by_route=True,
+            )
+        for c, cp in enumerate(d.planes):
+            if not cp.planes:
+                add(M.Add(self.u[c] == 0), row("pipe.disconnected", c))
+                continue
+            for i, x in enumerate(cp.crossings if c in self.sloped else ()):
+                self._crossing(c, i, x, self.theta, self.tau_x, self._tau_terms, "pipe.tau")
+            for k, pl in enumerate(cp.planes):
+                expr = self._plane(c, pl, self.tau_x)
+                add(M.Add(self.T_pipe >= expr), row("pipe.plane", c, k))
+                self._plane_exprs.append(expr)
+
+    def _both(self, a: Any, b: Any) -> Any:
+        """A literal equal to a and b."""
+        M = self.m
+        z = M.NewBoolVar("")
+        M.AddImplication(z, a)
+        M.AddImplication(z, b)
+        M.AddBoolOr([a.Not(), b.Not(), z])
+        return z
+
+    def _crossing(
+        self,
+        c: int,
+        i: int,
+        x: Any,
+        theta: dict[Any, Any],
+        tau: dict[tuple[int, int], Any],
+        tau_terms: dict[tuple[int, int], list[Any]],
+        family: str,
+        floor: Any = None,
+    ) -> None:
+        """tau[c, i] (ticks) >= the NIC time and every hop tick of the paths the pair may
+        use, when chain c is in use; 0 otherwise (see milp._crossing). In exact mode it
+        equals the largest of them."""
+        M, add, u, TT = self.m, self.add, self.u[c], self.TT
+        tau[(c, i)] = t = M.NewIntVar(0, TT, f"{family}[{c}][{i}]")
+        add(M.Add(t == 0), row(f"{family}.off", c, i)).OnlyEnforceIf(u.Not())
+        terms: list[Any] = [min(self.ticks(x.nic_s), TT) * u] if floor is None else [floor]
+        for lv, hops in enumerate(x.hops):
+            w = self.w.get(("pp", x.pair, lv)) if lv >= 1 else None
+            if lv >= 1 and w is None:
+                break
+            on = u if w is None else self._both(u, w)
+            for h in hops:
+                if h not in theta:
+                    continue
+                g = M.NewIntVar(0, TT, f"{family}.hop[{c}][{i}][{lv}][{h}]")
+                add(M.Add(g == theta[h]), row(f"{family}.hop_on", c, i, lv, *h)).OnlyEnforceIf(on)
+                add(M.Add(g == 0), row(f"{family}.hop_off", c, i, lv, *h)).OnlyEnforceIf(on.Not())
+                terms.append(g)
+        for k, e in enumerate(terms):
+            add(M.Add(t >= e), row(family, c, i, k))
+        tau_terms[(c, i)] = terms
+        if (c, i) in self.lam:
+            return
+        lat = [min(self.ticks(v), TT) for v in x.latency_s]
+        if len(x.hops) == 1 or ("pp", x.pair, 1) not in self.w:
+            self.lam[(c, i)] = lat[0] * u
+            return
+        lam = M.NewIntVar(0, TT, f"lam[{c}][{i}]")
+        expr = lat[0] + sum(
+            (lat[lv] - lat[lv - 1]) * self.w[("pp", x.pair, lv)]
+            for lv in range(1, len(lat))
+            if ("pp", x.pair, lv) in self.w
+        )
+        if self._exact:
+            add(M.Add(lam == expr), row("pipe.lam", c, i)).OnlyEnforceIf(u)
+        else:
+            add(M.Add(lam >= expr), row("pipe.lam", c, i)).OnlyEnforceIf(u)
+        add(M.Add(lam == 0), row("pipe.lam_off", c, i)).OnlyEnforceIf(u.Not())
+        self.lam[(c, i)] = lam
+
+    def _plane(self, c: int, pl: Any, tau: dict[tuple[int, int], Any]) -> Any:
+        """ceil(const) u_c + sum n_i tau[c, i] + sum l_i lam[c, i], in ticks."""
+        return (
+            min(self.ticks(pl.const), 2 * self.TT) * self.u[c]
+            + sum(k * tau[(c, i)] for i, k in enumerate(pl.tau) if k)
+            + sum(k * self.lam[(c, i)] for i, k in enumerate(pl.lam) if k)
+        )
 
     def define_dp_hosting(self) -> None:
         d, M, add, x = self.d, self.m, self.add, self.x
@@ -515,7 +668,13 @@ class CpsatInner:
             add(
                 M.Add(self.n[c] >= uc), row("exact.chain_used", c)
             )  # a chain counts in the max only when it has replicas
-        pipe = [self.ticks(d.chain_time[c]) * self.u[c] for c in self.u]
+        pipe = (
+            [self.ticks(d.chain_time[c]) * self.u[c] for c in self.u]
+            if d.planes is None
+            else list(self._plane_exprs)
+        )
+        for key, terms in self._tau_terms.items():
+            add(M.AddMaxEquality(self.tau_x[key], terms), row("exact.tau", *key))
         for i, term in enumerate(self._pipe_level_terms):
             a = M.NewBoolVar(f"exact.chain_path[{i}]")
             add(
@@ -649,6 +808,7 @@ class CpsatInner:
             add(M.Add(Tp >= T_pipe), row("res.pipe_healthy", tag))
             if r in self.pp_loads:
                 self._hull(Tp, self.pp_loads[r], r, [[c] for c in caps], None, big, f"res.pp.{tag}")
+            self._scenario_ticks(Tp, r, [[c] for c in caps], big, tag)
             Td = M.NewIntVar(0, 2 * self.TW, f"res.T_dpbw[{tag}]")
             add(M.Add(Td >= T_dpbw), row("res.dp_healthy", tag))
             if r in self.dp_loads:
@@ -673,6 +833,36 @@ class CpsatInner:
             num = round(res.nic_factor * 10**6)
             add(M.Add(10**6 * scaled >= num * T_intra), row("res.nic_scaled"))
             within(T_pipe + self._dp_part(scaled, T_dpbw + T_lat, T_pipe, "nic"), "nic")
+
+    def _scenario_ticks(self, Tp: Any, r: Any, caps: list[list[float]], ub: int, tag: str) -> None:
+        """The failure of route r raises its hops' ticks (see milp._scenario_ticks)."""
+        d, M = self.d, self.m
+        if d.planes is None:
+            return
+        theta = dict(self.theta)
+        for h, load in self.tick_loads.items():
+            if route_key(*h) == r:
+                theta[h] = t = M.NewIntVar(0, ub, f"res.theta[{tag}][{h}]")
+                self._hull(t, load, r, caps, None, ub, f"res.{tick_family(h)}.{tag}")
+        hit = [h for h in theta if route_key(*h) == r]
+        if not hit:
+            return
+        tau: dict[tuple[int, int], Any] = {}
+        for c, cp in enumerate(d.planes):
+            crossing_r = [
+                i for i, x in enumerate(cp.crossings) if any(h in hit for p in x.hops for h in p)
+            ]
+            if not crossing_r or c not in self.sloped:
+                continue
+            for i, x in enumerate(cp.crossings):
+                if i in crossing_r:
+                    self._crossing(
+                        c, i, x, theta, tau, {}, f"res.tau.{tag}", floor=self.tau_x[(c, i)]
+                    )
+                else:
+                    tau[(c, i)] = self.tau_x[(c, i)]
+            for k, pl in enumerate(cp.planes):
+                self.add(M.Add(Tp >= self._plane(c, pl, tau)), row("res.plane", tag, c, k))
 
     # ------------------------------------------------------------------ the hull writer
 
@@ -728,16 +918,8 @@ class CpsatInner:
         return {"step_time": self.tau, "cost": 1.0, "rate": RATE_UNIT}[self.objective]
 
     def solve(
-        self,
-        time_limit_s: float,
-        threads: int | None,
-        seed: int,
-        options: dict[str, Any],
-        hint: InnerSolution | None = None,
+        self, time_limit_s: float, threads: int | None, seed: int, options: dict[str, Any]
     ) -> InnerSolution | NoPlan:
-        # hook (placer.optimize.warmstart): a known plan of this configuration as hints
-        for var, value in start_values(self.d, hint, self.n, self.u, self.y) if hint else ():
-            self.m.AddHint(var, value)
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.01, time_limit_s)
@@ -761,6 +943,7 @@ class CpsatInner:
             bound = b * self._scale() if math.isfinite(b) else None
             return NoPlan(proven=False, bound=bound, reason=f"CP-SAT {solver.StatusName(st)}")
         optimal = st == cp_model.OPTIMAL
+        self._record(solver)
         # the tie-break solve gets what is left of the time limit, not a second one
         p.max_time_in_seconds = max(0.01, time_limit_s - (time.perf_counter() - t0))
         scale = self._scale()
@@ -803,6 +986,7 @@ class CpsatInner:
                 routing=first_routing,
             )
         counts, waves = self._extract(solver)
+        self._record(solver)
         return InnerSolution(
             counts,
             waves,
@@ -812,6 +996,14 @@ class CpsatInner:
             step_time_s=value if self.objective == "step_time" else None,
             routing=self.routing(solver),
         )
+
+    def _record(self, solver: cp_model.CpSolver) -> None:
+        proto = self.m.Proto()
+        self._values = {
+            var.name: solver.Value(self.m.GetIntVarFromProtoIndex(i))
+            for i, var in enumerate(proto.variables)
+            if var.name
+        }
 
     def _extract(self, solver: cp_model.CpSolver) -> tuple[dict[int, int], dict[Any, int]]:
         counts = {c: solver.Value(v) for c, v in self.n.items() if solver.Value(v) > 0}

@@ -93,6 +93,14 @@ class InnerData:
     # data-parallel overlap (PerfModel.dp_pieces): (fraction of the per-step sync, window
     # in seconds it hides under); exposed = sum max(0, f sync - window)
     dp_pieces: tuple[tuple[float, float], ...] = ((1.0, 0.0),)
+    # lockstep contention (placer.optimize.contention): per chain type its crossings and
+    # planes (None: staggered replicas, no per-tick term); per hop the boundaries of each
+    # chain type that cross it on a single-path pair; a routed pair's per-step flow times
+    # tick_fraction is its per-tick load
+    planes: list[Any] | None = None
+    hop_cross: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
+    message_bytes: float = 0.0
+    tick_fraction: float = 0.0
 
     def routed(self, pair: PairKey) -> bool:
         """Whether the pair's split over paths is a decision (it has several candidates)."""
@@ -214,6 +222,7 @@ def build_inner(
     classes: dict[tuple[str, ...], list[int]] = {}
     for k in range(cfg.pp):
         classes.setdefault(tuple(c[k] for c in chains), []).append(k)
+    planes, hop_cross = _contention(perf, cfg, chains, pair_paths, options)
     return InnerData(
         cfg=cfg,
         chains=chains,
@@ -250,7 +259,40 @@ def build_inner(
         amortization_s=amortization_s(cat),
         energy_usd_per_j=energy_usd_per_j(cat),
         resilience=resilience_data(problem, cfg, routes, options, optic, sites, collective),
+        planes=planes,
+        hop_cross=hop_cross,
+        message_bytes=perf.message_bytes(cfg),
+        tick_fraction=perf.message_bytes(cfg) / perf.pp_bytes_per_crossing(cfg),
     )
+
+
+def _contention(
+    perf: PerfModel,
+    cfg: Config,
+    chains: list[Chain],
+    pair_paths: dict[PairKey, list[Path]],
+    options: dict[RouteKey, list[WaveOption]],
+) -> tuple[list[Any] | None, dict[tuple[str, str], dict[int, int]]]:
+    """Chain planes and per-hop crossings for lockstep contention (None when staggered)."""
+    from placer.optimize.contention import ChainPlanes, crossings, seed_planes, signature
+
+    if cfg.staggered:
+        return None, {}
+    planes, hop_cross = [], {}
+    for ci, c in enumerate(chains):
+        if any(q not in pair_paths for q in perf.crossing_pairs(c)):
+            planes.append(ChainPlanes(c, []))  # disconnected: no plane, never in use
+            continue
+        xs = crossings(perf, cfg, c, pair_paths)
+        cp = ChainPlanes(c, xs, signature=signature(perf, cfg, c, xs))
+        seed_planes(perf, cfg, cp)
+        planes.append(cp)
+        for x in cp.crossings:
+            if len(x.hops) == 1:
+                for h in x.hops[0]:
+                    hop_cross.setdefault(h, {}).setdefault(ci, 0)
+                    hop_cross[h][ci] += 1
+    return planes, hop_cross
 
 
 def resilience_data(

@@ -27,9 +27,11 @@ from placer.errors import (
 )
 from placer.evaluate import Evaluation, completed_plan, evaluate
 from placer.io import Problem
+from placer.network import RouteKey
 from placer.optimize import deadline as dl
 from placer.optimize.brute import brute_inner
 from placer.optimize.canonical import canonical_routing_plan, routed_pairs
+from placer.optimize.contention import add_violated_planes
 from placer.optimize.cpsat import CpsatInner
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, build_inner, solution_plan
 from placer.optimize.explain import explain_infeasible
@@ -47,7 +49,7 @@ from placer.optimize.space import (
     memory_fits,
     site_group_capacity,
 )
-from placer.optimize.warmstart import hint_from_plan
+from placer.optimize.warmstart import hint_from_plan, start_values
 from placer.perf.step import Config, PerfModel
 from placer.rules import energy_usd_per_j, site_gpus_per_node, site_power_w, tp_groups_per_node
 from placer.schema import MAX_THREADS, Plan
@@ -202,8 +204,11 @@ def solve(
         if source not in {"greedy", "greedy-nowaves"} and sol.step_time_s is not None:
             diff = ev.step_time_s - sol.step_time_s
             # an optimal backend's step time equals the evaluator's; a feasible one bounds it
+            # (with another objective the model's step time is only bounded from below)
             if diff > AGREEMENT_REL * ev.step_time_s + 1e-9 or (
-                sol.optimal and -diff > AGREEMENT_REL * ev.step_time_s + 1e-9
+                sol.optimal
+                and objective == "step_time"
+                and -diff > AGREEMENT_REL * ev.step_time_s + 1e-9
             ):
                 raise ModelMismatchError(
                     f"{backend} step time {sol.step_time_s:.9g} s != evaluator {ev.step_time_s:.9g} s "  # noqa: E501
@@ -688,6 +693,7 @@ def min_usd_per_s(problem: Problem, cfg: Config) -> float:
 
 def _backend(
     problem: Problem,
+    perf: PerfModel,
     data: InnerData,
     backend: str,
     objective: str,
@@ -699,30 +705,133 @@ def _backend(
     rate_cap: float | None = None,
     hint: InnerSolution | None = None,
 ) -> InnerSolution | NoPlan:
+    """One configuration through a backend, with the lockstep-contention planes generated
+    until the plan found is priced exactly (placer.optimize.contention): each round adds
+    the planes its plan violates and solves again. A round the time limit ends with a plan
+    still under-priced returns it at its true value, unproven, or no plan when the true
+    value breaks a limit."""
     start = time.perf_counter()
+    deadline = start + remaining
     t_max = t_cap or (
         cutoff if (objective == "step_time" and cutoff is not None) else _upper_bound_time(data)
     )
-    if backend == "milp":
-        model = MilpInner(
-            data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
+    warm: dict[str, float] = {}
+    last: tuple[InnerSolution, Evaluation] | None = None
+    own_cut = False  # the cutoff is the last round's plan at its true value
+    while True:
+        left = max(0.05, deadline - time.perf_counter())
+        if backend == "milp":
+            model = MilpInner(
+                data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
+            )
+            model.start_from(warm or _start_names(data, hint, model))
+            # building the model counts against the time limit too
+            sol = model.solve(
+                max(0.05, left - (time.perf_counter() - start)), threads, dict(opts.options)
+            )
+        else:
+            model_c = CpsatInner(
+                data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
+            )
+            model_c.start_from(warm or _start_names(data, hint, model_c))
+            sol = model_c.solve(
+                max(0.05, deadline - time.perf_counter()),
+                threads,
+                problem.instance.solver.seed,
+                dict(opts.options),
+            )
+        start = time.perf_counter()
+        if isinstance(sol, NoPlan) and sol.proven and last is not None and own_cut:
+            # nothing beats the earlier round's plan, whose true value was the cutoff
+            best = last[0]
+            value = last[1].step_time_s
+            return InnerSolution(
+                best.counts,
+                best.waves,
+                value,
+                value,
+                True,
+                step_time_s=value,
+                routing=best.routing,
+            )
+        if isinstance(sol, NoPlan) and not sol.proven and last is not None:
+            # the limit struck in a later round: the earlier round's plan at its true value,
+            # with this round's bound (the model only grew, so it bounds that plan too)
+            bound = last[0].bound if sol.bound is None else max(last[0].bound, sol.bound)
+            last[0].bound = bound
+            return _at_true_value(last[0], last[1], objective, t_cap)
+        if not isinstance(sol, InnerSolution) or data.planes is None:
+            return sol
+        ev = evaluate(problem, solution_plan(problem, data, sol), perf)
+        added = add_violated_planes(
+            problem,
+            perf,
+            data.cfg,
+            data.planes,
+            sol.counts,
+            sol.waves,
+            ev.routing,
+            _failure_factors(data, sol),
         )
-        # building the model counts against the time limit too
-        return model.solve(
-            max(0.05, remaining - (time.perf_counter() - start)),
-            threads,
-            dict(opts.options),
-            hint=hint,
-        )
-    model_c = CpsatInner(
-        data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
-    )
-    return model_c.solve(
-        max(0.05, remaining - (time.perf_counter() - start)),
-        threads,
-        problem.instance.solver.seed,
-        dict(opts.options),
-        hint=hint,
+        if not added:
+            return sol
+        warm = (model if backend == "milp" else model_c).integer_values()
+        last = (sol, ev)
+        own_cut = False
+        if objective == "step_time" and ev.feasible and t_cap is None:
+            # the plan at its true value is a plan: the next round need only beat it
+            mine = ev.step_time_s * (1 + 1e-7)
+            if cutoff is None or mine < cutoff:
+                cutoff, own_cut = mine, True
+        if time.perf_counter() >= deadline or interrupt.requested():
+            return _at_true_value(sol, ev, objective, t_cap)
+
+
+def _start_names(data: InnerData, hint: InnerSolution | None, model: Any) -> dict[str, Any]:
+    """The first round's start: the incumbent's plan of this configuration (the heuristic's,
+    placer.optimize.warmstart) as the model's named integer values (start_from's input)."""
+    if hint is None:
+        return {}
+    out = {}
+    for var, value in start_values(data, hint, model.n, model.u, model.y):
+        name = var.name if isinstance(var.name, str) else var.Name()
+        out[name] = value
+    return out
+
+
+def _failure_factors(data: InnerData, sol: InnerSolution) -> list[dict[RouteKey, float]]:
+    """Per single failure the formulation prices (data.resilience): the route's capacity
+    factor (healthy / degraded) for the plan's waves; a route left dark is skipped (its
+    traffic must be zero in the model)."""
+    res = data.resilience
+    if res is None:
+        return []
+    out = []
+    for (_klass, r), caps in sorted(res.degraded_capacity.items()):
+        w = sol.waves.get(r, 0)
+        opts = data.wave_options[r]
+        i = next((k for k, o in enumerate(opts) if o.waves == w), None)
+        if i is None or caps[i] <= 0 or opts[i].capacity_Bps <= 0:
+            continue
+        out.append({r: opts[i].capacity_Bps / caps[i]})
+    return out
+
+
+def _at_true_value(
+    sol: InnerSolution, ev: Evaluation, objective: str, t_cap: float | None
+) -> InnerSolution | NoPlan:
+    """A plan the contention rounds could not finish pricing: its true value, unproven."""
+    if not ev.feasible or (t_cap is not None and ev.step_time_s > t_cap * (1 + 1e-9)):
+        return NoPlan(proven=False, bound=sol.bound, reason="time limit in the contention rounds")
+    value = {"step_time": ev.step_time_s, "rate": ev.usd_per_s}.get(objective, sol.objective)
+    return InnerSolution(
+        sol.counts,
+        sol.waves,
+        value,
+        sol.bound,
+        False,
+        step_time_s=ev.step_time_s,
+        routing=sol.routing,
     )
 
 
@@ -747,7 +856,7 @@ def _solve_inner(
             problem, perf, data, backend, incumbent, remaining, threads, opts
         )
     return _backend(
-        problem, data, backend, objective, incumbent, remaining, threads, opts, hint=hint
+        problem, perf, data, backend, objective, incumbent, remaining, threads, opts, hint=hint
     )
 
 
@@ -777,7 +886,7 @@ def _cost_per_token_walk(
             optimal = False
             break
         fast = _backend(
-            problem, data, backend, "step_time", None, left, threads, opts, rate_cap=rate_cap
+            problem, perf, data, backend, "step_time", None, left, threads, opts, rate_cap=rate_cap
         )
         if isinstance(fast, NoPlan):
             optimal &= fast.proven
@@ -789,6 +898,7 @@ def _cost_per_token_walk(
         left = deadline - time.perf_counter()
         cheap_or_none = _backend(
             problem,
+            perf,
             data,
             backend,
             "rate",
@@ -851,6 +961,10 @@ def _upper_bound_time(data: InnerData) -> float:
                 * max(crossings, max((cr.get(r, 0) for cr in data.chain_cross), default=0))
                 * data.pp_bytes_per_crossing
             )
+            if data.planes is not None:
+                # lockstep: each of a chain's 2 m FIFO slots per crossing may wait for a
+                # tick of the route's whole load (m messages' worth per step)
+                pp *= 1 + 2 * max(crossings, 1)
             dp = sum(data.wan_bytes) * len(data.pairs)
             wan = max(wan, (pp + dp) / cap)
     lat = 2 * max(

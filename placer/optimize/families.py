@@ -20,7 +20,11 @@ Families, in build order:
 * waves:      one-hot wave option per route; link capex and total waves
 * power:      site power (node all-in W x nodes + coherent modules) x PUE <= limit; USD/s
 * budget:     link capex <= max_cost_usd
-* routing:    T_pipe >= pipeline bytes / route capacity (the hull over the wave one-hot)
+* routing:    T_pipe >= pipeline bytes / route capacity (the hull over the wave one-hot);
+              lockstep ticks (placer.optimize.contention): a tick time per hop (route and
+              direction), each chain crossing's transmit time tau and latency lam, and
+              T_pipe >= every plane of every chain type in use (they replace pipeline's
+              per-chain rows unless job.replica_schedule is staggered)
 * dp_hosting: sites hosting each stage class, number of hosts (one-hot), per-pair WAN
               demand, intra-site NIC phases (T_intra), pair latencies (T_lat), the routed
               data-parallel flows, and T_dpbw >= data-parallel bytes / route capacity
@@ -55,6 +59,12 @@ FAMILIES = (
     "resilience",
     "objective",
 )
+
+
+def tick_family(hop: tuple[str, str]) -> str:
+    """The family of a hop's lockstep tick rows: the route's forward (its first site to its
+    second) or reverse direction; the route itself is the row index."""
+    return "route.tick_fwd" if hop[0] <= hop[1] else "route.tick_rev"
 
 
 def row(namespace: str, *index: Any) -> str:

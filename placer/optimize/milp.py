@@ -19,6 +19,7 @@ import pulp
 
 from placer import interrupt
 from placer.errors import SolverError
+from placer.network import route_key
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
 from placer.optimize.families import (
     FAMILIES,
@@ -31,9 +32,9 @@ from placer.optimize.families import (
     hull_cells,
     row,
     sync_rule,
+    tick_family,
     tiebreak_weights,
 )
-from placer.optimize.warmstart import HighsWithStart, start_values
 
 GBYTE = 1e9
 MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
@@ -92,9 +93,26 @@ class MilpInner:
         self.cutoff = cutoff
         self.sync = sync_rule(data.sync_mode, data.every_steps)
         self.prob = pulp.LpProblem("placer", pulp.LpMinimize)
+        self.warm = False
         self.rows: list[str] = []  # every row's name, in build order
         for family in FAMILIES:
             getattr(self, f"define_{family}")()
+
+    def start_from(self, values: dict[str, float]) -> None:
+        """A MIP start: the integer values of an earlier round's plan (by variable name);
+        HiGHS completes the continuous ones."""
+        self.warm = False
+        for v in self.prob.variables():
+            if v.cat == pulp.LpInteger and v.name in values:
+                v.setInitialValue(values[v.name])
+                self.warm = True
+
+    def integer_values(self) -> dict[str, float]:
+        return {
+            v.name: round(v.value())
+            for v in self.prob.variables()
+            if v.cat == pulp.LpInteger and v.value() is not None
+        }
 
     def add(self, constraint: Any, name: str) -> None:
         self.rows.append(name)
@@ -178,8 +196,10 @@ class MilpInner:
         and the pipeline traffic of routed pairs: flows, path prefixes, prefix 1F1B times."""
         d, ts = self.d, self.ts
         self.T_pipe = pulp.LpVariable("T_pipe", min(d.chain_time) / ts)
-        for c in self.u:
-            self.add(self.T_pipe >= (d.chain_time[c] / ts) * self.u[c], row("pipe.chain", c))
+        self._exact = d.resilience is not None and d.resilience.max_step_time_s is None
+        if d.planes is None:  # staggered replicas: the uncontended chain times
+            for c in self.u:
+                self.add(self.T_pipe >= (d.chain_time[c] / ts) * self.u[c], row("pipe.chain", c))
         self.w: dict[
             tuple[str, Any, int], Any
         ] = {}  # (phase, pair, j): path j of the pair may carry traffic
@@ -217,6 +237,123 @@ class MilpInner:
                 self.t_max,
                 "route.pp",
             )
+        self._define_ticks()
+
+    # ------------------------------------------------------------------ lockstep ticks
+
+    def _tick_loads(self) -> dict[Any, Load]:
+        """GB one tick puts on each hop (a route in one direction): the activations of
+        the replicas whose boundary crosses it on a single-path pair, and a routed pair's
+        per-step flow on a path times tick_fraction on both directions of its routes."""
+        d, n = self.d, self.n
+        msg = d.message_bytes / GBYTE
+        terms: dict[Any, list[Any]] = {}
+        mx: dict[Any, float] = {}
+        for h, per_chain in d.hop_cross.items():
+            terms[h] = [(k * msg) * n[c] for c, k in per_chain.items()]
+            mx[h] = d.cfg.dp * max(per_chain.values()) * msg
+        for (phase, q, j), f in self.f.items():
+            if phase != "pp":
+                continue
+            for a, b in zip(d.pair_paths[q][j].sites, d.pair_paths[q][j].sites[1:], strict=False):
+                for h in ((a, b), (b, a)):
+                    terms.setdefault(h, []).append(d.tick_fraction * f)
+                    mx[h] = mx.get(h, 0.0) + d.cfg.dp * msg
+        return {h: Load(pulp.lpSum(t), mx[h]) for h, t in sorted(terms.items())}
+
+    def _define_ticks(self) -> None:
+        """Lockstep contention (placer.optimize.contention): a tick time per hop, each
+        chain crossing's transmit time (its NIC, or the busiest hop of the paths its pair
+        may use), and T_pipe >= every plane of every chain type in use."""
+        d, add = self.d, self.add
+        self.theta: dict[Any, Any] = {}
+        self.tau: dict[tuple[int, int], Any] = {}
+        self.lam: dict[tuple[int, int], Any] = {}
+        self._tau_terms: dict[tuple[int, int], list[Any]] = {}
+        self._lam_terms: dict[tuple[int, int], list[Any]] = {}
+        self._plane_exprs: list[Any] = []
+        if d.planes is None:
+            return
+        # only chain types with a sloped plane (from an earlier round's plan) need transmit
+        # variables, and only the hops they cross need tick variables
+        self.sloped = {
+            c
+            for c, cp in enumerate(d.planes)
+            if any(any(pl.tau) or any(pl.lam) for pl in cp.planes)
+        }
+        used_hops = {
+            h for c in self.sloped for x in d.planes[c].crossings for hops in x.hops for h in hops
+        }
+        self.tick_loads = {h: v for h, v in self._tick_loads().items() if h in used_hops}
+        for h, load in self.tick_loads.items():
+            self.theta[h] = t = pulp.LpVariable(_name("theta", *h), 0)
+            r = route_key(*h)
+            self._hull(
+                t, load, r, self._wave_caps(r), None, self.t_max, tick_family(h), exact=self._exact
+            )
+        for c, cp in enumerate(d.planes):
+            if not cp.planes:
+                add(self.u[c] == 0, row("pipe.disconnected", c))
+                continue
+            for i, x in enumerate(cp.crossings if c in self.sloped else ()):
+                self._crossing(c, i, x, self.theta, self.tau, self._tau_terms, "pipe.tau")
+            for k, pl in enumerate(cp.planes):
+                expr = self._plane(c, pl, self.tau)
+                add(self.T_pipe >= expr, row("pipe.plane", c, k))
+                self._plane_exprs.append(expr)
+
+    def _crossing(
+        self,
+        c: int,
+        i: int,
+        x: Any,
+        theta: dict[Any, Any],
+        tau: dict[tuple[int, int], Any],
+        tau_terms: dict[tuple[int, int], list[Any]],
+        family: str,
+        floor: Any = None,
+    ) -> None:
+        """tau[c, i] >= the crossing's NIC time and every hop tick of the paths its pair
+        may use (path 0 always, path l >= 1 when allowed), all when chain c is in use (0
+        otherwise); lam[c, i] likewise for the slowest allowed path's latency."""
+        add, u, ts, big = self.add, self.u[c], self.ts, self.t_max
+        tau[(c, i)] = t = pulp.LpVariable(_name(family, c, i), 0)
+        rhs = [(x.nic_s / ts) * u] if floor is None else [floor]
+        for lv, hops in enumerate(x.hops):
+            w = self.w.get(("pp", x.pair, lv)) if lv >= 1 else None
+            if lv >= 1 and w is None:
+                break
+            off = (1 - u) if w is None else (2 - u - w)
+            for h in hops:
+                if h in theta:
+                    rhs.append(theta[h] - big * off)
+        for k, e in enumerate(rhs):
+            add(t >= e, row(family, c, i, k))
+        tau_terms[(c, i)] = rhs
+        if (c, i) in self.lam:
+            return
+        lat = [v / ts for v in x.latency_s]
+        if len(x.hops) == 1 or ("pp", x.pair, 1) not in self.w:
+            self.lam[(c, i)] = lat[0] * u
+            return
+        lam = pulp.LpVariable(_name("lam", c, i), 0)
+        expr = lat[0] * u + pulp.lpSum(
+            (lat[lv] - lat[lv - 1]) * self.w[("pp", x.pair, lv)]
+            for lv in range(1, len(lat))
+            if ("pp", x.pair, lv) in self.w
+        )
+        expr = expr - max(lat) * (1 - u)
+        add(lam >= expr, row("pipe.lam", c, i))
+        self.lam[(c, i)] = lam
+        self._lam_terms[(c, i)] = [0, expr]
+
+    def _plane(self, c: int, pl: Any, tau: dict[tuple[int, int], Any]) -> Any:
+        """const u_c + sum n_i tau[c, i] + sum l_i lam[c, i] (model time units)."""
+        return (
+            (pl.const / self.ts) * self.u[c]
+            + pulp.lpSum(k * tau[(c, i)] for i, k in enumerate(pl.tau) if k)
+            + pulp.lpSum(k * self.lam[(c, i)] for i, k in enumerate(pl.lam) if k)
+        )
 
     def define_dp_hosting(self) -> None:
         d, add, x, ts = self.d, self.add, self.x, self.ts
@@ -475,7 +612,15 @@ class MilpInner:
             add(hp.demand <= hp.wan_bytes * hp.on, row("exact.pair_off", i))
         for c, uc in self.u.items():
             add(uc <= self.n[c], row("exact.chain_used", c))  # counts in the max only with replicas
-        pipe_terms: list[tuple[Any, Any]] = [(d.chain_time[c] / self.ts, self.u[c]) for c in self.u]
+        pipe_terms: list[tuple[Any, Any]] = (
+            [(d.chain_time[c] / self.ts, self.u[c]) for c in self.u]
+            if d.planes is None
+            else [(e, None) for e in self._plane_exprs]
+        )
+        for key, rhs in self._tau_terms.items():
+            self._exact_max(self.tau[key], [(e, None) for e in rhs], big, _name("exact.tau", *key))
+        for key, rhs in self._lam_terms.items():
+            self._exact_max(self.lam[key], [(e, None) for e in rhs], big, _name("exact.lam", *key))
         for i, term in enumerate(self._pipe_level_terms):
             a = pulp.LpVariable(_name("exact.chain_path", i), cat="Binary")
             for j, v in enumerate([term.use, *term.allowed]):
@@ -594,6 +739,7 @@ class MilpInner:
                     f"res.pp.{tag}",
                     by_route=False,
                 )
+            self._scenario_ticks(Tp, r, [[c] for c in caps], t_max, tag)
             Td = pulp.LpVariable(_name("res.T_dpbw", tag), 0)
             add(Td >= T_dpbw, row("res.dp_healthy", tag))
             if r in self.dp_loads:
@@ -626,6 +772,41 @@ class MilpInner:
                 <= limit,
                 row("res.survive", "nic"),
             )
+
+    def _scenario_ticks(
+        self, Tp: Any, r: Any, caps: list[list[float]], t_max: float, tag: str
+    ) -> None:
+        """Under a failure of route r its hops' ticks grow (degraded capacity): the chains
+        crossing r get the scenario's transmit times, and Tp >= their planes there."""
+        d = self.d
+        if d.planes is None:
+            return
+        theta = dict(self.theta)
+        for h, load in self.tick_loads.items():
+            if route_key(*h) == r:
+                theta[h] = t = pulp.LpVariable(_name("res.theta", tag, *h), 0)
+                self._hull(
+                    t, load, r, caps, None, t_max, f"res.{tick_family(h)}.{tag}", by_route=False
+                )
+        hit = [h for h in theta if route_key(*h) == r]
+        if not hit:
+            return
+        tau: dict[tuple[int, int], Any] = {}
+        for c, cp in enumerate(d.planes):
+            crossing_r = [
+                i for i, x in enumerate(cp.crossings) if any(h in hit for p in x.hops for h in p)
+            ]
+            if not crossing_r or c not in self.sloped:
+                continue
+            for i, x in enumerate(cp.crossings):
+                if i in crossing_r:
+                    self._crossing(
+                        c, i, x, theta, tau, {}, f"res.tau.{tag}", floor=self.tau[(c, i)]
+                    )
+                else:
+                    tau[(c, i)] = self.tau[(c, i)]
+            for k, pl in enumerate(cp.planes):
+                self.add(Tp >= self._plane(c, pl, tau), row("res.plane", tag, c, k))
 
     def _wave_caps(self, r: Any) -> list[list[float]]:
         return [[opt.capacity_Bps] for opt in self.d.wave_options[r]]
@@ -677,23 +858,12 @@ class MilpInner:
     # ------------------------------------------------------------------ solve
 
     def solve(
-        self,
-        time_limit_s: float,
-        threads: int | None,
-        options: dict[str, Any],
-        hint: InnerSolution | None = None,
+        self, time_limit_s: float, threads: int | None, options: dict[str, Any]
     ) -> InnerSolution | NoPlan:
         """Solve, then break ties within the time left. A configuration the time limit ends
         without a plan keeps HiGHS' bound (NoPlan, not proven); a HiGHS error is an error."""
         t0 = time.perf_counter()
-        # hook (placer.optimize.warmstart): a known plan of this configuration as a MIP start
-        self._start = (
-            {v.name: float(x) for v, x in start_values(self.d, hint, self.n, self.u, self.y)}
-            if hint
-            else {}
-        )
         first = self._solve_once(time_limit_s, threads, options)
-        self._start = {}  # the tie-break solve starts from HiGHS' own plan
         if first.kind == "error":
             raise SolverError(f"HiGHS failed on {self.d.cfg.label()}: {first.message}")
         if first.kind == "infeasible":
@@ -770,12 +940,9 @@ class MilpInner:
             # HiGHS' symmetry detection can run for the whole time limit on these models
             kwargs.setdefault("mip_detect_symmetry", False)
             kwargs.update(_interrupt_callback())
-            start = getattr(self, "_start", None)  # hook: MIP start (warmstart.HighsWithStart)
-            solver = (
-                HighsWithStart(start, msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
-                if start
-                else pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
-            )
+            if self.warm:
+                kwargs["warmStart"] = True
+            solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
             _highs_threads(threads)
         status = None
         try:

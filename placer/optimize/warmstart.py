@@ -1,5 +1,6 @@
 """Starting points for the exact backends from a known plan of the same configuration
-(the heuristic's, issue 12 item 3): CP-SAT solution hints and a HiGHS MIP start.
+(the heuristic's, issue 12 item 3): the first round's values for the formulations'
+`start_from` (CP-SAT solution hints, a HiGHS MIP start).
 
 A start only guides the search; it never changes the model, the optimum or the proof.
 The start covers the placement and the waves (replica counts per chain type, chain types
@@ -9,9 +10,6 @@ in use, one wave option per route); both solvers complete or repair the rest.
 from __future__ import annotations
 
 from typing import Any
-
-import numpy as np
-import pulp
 
 from placer.optimize.data import InnerData, InnerSolution
 
@@ -39,21 +37,3 @@ def hint_from_plan(
     if any(c not in index for c in counts):
         return None
     return InnerSolution({index[c]: n for c, n in counts.items()}, dict(waves), 0.0, 0.0, False)
-
-
-class HighsWithStart(pulp.HiGHS):  # type: ignore[misc,name-defined]
-    """PuLP's HiGHS (highspy) with a MIP start: a partial solution passed to
-    Highs.setSolution (sparse form: HiGHS completes it) right before the run. PuLP's own
-    `warmStart` exists only for the HiGHS command-line interface (HiGHS_CMD)."""
-
-    def __init__(self, start: dict[str, float], **kwargs: Any):
-        super().__init__(**kwargs)
-        self.start = start
-
-    def callSolver(self, lp: Any) -> None:  # noqa: N802 (PuLP's name)
-        cols = [(v.index, self.start[v.name]) for v in lp.variables() if v.name in self.start]
-        if cols:
-            idx = np.array([c for c, _ in cols], dtype=np.int32)
-            val = np.array([x for _, x in cols], dtype=np.float64)
-            lp.solverModel.setSolution(len(cols), idx, val)
-        super().callSolver(lp)

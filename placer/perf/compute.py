@@ -164,7 +164,7 @@ def loss_memory_bytes(m: ModelSpec, tokens: int, tp: int) -> float:
 
 
 def hbm_s(gpu: GpuSpec, nbytes: float) -> float:
-    return nbytes / (gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency)
+    return nbytes / (gpu.hbm_tbytes_per_s * 1e12 * gpu.hbm_efficiency)
 
 
 # ----------------------------------------------------------------------------- stage

@@ -5,7 +5,8 @@ formulations (placer.optimize) are built from the very same per-stage, per-chain
 per-route quantities that this module exposes. Model (reference/performance-model.md):
 
     T = T_pipe + T_dp
-    T_pipe = max( max over replica chains of the 1F1B time of that chain
+    T_pipe = max( max over replica chains of the 1F1B time of that chain (its cross-site
+                      messages at max(NIC, the route's lockstep tick))
                       + the optimizer step of its slowest stage,
                   max over routes of the cross-site activation bytes / route capacity )
     T_dp   = X(T_intra + T_wan)                         (synchronous)
@@ -18,6 +19,14 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   communication on NVLink that the job does not hide under compute.
 * Pipeline messages are b*s*h bf16 values per micro-batch, scattered over the tp ranks'
   NICs (serialization) plus the one-way latency of the path between the two sites.
+  Lockstep contention (job.replica_schedule: lockstep, the default): every replica sends
+  its boundary's activation at the same tick of synchronous 1F1B, so a cross-site message
+  takes the larger of its NIC serialization and its route's tick, the activations of all
+  replicas travelling that route in that direction at once over its capacity
+  (route_tick_s), in series with the tick; checked against the flow-level simulator
+  (placer.sim, tests/test_simulate.py). `staggered` replicas time-share the routes (Atlas,
+  arXiv 2411.14458; needs a launcher that staggers them): only the step-average route
+  time below binds.
 * Data-parallel sync is hierarchical per stage k: reduce-scatter inside each site, an
   all-reduce between the K_k sites that host stage k on the full stage gradient (each pair
   of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on the plan's paths),
@@ -37,7 +46,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from placer.io import Problem
-from placer.network import Network, PairKey, RouteKey, Routing, route_key
+from placer.network import Network, PairKey, Path, RouteKey, Routing, route_key
 from placer.perf import comm, compute
 from placer.perf.flops import (
     BYTES_BF16,
@@ -49,6 +58,13 @@ from placer.rules import Config
 from placer.schema import GpuSpec
 
 Chain = tuple[str, ...]
+Hop = tuple[str, str]  # a route traversed from its first site to its second
+
+
+def hops_of(path: Path, start: str) -> list[Hop]:
+    """The routes of a path as hops in the direction of travel from `start`."""
+    sites = path.sites if path.sites[0] == start else tuple(reversed(path.sites))
+    return list(zip(sites, sites[1:], strict=False))
 
 
 def balanced_stage_layers(layers: int, pp: int) -> tuple[int, ...]:
@@ -83,6 +99,7 @@ class StepResult:
     route_dp_load: dict[RouteKey, float] = field(default_factory=dict)
     route_pp_s: dict[RouteKey, float] = field(default_factory=dict)
     route_dp_s: dict[RouteKey, float] = field(default_factory=dict)
+    route_tick_s: dict[Hop, float] = field(default_factory=dict)  # lockstep, per direction
     wan_s: float = 0.0
     intra_s: float = 0.0
     unreachable: list[tuple[str, str]] = field(default_factory=list)
@@ -116,7 +133,7 @@ class PerfModel:
 
     def nvlink_Bps(self, gpu: GpuSpec) -> float:
         """Per-direction NVLink bandwidth (the catalog gives bidirectional GB/s)."""
-        return gpu.nvlink_gbps_bidir / 2 * 1e9 * self.catalog.network.nvlink_efficiency
+        return gpu.nvlink_gbytes_per_s_bidir / 2 * 1e9 * self.catalog.network.nvlink_efficiency
 
     # ------------------------------------------------------------------ per stage
 
@@ -242,12 +259,20 @@ class PerfModel:
         return self.catalog.network.intra_site_latency_s + fiber_s, transmit
 
     def chain_time(
-        self, cfg: Config, chain: Chain, with_comm: bool = True, routing: Routing | None = None
+        self,
+        cfg: Config,
+        chain: Chain,
+        with_comm: bool = True,
+        routing: Routing | None = None,
+        tick_s: dict[Hop, float] | None = None,
     ) -> float:
         """1F1B time of one replica chain; its cross-site boundaries pay the latency of the
-        slowest path the routing uses for that pair (default: shortest paths)."""
+        slowest path the routing uses for that pair (default: shortest paths) and, given the
+        routes' lockstep tick times `tick_s` (route_tick_s), a transmit time of at least the
+        busiest route's tick on those paths."""
         lats = self.boundary_latencies(chain, routing) if routing else None
-        return self._chain_time(cfg, chain, with_comm, lats)
+        ticks = self.boundary_ticks(chain, routing, tick_s) if tick_s else None
+        return self._chain_time(cfg, chain, with_comm, lats, ticks)
 
     def boundary_latencies(self, chain: Chain, routing: Routing | None) -> tuple[float, ...]:
         return tuple(
@@ -255,13 +280,64 @@ class PerfModel:
             for a, b in zip(chain, chain[1:], strict=False)
         )
 
-    def chain_time_at(self, cfg: Config, chain: Chain, lats: tuple[float, ...]) -> float:
-        """1F1B time of a chain with given one-way fiber latencies per boundary."""
-        return self._chain_time(cfg, chain, True, lats)
+    def boundary_ticks(
+        self, chain: Chain, routing: Routing | None, tick_s: dict[Hop, float]
+    ) -> tuple[float, ...]:
+        """Per boundary of a chain: the busiest route's lockstep tick time, in the
+        direction the boundary's activations travel, over every path the routing lists
+        for the pair (a replica's message may take any of them); 0 inside a site."""
+        out = []
+        for a, b in zip(chain, chain[1:], strict=False):
+            uses = self.net.pair_paths(routing, "pipeline", a, b) if a != b else None
+            out.append(
+                max(
+                    (tick_s.get(h, 0.0) for u in uses or () for h in hops_of(u.path, a)),
+                    default=0.0,
+                )
+            )
+        return tuple(out)
 
-    def _chain_time_uncached(
-        self, cfg: Config, chain: Chain, with_comm: bool, lats: tuple[float, ...] | None
+    def chain_hops(self, chain: Chain, routing: Routing | None = None) -> dict[Hop, float]:
+        """How many of a chain's boundary activations travel each route in each direction
+        per tick (a hop (u, v) is the route u-v traversed from u to v; the gradients of the
+        same boundaries travel the reverse hops at another moment of the tick). A pair the
+        routing splits over several paths counts on both directions of every route of its
+        listed paths, with its share: the split is one per pair in plans, not one per
+        direction, so this bounds either direction's messages from above."""
+        out: dict[Hop, float] = defaultdict(float)
+        for a, b in zip(chain, chain[1:], strict=False):
+            if a == b:
+                continue
+            uses = self.net.pair_paths(routing, "pipeline", a, b) or ()
+            split = routing is not None and ("pipeline", route_key(a, b)) in routing
+            for use in uses:
+                for u, v in hops_of(use.path, a):
+                    out[(u, v)] += use.share
+                    if split:
+                        out[(v, u)] += use.share
+        return dict(out)
+
+    def chain_time_at(
+        self,
+        cfg: Config,
+        chain: Chain,
+        lats: tuple[float, ...],
+        ticks: tuple[float, ...] | None = None,
     ) -> float:
+        """1F1B time of a chain with given one-way fiber latencies (and lockstep route tick
+        times) per boundary."""
+        return self._chain_time(cfg, chain, True, lats, ticks)
+
+    def chain_times_at(
+        self,
+        cfg: Config,
+        chain: Chain,
+        lats: tuple[float, ...] | None,
+        ticks: tuple[float, ...] | None,
+    ) -> tuple[list[float], list[float], list[float], list[float]]:
+        """(fwd, bwd, latency, transmit) of a chain's 1F1B schedule: the stage times on each
+        site's GPU, and per boundary the fabric hop plus the fiber path, and the larger of
+        the message's NIC serialization and its route's lockstep tick."""
         fwd, bwd, lat, tx = [], [], [], []
         for k, site in enumerate(chain):
             st = self.stage_times(cfg, self.problem.instance.site(site).gpu)[k]
@@ -269,10 +345,23 @@ class PerfModel:
             bwd.append(st.bwd)
             if k + 1 < len(chain):
                 fiber = lats[k] if lats is not None else None
-                la, t = self.boundary(cfg, site, chain[k + 1], fiber) if with_comm else (0.0, 0.0)
+                la, t = self.boundary(cfg, site, chain[k + 1], fiber)
                 lat.append(la)
-                tx.append(t)
-        if any(math.isinf(x) for x in lat):
+                tx.append(max(t, ticks[k]) if ticks is not None else t)
+        return fwd, bwd, lat, tx
+
+    def _chain_time_uncached(
+        self,
+        cfg: Config,
+        chain: Chain,
+        with_comm: bool,
+        lats: tuple[float, ...] | None,
+        ticks: tuple[float, ...] | None = None,
+    ) -> float:
+        fwd, bwd, lat, tx = self.chain_times_at(cfg, chain, lats, ticks)
+        if not with_comm:
+            lat, tx = [0.0] * len(lat), [0.0] * len(tx)
+        if any(math.isinf(x) for x in lat + tx):
             return math.inf
         return one_f_one_b_time(fwd, bwd, lat, tx, cfg.num_micro_batches) + self.optimizer_step_s(
             cfg, chain
@@ -319,6 +408,37 @@ class PerfModel:
     def crossing_pairs(chain: Chain) -> list[PairKey]:
         """The site pairs a chain's pipeline boundaries cross, in chain order."""
         return [route_key(a, b) for a, b in zip(chain, chain[1:], strict=False) if a != b]
+
+    def route_tick_s(
+        self,
+        cfg: Config,
+        groups: list[tuple[int, Chain]],
+        capacity_Bps: dict[RouteKey, float],
+        routing: Routing | None = None,
+        factor: dict[RouteKey, float] | None = None,
+    ) -> dict[Hop, float]:
+        """Seconds the activations of one pipeline tick occupy each route, per direction.
+
+        Lockstep 1F1B (Megatron's synchronous schedule, every replica at the same tick):
+        every replica's boundary puts its activation on the routes of its path at the same
+        moment of every tick (and its gradient on the reverse hops at another), so a hop
+        carries count x hops x message bytes at once, shared max-min fairly: every message
+        on it finishes after that many bytes over the route's capacity (times a failure's
+        `factor`). Staggered replicas (job.replica_schedule) time-share the routes
+        instead: no per-tick term, only the step-average route time binds."""
+        if cfg.staggered:
+            return {}
+        factor = factor or {}
+        msg = self.message_bytes(cfg)
+        load: dict[Hop, float] = defaultdict(float)
+        for count, chain in groups:
+            for hop, n in self.chain_hops(chain, routing).items():
+                load[hop] += count * n * msg
+        out = {}
+        for (u, v), x in load.items():
+            key = route_key(u, v)
+            out[(u, v)] = _div(x, capacity_Bps.get(key, 0.0)) * factor.get(key, 1.0)
+        return out
 
     def pp_bytes_per_crossing(self, cfg: Config) -> float:
         """Bytes one boundary crossing puts on each direction of a route per step."""
@@ -377,9 +497,7 @@ class PerfModel:
         net = self.net
         optics = optics or {}
         ppf, dpf = pp_route_factor or {}, dp_route_factor or {}
-        # pipeline: slowest chain and the routes' activation throughput
-        chain_t = {c: self.chain_time(cfg, c, routing=routing) for _, c in groups}
-        crit = max(chain_t, key=lambda c: (chain_t[c], c))
+        # pipeline: the routes' activation load, their lockstep tick, the slowest chain
         pp_load: dict[RouteKey, float] = defaultdict(float)
         unreachable: list[tuple[str, str]] = []
         for count, chain in groups:
@@ -392,6 +510,11 @@ class PerfModel:
         route_pp_s = {
             k: _div(v, cap[k]) * ppf.get(k, 1.0) if v > 0 else 0.0 for k, v in pp_load.items()
         }
+        tick_s = self.route_tick_s(cfg, groups, cap, routing, ppf)
+        chain_t = {
+            c: self.chain_time(cfg, c, routing=routing, tick_s=tick_s or None) for _, c in groups
+        }
+        crit = max(chain_t, key=lambda c: (chain_t[c], c))
         t_pipe = max([chain_t[crit], *route_pp_s.values()])
 
         # data parallel: hierarchical per stage
@@ -473,6 +596,7 @@ class PerfModel:
             route_pp_load=dict(pp_load),
             route_dp_load=dict(dp_load),
             route_pp_s=route_pp_s,
+            route_tick_s=tick_s,
             route_dp_s=route_dp_s,
             wan_s=t_wan,
             intra_s=t_intra,

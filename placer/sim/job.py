@@ -63,7 +63,8 @@ from placer.errors import InputError
 from placer.evaluate import Evaluation, evaluate
 from placer.io import Problem, plan_from_data
 from placer.network import PathUse
-from placer.perf.pipeline import one_f_one_b_order, simulate_1f1b
+from placer.perf.critical_path import interleaved_order
+from placer.perf.pipeline import simulate_1f1b
 from placer.perf.step import Config, PerfModel
 from placer.schema import Plan
 from placer.sim.fabric import Fabric
@@ -173,36 +174,14 @@ class SimulationResult:
 
 
 def schedule(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
-    """The op order of pipeline rank `rank`: (kind, micro-batch, model stage) triples.
-
-    v = 1: non-interleaved 1F1B (placer.perf.pipeline.one_f_one_b_order), model stage =
-    rank. v > 1: Megatron-Core's interleaved schedule (forward_backward_pipelining_with_
-    interleaving, micro-batch groups of p): chunk c of rank r is model stage c p + r;
-    warm-up min(m v, (p - r - 1) 2 + (v - 1) p) forwards (older Megatron-LM warmed up all
-    of them whenever m = p), then 1F1B, then the remaining backwards;
-    forward k runs chunk (k mod p v) // p on micro-batch (k // p v) p + k mod p, backward
-    k the mirror chunk v - 1 - that."""
-    if v == 1:
-        return [(kind, x, rank) for kind, x in one_f_one_b_order(p, m, rank)]
-    if m % p:
+    """The op order of pipeline rank `rank`: (kind, micro-batch, model stage) triples, as
+    placer.perf.critical_path.interleaved_order (1F1B for v = 1, Megatron-Core's interleaved
+    schedule for v > 1); a micro-batch count that is not a multiple of pp is bad input."""
+    if v > 1 and m % p:
         raise InputError(
             f"interleaved 1F1B needs the micro-batch count ({m}) to be a multiple of pp ({p})"
         )
-    total = m * v
-    warm = min(total, (p - rank - 1) * 2 + (v - 1) * p)
-
-    def op(kind: str, k: int) -> tuple[str, int, int]:
-        chunk = (k % (p * v)) // p
-        if kind == "B":
-            chunk = v - 1 - chunk
-        return kind, (k // (p * v)) * p + k % p, chunk * p + rank
-
-    ops = [op("F", k) for k in range(warm)]
-    for i in range(total - warm):
-        ops.append(op("F", warm + i))
-        ops.append(op("B", i))
-    ops.extend(op("B", k) for k in range(total - warm, total))
-    return ops
+    return interleaved_order(p, m, v, rank)
 
 
 # ----------------------------------------------------------------------------- simulate

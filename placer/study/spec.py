@@ -358,12 +358,20 @@ def _problem(data: dict[str, Any], base_path: Path) -> Problem:
     try:
         problem = problem_from_data(inst, where=_SENTINEL, base=base_path.parent)
     except InputError as exc:
-        msg = str(exc).replace(f"{_SENTINEL}: ", "").replace(_SENTINEL, "instance")
-        field_path, _, rest = msg.partition(": ")
-        loc = _loc_of(field_path)
-        raise _PointError([(loc, rest if loc else msg)]) from None
+        point_issues: list[tuple[Loc, str]] = []
+        for msg in (
+            str(exc).replace(f"{_SENTINEL}: ", "").replace(_SENTINEL, "instance").split("\n")
+        ):
+            field_path, _, rest = msg.partition(": ")
+            loc = _loc_of(field_path)
+            point_issues.append((loc, rest if loc else msg))
+        raise _PointError(point_issues) from None
     return Problem(
-        instance=problem.instance, catalog=problem.catalog, model=problem.model, path=base_path
+        instance=problem.instance,
+        catalog=problem.catalog,
+        model=problem.model,
+        path=base_path,
+        deprecations=problem.deprecations,
     )
 
 

@@ -1,0 +1,235 @@
+"""Lockstep contention in the formulations: tick times per hop, transmit times per crossing,
+and the supporting planes of each chain type's 1F1B time.
+
+Under lockstep 1F1B (placer.perf.step.PerfModel.route_tick_s) a cross-site message takes
+the larger of its NIC serialization and its hop's tick time, the activation bytes of every
+replica crossing that hop at the same tick over the route's capacity. The tick depends on
+the placement and the waves, so a chain's 1F1B time becomes a function of decisions. It is
+convex and piecewise linear in the crossings' transmit times ``tau`` and latencies ``lam``
+(placer.perf.critical_path): the formulations write it as
+
+    T_pipe >= const + sum_i n_i tau_i + sum_i l_i lam_i      for every plane of a chain type
+                                                              in use
+
+and the planes are generated: one at build time (the uncontended chain, a constant), then,
+after each solve, the plane at the plan's own
+point for every chain whose true time no plane reaches yet (Kelley's cutting planes). Each
+plane is a true path of the schedule, valid for every plan, so the model stays a relaxation
+and its bound stays valid; once a plan meets the planes of its own point, the model's step
+time is the evaluator's and the plan is optimal for the true model (placer.optimize.driver
+runs the loop).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from placer.io import Problem
+from placer.network import PairKey, Routing, route_key
+from placer.perf.critical_path import critical_path
+from placer.perf.step import Chain, Config, Hop, PerfModel, hops_of
+
+TOL = 1e-9  # a plan's true chain time above every plane by more than this (relative) is cut
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """A chain boundary between two sites."""
+
+    boundary: int
+    pair: PairKey
+    nic_s: float  # the message's NIC serialization
+    # per candidate path (the pair's order, shortest first): the hops in travel direction
+    # and the boundary latency (fabric hop plus the path's fiber)
+    hops: tuple[tuple[Hop, ...], ...]
+    latency_s: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Plane:
+    """chain time >= const + sum_i tau[i] x tau_i + sum_i lam[i] x lam_i (i: crossings)."""
+
+    const: float
+    tau: tuple[int, ...]
+    lam: tuple[int, ...]
+
+    def value(self, taus: tuple[float, ...], lams: tuple[float, ...]) -> float:
+        return (
+            self.const
+            + sum(n * t for n, t in zip(self.tau, taus, strict=True))
+            + sum(n * t for n, t in zip(self.lam, lams, strict=True))
+        )
+
+
+@dataclass
+class ChainPlanes:
+    """One chain type's crossings and the planes generated so far."""
+
+    chain: Chain
+    crossings: list[Crossing]
+    planes: list[Plane] = field(default_factory=list)
+    # chain types with the same signature (stage times, which boundaries cross sites, the
+    # other boundaries' times) have the same 1F1B function of their crossings' times:
+    # a plane of one is a plane of all (placer.optimize.data groups them)
+    signature: tuple = ()
+
+    def covers(self, point: tuple[tuple[float, ...], tuple[float, ...]], t: float) -> bool:
+        best = max((p.value(*point) for p in self.planes), default=-math.inf)
+        return best >= t * (1 - TOL) - 1e-12
+
+
+def crossings(perf: PerfModel, cfg: Config, chain: Chain, paths: dict) -> list[Crossing]:
+    out = []
+    intra = perf.catalog.network.intra_site_latency_s
+    for j, (a, b) in enumerate(zip(chain, chain[1:], strict=False)):
+        if a == b:
+            continue
+        q = route_key(a, b)
+        cands = paths[q]
+        _lat, nic = perf.boundary(cfg, a, b)
+        out.append(
+            Crossing(
+                j,
+                q,
+                nic,
+                tuple(tuple(hops_of(p, a)) for p in cands),
+                tuple(intra + p.latency_s for p in cands),
+            )
+        )
+    return out
+
+
+def plane_at(
+    perf: PerfModel,
+    cfg: Config,
+    cp: ChainPlanes,
+    taus: tuple[float, ...],
+    lams: tuple[float, ...],
+) -> Plane:
+    """The supporting plane of the chain's time at the given crossing transmit times and
+    latencies (the other boundaries at their fixed intra-site values)."""
+    fwd, bwd, lat, tx = perf.chain_times_at(cfg, cp.chain, None, None)
+    for i, x in enumerate(cp.crossings):
+        tx[x.boundary] = taus[i]
+        lat[x.boundary] = lams[i]
+    path = critical_path(fwd, bwd, lat, tx, cfg.num_micro_batches)
+    const, n, lc = path.plane(tx, lat)
+    const += perf.optimizer_step_s(cfg, cp.chain)
+    cross = {x.boundary for x in cp.crossings}
+    # boundaries inside a site keep their times: fold them into the constant
+    for j in range(len(tx)):
+        if j not in cross:
+            const += n[j] * tx[j] + lc[j] * lat[j]
+    return Plane(
+        const,
+        tuple(n[x.boundary] for x in cp.crossings),
+        tuple(lc[x.boundary] for x in cp.crossings),
+    )
+
+
+def seed_planes(perf: PerfModel, cfg: Config, cp: ChainPlanes) -> None:
+    """The first plane: the chain's uncontended time on its shortest paths, a constant
+    (zero slopes). Valid because the 1F1B time is non-decreasing in every transmit and
+    latency, and no crossing is faster than its NIC or its shortest path. The planes with
+    slopes come from the plans the solver proposes (add_violated_planes): computing them
+    for every chain type up front would cost more than the solves (a critical path per
+    chain type and point)."""
+    t = perf.chain_time(cfg, cp.chain)
+    n = len(cp.crossings)
+    cp.planes.append(Plane(t, (0,) * n, (0,) * n))
+
+
+def chain_points(
+    perf: PerfModel,
+    cfg: Config,
+    groups: list[tuple[int, Chain]],
+    capacity_Bps: dict,
+    routing: Routing | None,
+    factor: dict | None = None,
+) -> dict[Chain, tuple[tuple[tuple[float, ...], tuple[float, ...]], float]]:
+    """Per chain of a plan: its crossings' (transmit, latency) point and its true 1F1B time
+    (the evaluator's, placer.perf.step), healthy or under a failure's route `factor`."""
+    tick = perf.route_tick_s(cfg, groups, capacity_Bps, routing, factor)
+    out = {}
+    for _, chain in groups:
+        lats = perf.boundary_latencies(chain, routing) if routing else None
+        ticks = perf.boundary_ticks(chain, routing, tick) if tick else None
+        _f, _b, lat, tx = perf.chain_times_at(cfg, chain, lats, ticks)
+        cross = [j for j, (a, b) in enumerate(zip(chain, chain[1:], strict=False)) if a != b]
+        point = (tuple(tx[j] for j in cross), tuple(lat[j] for j in cross))
+        out[chain] = (point, perf.chain_time(cfg, chain, routing=routing, tick_s=tick or None))
+    return out
+
+
+def add_violated_planes(
+    problem: Problem,
+    perf: PerfModel,
+    cfg: Config,
+    planes: list[ChainPlanes],
+    counts: dict[int, int],
+    waves: dict,
+    routing: Routing | None,
+    scenarios: list[dict] | None = None,
+) -> int:
+    """Add, for every chain in use whose true time (healthy, and under each failure's
+    route factors in `scenarios`) no plane reaches, the plane at its point. Returns how
+    many planes were added (0: the model priced the plan exactly)."""
+    net = perf.net
+    groups = [(n, planes[c].chain) for c, n in sorted(counts.items()) if n > 0]
+    if not groups:
+        return 0
+    by_chain = {planes[c].chain: planes[c] for c in counts}
+    cap = {r: net.capacity_Bps(r, waves.get(r, 0)) for r in net.routes}
+    added = 0
+    for factor in [None, *(scenarios or [])]:
+        for chain, (point, t) in chain_points(perf, cfg, groups, cap, routing, factor).items():
+            cp = by_chain[chain]
+            if math.isfinite(t) and not cp.covers(point, t):
+                before = len(cp.planes)
+                added += _add_around(perf, cfg, cp, point)
+                new = cp.planes[before:]
+                for other in planes:  # the same function: the same planes
+                    if other is not cp and other.signature == cp.signature:
+                        have = set(other.planes)
+                        other.planes.extend(p for p in new if p not in have)
+    return added
+
+
+def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) -> tuple:
+    fwd, bwd, lat, tx = perf.chain_times_at(cfg, chain, None, None)
+    cross = {x.boundary for x in xs}
+    rest = tuple((lat[j], tx[j]) for j in range(len(lat)) if j not in cross)
+    return (
+        tuple(fwd),
+        tuple(bwd),
+        tuple(sorted(cross)),
+        rest,
+        perf.optimizer_step_s(cfg, chain),
+    )
+
+
+NEIGHBOURS = (1 / 64, 1 / 16, 1 / 4, 1 / 2, 2.0, 4.0, 16.0)  # the planes at a violated
+# point and at these multiples of its transmit times above the NIC's: the next round's plan
+# usually moves along that line (more or fewer waves, more or fewer replicas on the route),
+# and a plane costs one critical path, far less than a round of solving
+
+
+def _add_around(
+    perf: PerfModel,
+    cfg: Config,
+    cp: ChainPlanes,
+    point: tuple[tuple[float, ...], tuple[float, ...]],
+) -> int:
+    taus, lams = point
+    nic = tuple(x.nic_s for x in cp.crossings)
+    added = 0
+    seen = set(cp.planes)
+    for f in (1.0, *NEIGHBOURS):
+        at = tuple(n + f * (t - n) for n, t in zip(nic, taus, strict=True))
+        pl = plane_at(perf, cfg, cp, at, lams)
+        if pl not in seen:
+            seen.add(pl)
+            cp.planes.append(pl)
+            added += 1
+    return added

@@ -1,0 +1,170 @@
+"""The critical path of one pipeline step, with how often it crosses each boundary.
+
+A replica chain's step (1F1B, or Megatron's interleaved 1F1B with ``v`` chunks per device)
+is the longest path of a DAG whose nodes are the compute ops and the messages' FIFO slots
+(placer.perf.pipeline's module docstring). Its weight is linear in every boundary's transmit
+time ``tau_j`` and latency ``lam_j``::
+
+    weight(path) = (compute on the path) + sum_j n_j tau_j + sum_j l_j lam_j
+
+with ``n_j`` FIFO slots and ``l_j`` deliveries of boundary ``j`` on the path. The makespan is
+the maximum over all paths, so for any other times ``tau', lam'``::
+
+    makespan(tau', lam') >= makespan(tau, lam) + sum_j n_j (tau'_j - tau_j)
+                                              + sum_j l_j (lam'_j - lam_j)
+
+a supporting plane of a convex piecewise-linear function. This is what the formulations
+need when a boundary's transmit time is a decision (lockstep contention, issue 11 item 1:
+``tau_j`` grows with the replicas sharing a route at every tick, which depends on the
+placement and the waves): every such plane is a valid row, and a plan whose chain times
+meet all the planes of its own point is priced exactly (placer.optimize.contention).
+
+Boundaries are physical: ``j`` joins pipeline ranks ``j`` and ``j + 1`` (``j < p - 1``); with
+``v > 1`` boundary ``p - 1`` is the wrap from the last rank back to the first, which every
+chunk boundary ``c p + p - 1 -> (c + 1) p`` crosses. Each direction of a boundary is one
+FIFO (activations forward, gradients backward) served in the producer's op order, as in
+placer.perf.pipeline.simulate_1f1b, which this module equals for ``v = 1`` (tests).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from placer.perf.pipeline import one_f_one_b_order
+
+__all__ = ["CriticalPath", "critical_path", "interleaved_order"]
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """The makespan and the boundary counts of one longest path."""
+
+    makespan_s: float
+    transmit_count: tuple[int, ...]  # n_j: FIFO slots of boundary j on the path
+    latency_count: tuple[int, ...]  # l_j: deliveries over boundary j on the path
+
+    def plane(
+        self, transmit: Sequence[float], latency: Sequence[float]
+    ) -> tuple[float, tuple[int, ...], tuple[int, ...]]:
+        """(constant, n, l) of the supporting plane: makespan >= constant + n.tau + l.lam
+        for every tau, lam (the path's compute weight is the constant)."""
+        const = self.makespan_s
+        const -= sum(n * t for n, t in zip(self.transmit_count, transmit, strict=True))
+        const -= sum(n * t for n, t in zip(self.latency_count, latency, strict=True))
+        return const, self.transmit_count, self.latency_count
+
+
+def interleaved_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
+    """The op order of pipeline rank ``rank``: (kind, micro-batch, model stage).
+
+    ``v = 1``: 1F1B (placer.perf.pipeline.one_f_one_b_order), model stage = rank.
+    ``v > 1``: Megatron-Core's interleaved schedule (forward_backward_pipelining_with_
+    interleaving, micro-batch groups of ``p``; ``m`` must be a multiple of ``p``): chunk ``c``
+    of rank ``r`` is model stage ``c p + r``; warm-up ``min(m v, (p - r - 1) 2 + (v - 1) p)``
+    forwards, then one forward / one backward, then the remaining backwards; forward ``k``
+    runs chunk ``(k mod p v) // p`` on micro-batch ``(k // p v) p + k mod p``, backward ``k``
+    the mirror chunk ``v - 1 -`` that."""
+    if v == 1:
+        return [(kind, x, rank) for kind, x in one_f_one_b_order(p, m, rank)]
+    if m % p:
+        raise ValueError(f"interleaved 1F1B needs m a multiple of pp (pp={p}, m={m})")
+    total = m * v
+    warm = min(total, (p - rank - 1) * 2 + (v - 1) * p)
+
+    def op(kind: str, k: int) -> tuple[str, int, int]:
+        chunk = (k % (p * v)) // p
+        if kind == "B":
+            chunk = v - 1 - chunk
+        return kind, (k // (p * v)) * p + k % p, chunk * p + rank
+
+    ops = [op("F", k) for k in range(warm)]
+    for i in range(total - warm):
+        ops.append(op("F", warm + i))
+        ops.append(op("B", i))
+    ops.extend(op("B", k) for k in range(total - warm, total))
+    return ops
+
+
+# a time on the DAG with the counts of the path that attains it
+_Stamp = tuple[float, tuple[int, ...], tuple[int, ...]]
+
+
+def _later(a: _Stamp, b: _Stamp) -> _Stamp:
+    return b if b[0] > a[0] else a
+
+
+def _bump(counts: tuple[int, ...], j: int) -> tuple[int, ...]:
+    return counts[:j] + (counts[j] + 1,) + counts[j + 1 :]
+
+
+def critical_path(
+    fwd: Sequence[float],
+    bwd: Sequence[float],
+    latency: Sequence[float],
+    transmit: Sequence[float],
+    m: int,
+    v: int = 1,
+) -> CriticalPath:
+    """Makespan of one step and its longest path's boundary counts.
+
+    ``fwd`` / ``bwd``: seconds per micro-batch of each model stage (``v p`` of them, model
+    stage ``s`` on rank ``s mod p``); ``latency`` / ``transmit``: per physical boundary
+    (``p - 1`` of them for ``v = 1``, ``p`` with the wrap for ``v > 1``). Ordered evaluation
+    of the schedule, ``O(v p m)`` ops."""
+    if v < 1 or len(fwd) % v or len(fwd) != len(bwd) or not fwd:
+        raise ValueError("fwd and bwd need v * pp entries each")
+    p = len(fwd) // v
+    nb = p - 1 if v == 1 else p
+    if len(latency) != nb or len(transmit) != nb:
+        raise ValueError(f"latency and transmit need {nb} entries (pp={p}, v={v})")
+    for name, xs in (("fwd", fwd), ("bwd", bwd), ("latency", latency), ("transmit", transmit)):
+        if any(not (math.isfinite(x) and x >= 0) for x in xs):
+            raise ValueError(f"{name} must hold finite non-negative times")
+    last = v * p - 1
+    zero = (0,) * nb
+    orders = [interleaved_order(p, m, v, r) for r in range(p)]
+    nxt = [0] * p
+    free: list[_Stamp] = [(0.0, zero, zero)] * p
+    # FIFO of boundary j: forward (rank j -> j+1, wrap p-1 -> 0) and backward directions
+    fifo_f: list[_Stamp] = [(0.0, zero, zero)] * nb
+    fifo_b: list[_Stamp] = [(0.0, zero, zero)] * nb
+    arrived: dict[tuple[str, int, int], _Stamp] = {}  # (kind, micro-batch, model stage)
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for r in range(p):
+            order = orders[r]
+            while nxt[r] < len(order):
+                kind, x, s = order[nxt[r]]
+                if kind == "F":
+                    ready = (0.0, zero, zero) if s == 0 else arrived.get(("F", x, s))
+                else:
+                    ready = free[r] if s == last else arrived.get(("B", x, s))
+                if ready is None:
+                    break
+                start = _later(free[r], ready)
+                end = (start[0] + (fwd[s] if kind == "F" else bwd[s]), start[1], start[2])
+                free[r] = end
+                nxt[r] += 1
+                remaining -= 1
+                progressed = True
+                if kind == "F" and s < last:
+                    j = r  # rank r -> r + 1 (r = p - 1: the wrap, boundary p - 1)
+                    tx = _later(end, fifo_f[j])
+                    done = (tx[0] + transmit[j], _bump(tx[1], j), tx[2])
+                    fifo_f[j] = done
+                    arrived[("F", x, s + 1)] = (done[0] + latency[j], done[1], _bump(done[2], j))
+                elif kind == "B" and s > 0:
+                    j = r - 1 if r > 0 else p - 1  # rank r -> r - 1 (r = 0: the wrap back)
+                    tx = _later(end, fifo_b[j])
+                    done = (tx[0] + transmit[j], _bump(tx[1], j), tx[2])
+                    fifo_b[j] = done
+                    arrived[("B", x, s - 1)] = (done[0] + latency[j], done[1], _bump(done[2], j))
+        if not progressed:  # pragma: no cover - both schedules are deadlock-free
+            raise RuntimeError("pipeline schedule deadlocked")
+    best = free[0]
+    for stamp in free[1:]:
+        best = _later(best, stamp)
+    return CriticalPath(best[0], best[1], best[2])
