@@ -3,6 +3,8 @@ instances with S = 2 .. 32 sites up to ~1M GPUs and a 2T-parameter model.
 
     .venv/bin/python benchmarks/solve_bench.py            # full table (minutes)
     .venv/bin/python benchmarks/solve_bench.py --quick    # shipped instances only
+    .venv/bin/python benchmarks/solve_bench.py --power    # issue 12.3: power-bound instances
+    .venv/bin/python benchmarks/solve_bench.py --deadline # issue 15.3: whole command vs limit
 
 Prints markdown tables (copy them into benchmarks/README.md).
 """
@@ -47,6 +49,71 @@ def run(problem, backend: str, time_limit: float) -> tuple[str, float, float, fl
     )
 
 
+POWER_BOUND = ["power-bound-gpt3-two-sites", "power-bound-8-sites"]  # tests/instances
+
+
+def power_rows(backends: list[str], time_limit: float) -> None:
+    """The issue's power-bound instances (exit 4 before the presolve and the heuristic):
+    the time to the first plan (the first incumbent), then the search's end."""
+    print("| instance | backend | first plan s | status | seconds | step time s | gap |")
+    print("|---|---|---:|---|---:|---:|---:|")
+    for name in POWER_BOUND:
+        prob = load_instance(ROOT / "tests" / "instances" / f"{name}.yaml")
+        for b in backends:
+            t0 = time.perf_counter()
+            first: list[float] = []
+
+            def progress(msg: str, t0: float = t0, first: list[float] = first) -> None:
+                if msg.startswith("incumbent") and not first:
+                    first.append(time.perf_counter() - t0)
+
+            try:
+                res = solve(prob, backend=b, time_limit_s=time_limit, threads=2, progress=progress)
+                st, obj, gap = res.status, f"{res.objective:.4f}", f"{res.gap:.1e}"
+            except PlacerError as exc:
+                st, obj, gap = type(exc).__name__, "-", "-"
+            f = f"{first[0]:.2f}" if first else "-"
+            print(
+                f"| {name} | {b} | {f} | {st} | {time.perf_counter() - t0:.2f} | {obj} | {gap} |",
+                flush=True,
+            )
+
+
+def deadline_rows(limits: list[float]) -> None:
+    """Wall time of the whole `placer solve` command (start-up to exit) against --time-limit."""
+    import subprocess
+    import tempfile
+
+    import yaml
+
+    from placer.generate import ring_instance
+
+    exe = str(Path(sys.executable).parent / "placer")
+    with tempfile.TemporaryDirectory() as tmp:
+        ring = Path(tmp) / "ring-16.yaml"
+        ring.write_text(yaml.safe_dump(ring_instance(16)))
+        cases = [
+            ("ring-16", ring),
+            ("power-bound-8-sites", ROOT / "tests" / "instances" / "power-bound-8-sites.yaml"),
+        ]
+        print("| instance | --time-limit s | wall s | over the limit | exit |")
+        print("|---|---:|---:|---:|---:|")
+        for name, path in cases:
+            for lim in limits:
+                t0 = time.perf_counter()
+                r = subprocess.run(
+                    [exe, "solve", str(path), "-q", "-o", str(Path(tmp) / "out"),
+                     "--time-limit", f"{lim:g}"],
+                    capture_output=True,
+                    text=True,
+                )  # fmt: skip
+                wall = time.perf_counter() - t0
+                print(
+                    f"| {name} | {lim:g} | {wall:.2f} | {wall / lim - 1:+.1%} | {r.returncode} |",
+                    flush=True,
+                )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="shipped instances only")
@@ -55,8 +122,16 @@ def main() -> None:
     ap.add_argument(
         "--sites", default="", help="generated rows only, for these site counts (e.g. 32)"
     )
+    ap.add_argument("--power", action="store_true", help="the power-bound instances only")
+    ap.add_argument("--deadline", action="store_true", help="whole-command wall time only")
     args = ap.parse_args()
     backends = args.backends.split(",")
+    if args.power:
+        power_rows(backends, args.time_limit)
+        return
+    if args.deadline:
+        deadline_rows([10.0, 20.0])
+        return
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}"  # noqa: E501
     )

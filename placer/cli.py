@@ -72,6 +72,11 @@ def solve(
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="no progress on stderr")] = False,
 ) -> None:
     """Find the best plan; write plan.json, bom.csv, report.md and report.html."""
+    from placer.optimize.deadline import command_start, output_reserve_s
+
+    # the time limit bounds the whole command: start-up and loading count, and writing the
+    # outputs gets its reserve (issue 15 item 3)
+    started = command_start()
     from placer import interrupt
     from placer.io import load_instance
     from placer.optimize.driver import check_solver_options
@@ -94,8 +99,14 @@ def solve(
         )
     progress = None if quiet else (lambda msg: err.print(Text(msg, style="dim"), highlight=False))
     with interrupt.handle_signals():
+        limit = time_limit if time_limit is not None else prob.instance.solver.time_limit_s
         res = run(
-            prob, backend=backend, time_limit_s=time_limit, threads=threads, progress=progress
+            prob,
+            backend=backend,
+            time_limit_s=time_limit,
+            threads=threads,
+            progress=progress,
+            deadline_at=started + limit - output_reserve_s(limit, len(prob.instance.sites)),
         )
         _write_solve(prob, res, output, folder_arg, as_json)
     stop = interrupt.requested()

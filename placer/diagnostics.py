@@ -133,9 +133,20 @@ def plan_warnings(problem: Problem, plan: Plan, ev: Evaluation) -> list[PlanWarn
 def _single_points(problem: Problem, plan: Plan, ev: Evaluation) -> list[PlanWarning]:
     if not ev.feasible or not ev.links or sum(1 for g in ev.gpus_by_site.values() if g) < 2:
         return []
+    from placer.optimize.deadline import DeadlinePassed
     from placer.resilience import failure_report
 
-    fr = failure_report(problem, ev, ["wave", "fiber_pair"])
+    try:
+        fr = failure_report(problem, ev, ["wave", "fiber_pair"])
+    except DeadlinePassed:  # the solve's time limit: say so instead of overrunning it
+        return [
+            PlanWarning(
+                kind="single_point_of_failure",
+                where="links",
+                message="links: not checked for single points of failure: the time limit was "
+                "reached first (run `placer evaluate --failures`)",
+            )
+        ]
     out: dict[str, PlanWarning] = {}  # one warning per route: the smallest failure that darkens it
     for sc in fr.scenarios:
         if not sc.dark or sc.where in out:

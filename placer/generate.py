@@ -87,3 +87,31 @@ def random_instance(
         "solver": {"time_limit_s": time_limit_s, "max_sites_per_replica": max_sites_per_replica},
     }
     return inst
+
+
+def ring_instance(
+    sites: int,
+    gpus_per_site: int = 4096,
+    model: str = "gpt3-175b",
+    km: float = 80.0,
+    time_limit_s: float = 20.0,
+    max_sites_per_replica: int = 2,
+) -> dict[str, Any]:
+    """S equal H100 sites on a ring of `km` routes (issue 15's time-limit cases), power for
+    all GPUs at the catalog's all-in watts x PUE plus 10%, open candidate sets."""
+    all_in_w = default_catalog_data()["gpus"]["h100-sxm"]["all_in_w"]
+    power = round(gpus_per_site * all_in_w * SITE_PUE * 1.1 / 1e6, 3)
+    names = [f"r{i:02d}" for i in range(sites)]
+    return {
+        "name": f"ring-{sites}",
+        "sites": [
+            {"name": n, "gpu": "h100-sxm", "gpus": gpus_per_site, "power_mw": power} for n in names
+        ],
+        "routes": [
+            {"sites": [names[i], names[(i + 1) % sites]], "km": km, "fiber_pairs": 2}
+            for i in range(sites if sites > 2 else 1)
+        ],
+        "job": {"model": model, "global_batch": 1536},
+        "objective": {"minimize": "step_time"},
+        "solver": {"time_limit_s": time_limit_s, "max_sites_per_replica": max_sites_per_replica},
+    }

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from placer.io import Problem, problem_with
 from placer.network import RouteKey
+from placer.optimize import deadline
 from placer.perf.comm import allreduce_lower_bound_s, nic_loss_factor, ring_fault_free_s
 from placer.perf.step import PerfModel
 from placer.rules import site_gpus_per_node, waves_lost
@@ -164,6 +165,7 @@ def failure_report(
     routing = ev.routing
     scenarios: list[Scenario] = []
     net = perf.net
+    base = None  # the healthy step's route loads, computed once
     for key, w in sorted(waves.items()):
         if w <= 0:
             continue
@@ -171,6 +173,7 @@ def failure_report(
         for klass in ("wave", "fiber_pair"):
             if klass not in classes:
                 continue
+            deadline.check()  # within the driver's time limit (warnings after a solve)
             lost = waves_lost(klass, w, ch)
             left = w - lost
             cap0 = net.capacity_Bps(key, w, optics[key])
@@ -190,7 +193,8 @@ def failure_report(
                 }
                 st = perf2.step(cfg, groups, w2, optics=optics, routing=kept)
                 sc.disconnected = bool(st.unreachable)
-                base = perf.step(cfg, groups, waves, optics=optics, routing=routing)
+                if base is None:
+                    base = perf.step(cfg, groups, waves, optics=optics, routing=routing)
                 sc.dark = base.route_pp_load.get(key, 0) > 0 or base.route_dp_load.get(key, 0) > 0
                 if sc.disconnected:
                     sc.description += " (route dark: no other path, sites disconnected)"

@@ -94,6 +94,7 @@ def test_no_plan_at_all_is_a_time_limit_not_infeasible(
     backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(driver, "greedy", lambda data: None)
+    monkeypatch.setattr(driver, "heuristic_plans", lambda *a, **k: [])  # no plan first either
     with pytest.raises(TimeLimitError):
         solve(
             _with_options(_instance("two-campus-100km"), STOP_AT_ONCE[backend]),

@@ -24,7 +24,7 @@ from placer.evaluate import evaluate
 from placer.io import Problem
 from placer.network import Network, PairKey, RouteKey, route_key
 from placer.optimize.data import InnerData, InnerSolution, solution_plan
-from placer.optimize.families import tiebreak_key
+from placer.optimize.families import chain_weight_sum, tiebreak_key
 from placer.perf.step import PerfModel
 
 MAX_PLANS = 200_000
@@ -67,9 +67,7 @@ def brute_inner(
                 }[objective]
                 sites = sum(1 for g in ev.gpus_by_site.values() if g > 0)
                 paths = sum(len(e["paths"]) - 1 for e in routing)
-                key = tiebreak_key(
-                    value, sum(wv), sites, paths, sum(c * n for c, n in counts.items())
-                )
+                key = tiebreak_key(value, sum(wv), sites, paths, chain_weight_sum(counts))
                 if best is None or key < best:
                     best = key
                     best_sol = InnerSolution(

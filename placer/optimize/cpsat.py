@@ -27,6 +27,7 @@ from placer.optimize.families import (
     IntraTerm,
     LatencyTerm,
     PathLevelTerm,
+    chain_weight,
     hull_cells,
     row,
     sync_rule,
@@ -955,6 +956,7 @@ class CpsatInner:
         self.add(
             self.m.Add(self._main() <= round(solver.ObjectiveValue())), row("objective.tiebreak")
         )
+        self.m.ClearHints()  # hook: the tie-break starts from this solve's plan, not the start
         for v in self.n.values():
             self.m.AddHint(v, solver.Value(v))
         # canonical order among the remaining ties (CP-SAT's parallel workers may otherwise
@@ -965,7 +967,7 @@ class CpsatInner:
             tb.waves * self.total_waves
             + tb.sites * sum(self.sites_used.values())
             + tb.paths * sum(self.w.values())
-            + sum(tb.chain_index * c * v for c, v in self.n.items())
+            + sum(tb.chain_index * chain_weight(c) * v for c, v in self.n.items())  # hook
         )
         if interrupt.requested():
             st2 = cp_model.UNKNOWN  # stopping: keep the first solution, no tie-break solve

@@ -13,6 +13,7 @@ from typing import Any
 
 from placer.io import Problem
 from placer.network import Network, PairKey, Path, RouteKey, route_key
+from placer.optimize import deadline
 from placer.perf.step import Chain, Config, PerfModel
 from placer.rules import (
     amortization_s,
@@ -201,6 +202,7 @@ def build_inner(
     chain_pairs = [perf.crossing_pairs(c, v) for c in chains]
     chain_cross, chain_level_time = [], []
     for c, qs in zip(chains, chain_pairs, strict=True):
+        deadline.check()  # hook (placer.optimize.deadline): a build stops at the time limit
         cross: dict[RouteKey, int] = {}
         for q in qs:
             if len(pair_paths[q]) == 1:
@@ -235,7 +237,7 @@ def build_inner(
     return InnerData(
         cfg=cfg,
         chains=chains,
-        chain_time=[perf.chain_time(cfg, c) for c in chains],
+        chain_time=[deadline.checked(perf.chain_time, cfg, c) for c in chains],  # hook
         chain_cross=chain_cross,
         pp_bytes_per_crossing=perf.pp_bytes_per_crossing(cfg),
         sites=sites,

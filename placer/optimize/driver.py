@@ -28,23 +28,36 @@ from placer.errors import (
 from placer.evaluate import Evaluation, completed_plan, evaluate
 from placer.io import Problem
 from placer.network import RouteKey
+from placer.optimize import deadline as dl
 from placer.optimize.brute import brute_inner
+from placer.optimize.canonical import canonical_routing_plan, routed_pairs
 from placer.optimize.contention import add_violated_planes
 from placer.optimize.cpsat import CpsatInner
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, build_inner, solution_plan
 from placer.optimize.explain import explain_infeasible
 from placer.optimize.families import tiebreak_key
 from placer.optimize.greedy import greedy
+from placer.optimize.heuristic import heuristic_plans
 from placer.optimize.milp import MilpInner
+from placer.optimize.presolve import presolve, site_caps, tighten
 from placer.optimize.quiet import absorb_highs_banner
-from placer.optimize.space import SpaceReport, chain_types, enumerate_configs, site_group_capacity
+from placer.optimize.space import (
+    SpaceReport,
+    _check_chain_space,
+    chain_types,
+    enumerate_configs,
+    memory_fits,
+    site_group_capacity,
+)
 from placer.optimize.splits import rest_lower_bound_s
+from placer.optimize.warmstart import hint_from_plan, start_values
 from placer.perf.step import Config, PerfModel
 from placer.rules import energy_usd_per_j, replica_slots, site_gpus_per_node, site_power_w
 from placer.schema import MAX_THREADS, Plan
 
 GREEDY_CONFIGS = 4  # configurations (best bounds first) that get a greedy incumbent
 FINISH_RESERVE_S = 1.0  # of the time limit, for the final evaluation (capped at 2% of it)
+MIN_LIMIT_S = 0.05  # what a command whose start-up used its whole limit still gives the search
 AGREEMENT_REL = 1e-5  # backend objective vs evaluator (CP-SAT works on a 1e-9 time grid)
 
 Progress = Callable[[str], None]
@@ -120,8 +133,15 @@ def solve(
     threads: int | None = None,
     progress: Progress | None = None,
     _nested: bool = False,
+    deadline_at: float | None = None,
 ) -> SolveResult:
+    """The best plan within the time limit. `deadline_at` (a time.perf_counter() instant,
+    the CLI's: its start plus the limit, less what writing the outputs needs) makes the
+    limit count from there, so that the whole command stays within it."""
     check_solver_options(time_limit_s, threads)
+    if deadline_at is not None:
+        limit = time_limit_s if time_limit_s is not None else problem.instance.solver.time_limit_s
+        time_limit_s = min(limit, max(MIN_LIMIT_S, deadline_at - time.perf_counter()))
     if backend is not None and backend not in BACKENDS:
         raise InputError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     absorb_highs_banner()  # HiGHS' banner goes to stderr, never onto stdout (CONTRACT section 4)
@@ -150,9 +170,22 @@ def solve(
     perf = PerfModel(problem)
     report = SpaceReport()
     configs = enumerate_configs(problem, report, perf)
+    # presolve: each site's GPUs capped by power and memory; configurations no set of sites
+    # can power are dropped, and with none left the binding resource is reported at once
+    caps = site_caps(problem, perf.net)
+    powered = presolve(problem, configs, caps, report)
 
-    cands = prepare_candidates(problem, perf, configs, report, objective, deadline=deadline)
-    say(f"{len(configs)} configurations, {len(cands)} after memory and bound pruning")
+    # bounding stops at a share of the limit, so that the heuristic and the search get the
+    # rest; configurations left unbounded stay open with the trivial bound 0
+    cands, unbounded = _prepare_until(
+        problem, perf, powered, report, objective, t0 + PREPARE_SHARE * (deadline - t0)
+    )
+    if unbounded:
+        say(f"time limit: {unbounded} configurations left unbounded (bound 0)")
+    say(
+        f"{len(configs)} configurations, {len(powered)} after the power and memory presolve, "
+        f"{len(cands)} after bound pruning"
+    )
 
     best: tuple[tuple[Any, ...], Plan, Evaluation, Config] | None = None
     finish_s = 0.0  # time kept back for evaluating, completing and writing the final plan
@@ -190,15 +223,48 @@ def solve(
             best = (key, plan, ev, data.cfg)
             say(f"incumbent {source} {data.cfg.label()}: {_fmt(objective, key[0])}")
 
+    def offer(plan: Plan, ev: Evaluation, cfg: Config, source: str) -> None:
+        """A plan the evaluator already accepted (the heuristic's) competes as is."""
+        nonlocal best
+        key = _tiebreak(objective, ev, plan, cfg)
+        if best is None or key < best[0]:
+            best = (key, plan, ev, cfg)
+            say(f"incumbent {source} {cfg.label()}: {_fmt(objective, key[0])}")
+
+    # a plan first (placer.optimize.heuristic): greedy construction and local search, every
+    # plan checked by the evaluator; it seeds the incumbent, so a time limit returns a plan
+    if cands and not interrupt.requested():
+        t_h = time.perf_counter()
+        found = heuristic_plans(
+            problem,
+            perf,
+            [c.cfg for c in cands],
+            caps,
+            lambda ev, plan, cfg: _tiebreak(objective, ev, plan, cfg),
+            deadline,
+            time_limit_s,
+        )
+        for f in found:
+            offer(f.plan, f.ev, f.cfg, "heuristic")
+            finish_s = max(finish_s, 3 * f.eval_s)
+        say(f"heuristic: {len(found)} plan(s) in {time.perf_counter() - t_h:.2f} s")
+
     # greedy incumbent over the most promising configurations
     last_build_s = 0.0  # the slowest model build so far, to avoid starting one that cannot finish
     for cand in [c for c in cands if not c.rest][:GREEDY_CONFIGS]:
         if time.perf_counter() + 1.5 * last_build_s + finish_s > deadline or interrupt.requested():
             break
         t_build = time.perf_counter()
-        cand.data = build_inner(problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg))
+        try:
+            with dl.until(deadline - finish_s):
+                cand.data = build_inner(
+                    problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg)
+                )
+        except dl.DeadlinePassed:
+            break
+        tighten(cand.data, caps)
         last_build_s = max(last_build_s, time.perf_counter() - t_build)
-        g = greedy(cand.data)
+        g = greedy(cand.data) if cand.data.chains else None
         if g is not None:
             consider(cand.data, g, "greedy")
             consider(cand.data, InnerSolution(g.counts, {}, math.inf, 0.0, False), "greedy-nowaves")
@@ -206,8 +272,8 @@ def solve(
     solved = 0
     unproven = 0  # configurations the time limit ended before the solver proved them
     rest_open = 0  # of which: layer splits left out of the enumeration (stage_layers: all)
-    open_bounds: list[float] = []
-    timed_out = False
+    open_bounds: list[float] = [0.0] if unbounded else []
+    timed_out = bool(unbounded)
     stopped = interrupt.requested()  # SIGINT/SIGTERM: keep the incumbent, report it feasible
     for i, cand in enumerate(cands):
         inc = best[0][0] if best else None
@@ -233,13 +299,33 @@ def solve(
             open_bounds.extend(c.lower_bound for c in cands[i:])
             break
         t_build = time.perf_counter()
-        data = cand.data or build_inner(
-            problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg)
-        )
+        if cand.data is None:
+            try:
+                with dl.until(deadline - finish_s):
+                    cand.data = build_inner(
+                        problem, perf, cand.cfg, chain_types(problem, perf, cand.cfg)
+                    )
+            except dl.DeadlinePassed:  # the limit struck inside the build: still open
+                stopped = interrupt.requested()
+                timed_out = not stopped
+                open_bounds.extend(c.lower_bound for c in cands[i:])
+                break
+            tighten(cand.data, caps)
+        data = cand.data
         last_build_s = max(last_build_s, time.perf_counter() - t_build)
+        if not data.chains:  # stage_hosts' superset admitted it; no chain type exists
+            solved += 1
+            continue
         remaining = deadline - finish_s - time.perf_counter()
+        hint = None  # the incumbent's plan, when it is of this configuration, as a start
+        if best is not None and best[3] == cand.cfg:
+            hint = hint_from_plan(
+                data,
+                {tuple(g.stage_sites): g.count for g in best[1].replica_groups},
+                {link.key: link.waves for link in best[1].links},
+            )
         res = _solve_inner(
-            problem, perf, data, backend, objective, inc, remaining, threads, opts, best
+            problem, perf, data, backend, objective, inc, remaining, threads, opts, best, hint
         )
         solved += 1
         sol = res if isinstance(res, InnerSolution) else None
@@ -290,6 +376,10 @@ def solve(
                 f"time limit {time_limit_s:g} s reached before any feasible plan was found"
             )
         raise InfeasibleError(explain_infeasible(problem, perf, report, cands))
+    if not stopped:  # repeatable routing: the flows solved again from the decisions
+        canon = _canonical(problem, perf, cands, best, objective, deadline - time.perf_counter())
+        if canon is not None:
+            best = canon
     _, plan, ev, cfg = best
     value = _objective_value(objective, ev)
     bound = min([value, *open_bounds])
@@ -322,14 +412,42 @@ def solve(
     )
     res = inst.resilience
     if res is not None and res.survive and not _nested and not stopped:
-        left = max(1.0, deadline - time.perf_counter())
+        left = deadline - time.perf_counter()  # no floor: the summary never overruns the limit
         summary = resilience_summary(problem, final, backend, left, threads)
         final = final.model_copy(update={"resilience": summary})
     if not _nested:
-        final = final.model_copy(
-            update={"warnings": instance_warnings(problem) + plan_warnings(problem, final, ev)}
-        )
+        with dl.until(deadline):  # the failure analysis of the warnings is long
+            found_warnings = instance_warnings(problem) + plan_warnings(problem, final, ev)
+        final = final.model_copy(update={"warnings": found_warnings})
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved)
+
+
+def _canonical(
+    problem: Problem,
+    perf: PerfModel,
+    cands: list[Candidate],
+    best: tuple[tuple[Any, ...], Plan, Evaluation, Config],
+    objective: str,
+    left_s: float,
+) -> tuple[tuple[Any, ...], Plan, Evaluation, Config] | None:
+    """The final plan with canonical routing (placer.optimize.canonical), when the
+    evaluator accepts it and its tie-break key is no worse; None keeps the plan as is."""
+    key, plan, _ev, cfg = best
+    data = next((c.data for c in cands if c.cfg == cfg and c.data is not None), None)
+    if data is None or not routed_pairs(data):
+        return None
+    try:
+        with dl.until(time.perf_counter() + left_s):
+            again = canonical_routing_plan(problem, data, plan, left_s, _upper_bound_time(data))
+    except dl.DeadlinePassed:
+        return None
+    if again is None:
+        return None
+    ev = evaluate(problem, again, perf)
+    if not ev.feasible:
+        return None
+    k = _tiebreak(objective, ev, again, cfg)
+    return (k, again, ev, cfg) if k <= key else None
 
 
 def _variant(problem: Problem, resilience: Any) -> Problem:
@@ -365,6 +483,10 @@ def resilience_summary(
         if variant is not None and variant["collective"] == res.collective:
             runs[name] = waves_of(plan)
             continue
+        if time_limit_s / 3 < MIN_LIMIT_S:
+            runs[name] = None
+            out[f"{name}_error"] = "not solved: the time limit was used up"
+            continue
         try:
             r = solve(
                 _variant(problem, variant),
@@ -390,6 +512,40 @@ def resilience_summary(
     return out
 
 
+PREPARE_SHARE = 0.5  # of the time to the deadline, at most, for bounding configurations
+PREPARE_CHUNK = 32  # configurations bounded between two looks at the clock
+
+
+def _prepare_until(
+    problem: Problem,
+    perf: PerfModel,
+    configs: list[Config],
+    report: SpaceReport,
+    objective: str,
+    stop_at: float,
+) -> tuple[list[Candidate], int]:
+    """prepare_candidates in chunks until `stop_at`: the candidates bounded (sorted) and
+    how many configurations were left unbounded. A stop request raises as before."""
+    cands: list[Candidate] = []
+    done = 0
+    try:
+        with dl.until(stop_at):
+            while done < len(configs):
+                if time.perf_counter() > stop_at:
+                    break
+                chunk = configs[done : done + PREPARE_CHUNK]
+                cands += prepare_candidates(problem, perf, chunk, report, objective)
+                done += len(chunk)
+    except dl.DeadlinePassed:
+        pass
+    if interrupt.requested():
+        raise SearchInterrupted(
+            f"interrupted while preparing the search: {done} of {len(configs)} configurations bounded, no plan yet"  # noqa: E501
+        )
+    cands.sort(key=lambda c: (c.lower_bound, c.cfg.label()))
+    return cands, len(configs) - done
+
+
 def prepare_candidates(
     problem: Problem,
     perf: PerfModel,
@@ -401,21 +557,24 @@ def prepare_candidates(
     """Chain types and a lower bound on step time per configuration, sorted by bound."""
     inst = problem.instance
     cands: list[Candidate] = []
+    kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in inst.sites}
+    reduced: dict[frozenset[str], set[str]] = {}
     for n, cfg in enumerate(configs):
         if deadline is not None and (time.perf_counter() > deadline or interrupt.requested()):
             raise (SearchInterrupted if interrupt.requested() else TimeLimitError)(
                 f"stopped while preparing the search: {n} of {len(configs)} configurations bounded, no plan yet"  # noqa: E501
             )
-        chains = chain_types(problem, perf, cfg, report)
-        if not chains:
+        hosts = stage_hosts(problem, perf, cfg, report)
+        memo: dict[tuple[Any, ...], float] = {}
+        if hosts is None:
             report.drop("no stage placement fits in GPU memory")
             continue
-        lb_pipe = perf.pipeline_lower_bound(cfg, chains)
+        hosts = [_one_per_kind(kinds, h, reduced) for h in hosts]
+        lb_pipe = perf.pipeline_lower_bound(cfg, host_cover(hosts))
         lb_intra = 0.0
         if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
             lb_intra = max(
-                min(perf.intra_sync_s(cfg, k, s) for s in {c[k] for c in chains})
-                for k in range(cfg.pp)
+                min(_intra(problem, perf, cfg, k, s, memo) for s in hosts[k]) for k in range(cfg.pp)
             )
             lb_intra = perf.dp_exposed_s(cfg, lb_intra)  # what the overlap windows cannot hide
         if (
@@ -459,6 +618,115 @@ def split_gpus(problem: Problem, cfg: Config) -> list[str]:
     )
 
 
+EXACT_HOSTS_CHAINS = 1000  # up to this many chain types, a stage's hosts come from the chains
+
+
+def stage_hosts(
+    problem: Problem, perf: PerfModel, cfg: Config, report: SpaceReport
+) -> list[set[str]] | None:
+    """The sites that may host each stage (None: no chain type fits). Exact (the chain
+    types') on small spaces; on large ones every site with a TP group whose GPU holds the
+    stage, a superset, so the lower bounds built on it stay valid, without enumerating
+    sites^K x pp chains for every configuration (34 s for the 200 configurations of the
+    8-site power-bound instance)."""
+    inst = problem.instance
+    sites = [
+        s.name for s in inst.sites if site_group_capacity(problem, s.name, cfg.tp, cfg.width) > 0
+    ]
+    _check_chain_space(len(sites), inst.solver.max_sites_per_replica, cfg.pp)  # bad input: refuse
+    k_max = min(inst.solver.max_sites_per_replica, len(sites), cfg.pp)
+    n_chains = sum(
+        math.perm(len(sites), n) * math.comb(cfg.pp - 1, n - 1) for n in range(1, k_max + 1)
+    )
+    if n_chains <= EXACT_HOSTS_CHAINS:
+        chains = chain_types(problem, perf, cfg, report)
+        return [{c[k] for c in chains} for k in range(cfg.pp)] if chains else None
+    fits: dict[tuple[int, str], bool] = {}
+    for s in sites:
+        gpu = inst.site(s).gpu
+        for k in range(cfg.pp):
+            key = (k, gpu)
+            if key not in fits:
+                ok, gap = memory_fits(problem, cfg, k, gpu)
+                fits[key] = ok
+                if not ok and gap < report.best_memory_gap_gb:
+                    report.best_memory_gap_gb = gap
+                    report.memory_example = (
+                        f"{cfg.label()}: stage {k} on {gpu} needs {gap:.1f} GB more than it has"
+                    )
+    hosts = [{s for s in sites if fits[(k, inst.site(s).gpu)]} for k in range(cfg.pp)]
+    if any(not h for h in hosts):
+        return None
+    if _min_blocks(hosts, sites) > k_max:
+        return None  # no chain of at most K blocks holds every stage
+    return hosts
+
+
+def _min_blocks(hosts: list[set[str]], sites: list[str]) -> int:
+    """The fewest contiguous single-site blocks that cover the stages (greedy furthest
+    reach, optimal for covering a line by runs; distinct sites and routes not required,
+    so it never exceeds the true minimum of a chain type)."""
+    k, blocks, pp = 0, 0, len(hosts)
+    while k < pp:
+        reach = k
+        for s in sites:
+            j = k
+            while j < pp and s in hosts[j]:
+                j += 1
+            reach = max(reach, j)
+        if reach == k:
+            return pp + 1
+        k, blocks = reach, blocks + 1
+    return blocks
+
+
+def _intra(
+    problem: Problem,
+    perf: PerfModel,
+    cfg: Config,
+    k: int,
+    site: str,
+    memo: dict[tuple[Any, ...], float],
+) -> float:
+    """PerfModel.intra_sync_s, once per (stage shape, GPU type, node size): it reads the
+    stage's gradient bytes (its layers, embedding or head) and the site's GPU and node,
+    and 8 sites x 160 stages x 200 configurations called it 90,000 times (2.8 s)."""
+    key = (
+        cfg.stage_layers[k],
+        k == 0,
+        k == cfg.pp - 1,
+        problem.instance.site(site).gpu,
+        site_gpus_per_node(problem, site),
+    )
+    if key not in memo:
+        memo[key] = perf.intra_sync_s(cfg, k, site)
+    return memo[key]
+
+
+def _one_per_kind(
+    kinds: dict[str, tuple[str, int]],
+    hosts: set[str],
+    reduced: dict[frozenset[str], set[str]],
+) -> set[str]:
+    """One site per (GPU type, node size): the bounds read a host only through those (its
+    stage times and its NIC phases), and 16 equal sites cost 16x the work of one."""
+    key = frozenset(hosts)
+    if key not in reduced:
+        first: dict[tuple[str, int], str] = {}
+        for s in sorted(hosts):
+            first.setdefault(kinds[s], s)
+        reduced[key] = set(first.values())
+    return reduced[key]
+
+
+def host_cover(hosts: list[set[str]]) -> list[tuple[str, ...]]:
+    """Pseudo-chains whose stage k runs over exactly hosts[k]: the lower bounds of
+    PerfModel read only which sites a stage may run at, never a chain's boundaries."""
+    ordered = [sorted(h) for h in hosts]
+    width = max(len(h) for h in ordered)
+    return [tuple(h[i % len(h)] for h in ordered) for i in range(width)]
+
+
 def min_usd_per_s(problem: Problem, cfg: Config) -> float:
     """A lower bound on a configuration's running cost: the energy of its TP groups at the
     cheapest site per group (no links, no partly used nodes)."""
@@ -483,6 +751,7 @@ def _backend(
     opts: Any,
     t_cap: float | None = None,
     rate_cap: float | None = None,
+    hint: InnerSolution | None = None,
 ) -> InnerSolution | NoPlan:
     """One configuration through a backend, with the lockstep-contention planes generated
     until the plan found is priced exactly (placer.optimize.contention): each round adds
@@ -503,7 +772,7 @@ def _backend(
             model = MilpInner(
                 data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
             )
-            model.start_from(warm)
+            model.start_from(warm or _start_names(data, hint, model))
             # building the model counts against the time limit too
             sol = model.solve(
                 max(0.05, left - (time.perf_counter() - start)), threads, dict(opts.options)
@@ -512,7 +781,7 @@ def _backend(
             model_c = CpsatInner(
                 data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
             )
-            model_c.start_from(warm)
+            model_c.start_from(warm or _start_names(data, hint, model_c))
             sol = model_c.solve(
                 max(0.05, deadline - time.perf_counter()),
                 threads,
@@ -566,6 +835,18 @@ def _backend(
             return _at_true_value(sol, ev, objective, t_cap)
 
 
+def _start_names(data: InnerData, hint: InnerSolution | None, model: Any) -> dict[str, Any]:
+    """The first round's start: the incumbent's plan of this configuration (the heuristic's,
+    placer.optimize.warmstart) as the model's named integer values (start_from's input)."""
+    if hint is None:
+        return {}
+    out = {}
+    for var, value in start_values(data, hint, model.n, model.u, model.y):
+        name = var.name if isinstance(var.name, str) else var.Name()
+        out[name] = value
+    return out
+
+
 def _failure_factors(data: InnerData, sol: InnerSolution) -> list[dict[RouteKey, float]]:
     """Per single failure the formulation prices (data.resilience): the route's capacity
     factor (healthy / degraded) for the plan's waves; a route left dark is skipped (its
@@ -613,6 +894,7 @@ def _solve_inner(
     threads: int | None,
     opts: Any,
     best: Any,
+    hint: InnerSolution | None = None,
 ) -> InnerSolution | NoPlan:
     if backend == "brute":
         sol = brute_inner(problem, perf, data, objective)
@@ -621,7 +903,9 @@ def _solve_inner(
         return _cost_per_token_walk(
             problem, perf, data, backend, incumbent, remaining, threads, opts
         )
-    return _backend(problem, perf, data, backend, objective, incumbent, remaining, threads, opts)
+    return _backend(
+        problem, perf, data, backend, objective, incumbent, remaining, threads, opts, hint=hint
+    )
 
 
 def _cost_per_token_walk(

@@ -35,12 +35,14 @@ Families, in build order:
 * objective:  step time, link capex or USD per second
 
 Tie-break (README "Ties"): among plans of the same objective value (9 significant digits),
-fewer waves, then fewer sites, then fewer listed paths, then replicas on lower chain-type
-indices (`TieBreak`, `tiebreak_key`).
+fewer waves, then fewer sites, then fewer listed paths, then the smallest sum of the chain
+types' weights over the replicas (`chain_weight`, `TieBreak`, `tiebreak_key`).
 """
 
 from __future__ import annotations
 
+import hashlib
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 FAMILIES = (
@@ -177,10 +179,28 @@ def tiebreak_key(value: float, waves: int, sites: int, paths: int, *rest: Any) -
     return (objective_grid(value), waves, sites, paths, *rest)
 
 
+CHAIN_WEIGHT_SPREAD = 1009  # chain weights lie in 1..this (a prime: the hash below is spread)
+
+
+@lru_cache(maxsize=65536)
+def chain_weight(c: int) -> int:
+    """The tie-break weight of chain type c: a fixed pseudo-random integer in
+    1..CHAIN_WEIGHT_SPREAD (BLAKE2b of the index: no linear relation between neighbours).
+    With the index as weight, placements of equal index sums tied (four-site-metro-longhaul:
+    another optimum in each run); a multiplicative hash mod a prime is linear in c and tied
+    just the same (w74 + w76 = 2 w75). Issue 15 item 8."""
+    digest = hashlib.blake2b(c.to_bytes(8, "little"), digest_size=8).digest()
+    return 1 + int.from_bytes(digest, "little") % CHAIN_WEIGHT_SPREAD
+
+
+def chain_weight_sum(counts: dict[int, int]) -> int:
+    return sum(chain_weight(c) * n for c, n in counts.items())
+
+
 def tiebreak_weights(dp: int, n_chains: int, n_path_binaries: int, n_sites: int) -> TieBreak:
-    """Integer weights that make `waves, sites, paths, sum c n[c]` lexicographic: each
-    weight exceeds the largest value of everything less significant."""
-    w_paths = dp * max(1, n_chains) + 1
+    """Integer weights that make `waves, sites, paths, sum w_c n[c]` lexicographic: each
+    weight exceeds the largest value of everything less significant (w_c = chain_weight)."""
+    w_paths = dp * CHAIN_WEIGHT_SPREAD + 1  # sum w_c n[c] <= dp x the largest weight
     w_sites = w_paths * (n_path_binaries + 1)
     w_waves = w_sites * (n_sites + 1)
     return TieBreak(w_waves, w_sites, w_paths, 1)

@@ -28,6 +28,7 @@ from placer.optimize.families import (
     LatencyTerm,
     Load,
     PathLevelTerm,
+    chain_weight,
     hull_cells,
     row,
     sync_rule,
@@ -887,7 +888,7 @@ class MilpInner:
             tb.waves * self.total_waves
             + tb.sites * pulp.lpSum(self.sites_used.values())
             + tb.paths * pulp.lpSum(self.w.values())
-            + pulp.lpSum(tb.chain_index * c * v for c, v in self.n.items())
+            + pulp.lpSum(tb.chain_index * chain_weight(c) * v for c, v in self.n.items())
         )
         left = time_limit_s - (time.perf_counter() - t0)
         # the tie-break only chooses among plans of the first solve's value: if it fails or

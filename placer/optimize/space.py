@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from placer.io import Problem
+from placer.optimize import deadline
 from placer.optimize.splits import split_space
 from placer.perf.flops import config_stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, balanced_stage_layers
@@ -253,6 +254,7 @@ def chain_types(
     out: list[Chain] = []
     for n_blocks in range(1, min(k_max, len(sites), cfg.pp) + 1):
         for order in itertools.permutations(sites, n_blocks):
+            deadline.check()
             hops = list(zip(order, order[1:], strict=False))
             if cfg.virtual_stages > 1 and len(order) > 1:
                 hops.append((order[-1], order[0]))  # the wrap from the last rank to the first

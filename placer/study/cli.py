@@ -85,6 +85,18 @@ def sweep(
         + (" and results.parquet" if (folder / "results.parquet").exists() else ""),
         highlight=False,
     )
+    # points whose plan the time limit ended before the proof (issue 12 item 5)
+    not_proven = [
+        row for _, row in res.table.iterrows() if row["status"] in ("feasible", "time_limit")
+    ]
+    if not_proven:
+        gaps = [float(r["gap"]) for r in not_proven if "gap" in r and r["gap"] == r["gap"]]
+        worst = f", largest gap {max(gaps):.1%}" if gaps else ""
+        out.print(
+            f"{len(not_proven)} point(s) not proven optimal (stopped by the time limit{worst}); "
+            "results.csv: status, proven, gap",
+            highlight=False,
+        )
     failed = res.counts.get("error", 0)
     if failed:
         for _, row in res.table[res.table["status"] == "error"].head(5).iterrows():

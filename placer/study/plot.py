@@ -196,6 +196,7 @@ def plot_lines(
         order = xs.loc[gok.index].sort_values().index
         label = _group_label(keys, by_cols) if by_cols else None
         ax.plot(xs.loc[order], gok.loc[order, y].astype(float) * yk, marker="o", label=label)
+    _mark_unproven(ax, df[ok], xs, y, yk)
     bad = df[~ok]
     if not bad.empty:
         ax.plot(
@@ -222,6 +223,36 @@ def plot_lines(
             title=", ".join(by_cols) if by_cols else None, fontsize="small", title_fontsize="small"
         )
     return fig
+
+
+def unproven(df: pd.DataFrame) -> pd.Series:
+    """Points with a plan that the time limit ended before the proof (status not optimal)."""
+    import pandas as pd
+
+    if "status" not in df:
+        return pd.Series(False, index=df.index)
+    return df["status"].isin(OK_STATUSES) & (df["status"] != "optimal")
+
+
+def _mark_unproven(ax: Axes, df: pd.DataFrame, xs: pd.Series, y: str, yk: float) -> None:
+    """A hollow orange ring around every point whose value is not proven (issue 12.5)."""
+    import pandas as pd
+
+    u = df[unproven(df)]
+    if u.empty:
+        return
+    gaps = u["gap"].astype(float) if "gap" in u else pd.Series(dtype=float)
+    worst = f", gap up to {gaps.max():.1%}" if len(gaps) and gaps.notna().any() else ""
+    ax.scatter(
+        xs.loc[u.index],
+        u[y].astype(float) * yk,
+        s=160,
+        facecolors="none",
+        edgecolors="tab:orange",
+        linewidths=2,
+        zorder=4,
+        label=f"not proven: time limit ({len(u)}{worst})",
+    )
 
 
 def pareto_mask(df: pd.DataFrame, x: str = "capex_usd", y: str = "step_time_s") -> pd.Series:
@@ -296,6 +327,7 @@ def plot_pareto(
         zorder=3,
         label=f"Pareto front ({len(f)} points)",
     )
+    _mark_unproven(ax, df[ok], df[x].astype(float) * xk, y, yk)
     ax.set_xlabel(xlab)
     ax.set_ylabel(ylab)
     ax.set_title(title or f"{ylab.split(' (')[0]} vs {xlab.split(' (')[0]}: Pareto front")

@@ -88,6 +88,8 @@ METRIC_ORDER = [
     "micro_batch",
 ]
 TAIL = ["solver_s", "gap"]
+# optimal, or infeasible (proven to have no plan); the rest stopped at the time limit or failed
+PROVEN_STATUSES = ("optimal", "infeasible")
 
 
 def _cell(v: Any) -> Any:
@@ -113,6 +115,9 @@ def results_table(study: Study, records: dict[str, dict[str, Any]]) -> pd.DataFr
         for k in study.columns:
             row[k] = _cell(p.values.get(k))
         row["status"] = rec.get("status", "error")
+        # a plan the time limit ended before the proof: its status is feasible or time_limit
+        # and its gap (the tail column) says how far the bound is (issue 12 item 5)
+        row["proven"] = row["status"] in PROVEN_STATUSES
         row["message"] = rec.get("message", "")
         for k, v in (rec.get("metrics") or {}).items():
             row[k] = v
@@ -123,7 +128,17 @@ def results_table(study: Study, records: dict[str, dict[str, Any]]) -> pd.DataFr
     waves = sorted(c for c in metric_cols if c.startswith("waves["))
     extra = [c for c in metric_cols if c not in known and c not in waves and c not in TAIL]
     tail = [c for c in TAIL if c in metric_cols]
-    cols = ["point_id", *study.columns, "status", "message", *known, *waves, *extra, *tail]
+    cols = [
+        "point_id",
+        *study.columns,
+        "status",
+        "proven",
+        "message",
+        *known,
+        *waves,
+        *extra,
+        *tail,
+    ]
     df = pd.DataFrame(rows, columns=cols)
     for c in df.columns:  # integer columns stay integers when some rows have no value
         vals = [
