@@ -128,16 +128,15 @@ def plane_at(
     )
 
 
-def seed_planes(perf: PerfModel, cfg: Config, cp: ChainPlanes) -> None:
+def seed_planes(cp: ChainPlanes, uncontended_s: float) -> None:
     """The first plane: the chain's uncontended time on its shortest paths, a constant
     (zero slopes). Valid because the 1F1B time is non-decreasing in every transmit and
     latency, and no crossing is faster than its NIC or its shortest path. The planes with
     slopes come from the plans the solver proposes (add_violated_planes): computing them
     for every chain type up front would cost more than the solves (a critical path per
     chain type and point)."""
-    t = perf.chain_time(cfg, cp.chain)
     n = len(cp.crossings)
-    cp.planes.append(Plane(t, (0,) * n, (0,) * n))
+    cp.planes.append(Plane(uncontended_s, (0,) * n, (0,) * n))
 
 
 def chain_points(

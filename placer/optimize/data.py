@@ -233,11 +233,12 @@ def build_inner(
     classes: dict[tuple[str, ...], list[int]] = {}
     for k in range(cfg.pp):
         classes.setdefault(tuple(c[k] for c in chains), []).append(k)
-    planes, hop_cross = _contention(perf, cfg, chains, pair_paths, options)
+    chain_time = [deadline.checked(perf.chain_time, cfg, c) for c in chains]  # hook
+    planes, hop_cross = _contention(perf, cfg, chains, pair_paths, chain_time)
     return InnerData(
         cfg=cfg,
         chains=chains,
-        chain_time=[deadline.checked(perf.chain_time, cfg, c) for c in chains],  # hook
+        chain_time=chain_time,
         chain_cross=chain_cross,
         pp_bytes_per_crossing=perf.pp_bytes_per_crossing(cfg),
         sites=sites,
@@ -283,7 +284,7 @@ def _contention(
     cfg: Config,
     chains: list[Chain],
     pair_paths: dict[PairKey, list[Path]],
-    options: dict[RouteKey, list[WaveOption]],
+    chain_time: list[float],
 ) -> tuple[list[Any] | None, dict[tuple[str, str], dict[int, int]]]:
     """Chain planes and per-hop crossings for lockstep contention (None when staggered)."""
     from placer.optimize.contention import ChainPlanes, crossings, seed_planes, signature
@@ -297,7 +298,8 @@ def _contention(
             continue
         xs = crossings(perf, cfg, c, pair_paths)
         cp = ChainPlanes(c, xs, signature=signature(perf, cfg, c, xs))
-        seed_planes(perf, cfg, cp)
+        seed_planes(cp, chain_time[ci])
+        deadline.check()
         planes.append(cp)
         for x in cp.crossings:
             if len(x.hops) == 1:
