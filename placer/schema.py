@@ -593,7 +593,7 @@ class Parallelism(Strict):
         | None
     ) = Field(
         default=None,
-        description="candidate layer splits (each: layers per pipeline stage, summing to the model's layers; a pp is searched only with its listed splits, pp defaults to their lengths); 'even' (the even split only); 'all' (every split: enumerated when few, else searched over candidates with a bound on the rest); null = every split when at most 64, else the even split and the min-max split of each GPU-type sequence (README 'Layers per stage')",  # noqa: E501
+        description="candidate layer splits (each: layers per pipeline stage, summing to the model's layers; a pp is searched only with its listed splits, pp defaults to their lengths); 'even' (the even split only); 'all' (every split: enumerated when few, else searched over candidates with a bound on the rest); null = every split when at most 16, else the even split and the min-max split of each GPU-type sequence (README 'Layers per stage')",  # noqa: E501
     )
     virtual_stages: Candidates = Field(
         default=[1],

@@ -37,7 +37,7 @@ from placer.perf import compute
 from placer.perf.flops import config_stage_memory_bytes, stage_params
 from placer.perf.step import Config, PerfModel, balanced_stage_layers
 
-MAX_ENUMERATED_SPLITS = 64  # solver setting: all compositions are searched up to this many
+MAX_ENUMERATED_SPLITS = 16  # solver setting (assumption: a cost/coverage trade-off, see README)
 MAX_TYPE_PATTERNS = 512  # GPU-type sequences per shape that get their own min-max split
 
 GB = 1e9
