@@ -293,6 +293,7 @@ def _contention(
         return None, {}
     planes, hop_cross = [], {}
     for ci, c in enumerate(chains):
+        deadline.check()  # hook (placer.optimize.deadline): planes stop at the time limit
         if any(q not in pair_paths for q in perf.crossing_pairs(c)):
             planes.append(ChainPlanes(c, []))  # disconnected: no plane, never in use
             continue
