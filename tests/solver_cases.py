@@ -354,7 +354,7 @@ PARALLEL_5D = [
         _parallel_5d(
             "case-cp",
             "tiny-gqa",
-            {"tp": [1, 2], "pp": [1, 2], "cp": [1, 2, 4], "dp": [2, 4, 8]},
+            {"tp": [1, 2], "pp": [1, 2], "cp": [1, 2, 4], "dp": [2, 4, 8], "stage_layers": "even"},
             8,
             seq_len=2048,
             gpus=32,
@@ -414,7 +414,13 @@ def interleave_instance(
     traffic must cross the route) v = 2 sends every micro-batch over the WAN three times each
     way (the boundary twice, the wrap once), so the route's length decides (tests/
     test_interleave.py pins which side wins)."""
-    par = {"tp": [1], "pp": [4], "micro_batch": [1], "virtual_stages": virtual_stages or [1, 2]}
+    par = {
+        "tp": [1],
+        "pp": [4],
+        "micro_batch": [1],
+        "virtual_stages": virtual_stages or [1, 2],
+        "stage_layers": "even",  # interleaving vs not, on the balanced split (see layers cases)
+    }
     if km is None:
         return {
             "name": "case-interleave-1",

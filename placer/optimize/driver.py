@@ -765,7 +765,8 @@ def _backend(
     )
     warm: dict[str, float] = {}
     last: tuple[InnerSolution, Evaluation] | None = None
-    own_cut = False  # the cutoff is the last round's plan at its true value
+    best: tuple[InnerSolution, Evaluation] | None = None  # the best plan at its true value
+    own_cut = False  # the cutoff is `best`'s true value (it only decreases)
     while True:
         left = max(0.05, deadline - time.perf_counter())
         if backend == "milp":
@@ -789,25 +790,26 @@ def _backend(
                 dict(opts.options),
             )
         start = time.perf_counter()
-        if isinstance(sol, NoPlan) and sol.proven and last is not None and own_cut:
-            # nothing beats the earlier round's plan, whose true value was the cutoff
-            best = last[0]
-            value = last[1].step_time_s
+        if isinstance(sol, NoPlan) and sol.proven and best is not None and own_cut:
+            # nothing beats the best earlier round's plan, whose true value is the cutoff
+            plan_sol, plan_ev = best
+            value = plan_ev.step_time_s
             return InnerSolution(
-                best.counts,
-                best.waves,
+                plan_sol.counts,
+                plan_sol.waves,
                 value,
                 value,
                 True,
                 step_time_s=value,
-                routing=best.routing,
+                routing=plan_sol.routing,
             )
         if isinstance(sol, NoPlan) and not sol.proven and last is not None:
-            # the limit struck in a later round: the earlier round's plan at its true value,
+            # the limit struck in a later round: the best earlier plan at its true value,
             # with this round's bound (the model only grew, so it bounds that plan too)
-            bound = last[0].bound if sol.bound is None else max(last[0].bound, sol.bound)
-            last[0].bound = bound
-            return _at_true_value(last[0], last[1], objective, t_cap)
+            plan_sol, plan_ev = best or last
+            bound = plan_sol.bound if sol.bound is None else max(plan_sol.bound, sol.bound)
+            plan_sol.bound = bound
+            return _at_true_value(plan_sol, plan_ev, objective, t_cap)
         if not isinstance(sol, InnerSolution) or data.planes is None:
             return sol
         ev = evaluate(problem, solution_plan(problem, data, sol), perf)
@@ -825,14 +827,17 @@ def _backend(
             return sol
         warm = (model if backend == "milp" else model_c).integer_values()
         last = (sol, ev)
-        own_cut = False
         if objective == "step_time" and ev.feasible and t_cap is None:
-            # the plan at its true value is a plan: the next round need only beat it
-            mine = ev.step_time_s * (1 + 1e-7)
+            # the plan at its true value is a plan: the next rounds need only beat the best
+            # of them (1e-6 relative above it: CP-SAT's ticks round each term up)
+            if best is None or ev.step_time_s < best[1].step_time_s:
+                best = (sol, ev)
+            mine = best[1].step_time_s * (1 + 1e-6)
             if cutoff is None or mine < cutoff:
                 cutoff, own_cut = mine, True
         if time.perf_counter() >= deadline or interrupt.requested():
-            return _at_true_value(sol, ev, objective, t_cap)
+            plan_sol, plan_ev = best or (sol, ev)
+            return _at_true_value(plan_sol, plan_ev, objective, t_cap)
 
 
 def _start_names(data: InnerData, hint: InnerSolution | None, model: Any) -> dict[str, Any]:

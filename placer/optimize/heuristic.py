@@ -125,14 +125,16 @@ def place_replicas(
             fits[(k, site)] = memory_fits(problem, cfg, k, inst.site(site).gpu)[0]
         return fits[(k, site)]
 
-    usable = [s for s, c in caps.items() if c.groups(cfg.tp) > 0]
+    usable = [s for s, c in caps.items() if c.groups(cfg.tp, width=cfg.width) > 0]
     speed = {s: _slowest_stage(perf, cfg, caps[s].gpu) for s in usable}
     # one site alone, fastest first
-    for s in sorted(usable, key=lambda s: (speed[s], -caps[s].groups(cfg.tp), s)):
-        if caps[s].groups(cfg.tp) >= need and all(fit(k, s) for k in range(cfg.pp)):
+    for s in sorted(usable, key=lambda s: (speed[s], -caps[s].groups(cfg.tp, width=cfg.width), s)):
+        if caps[s].groups(cfg.tp, width=cfg.width) >= need and all(
+            fit(k, s) for k in range(cfg.pp)
+        ):
             return Counter({(s,) * cfg.pp: cfg.dp})
     # several sites: each charged one coherent module (presolve.SiteCap.connected_nodes)
-    groups = {s: caps[s].groups(cfg.tp, connected=True) for s in usable}
+    groups = {s: caps[s].groups(cfg.tp, connected=True, width=cfg.width) for s in usable}
     full = [s for s in usable if groups[s] > 0 and all(fit(k, s) for k in range(cfg.pp))]
     partial = [s for s in usable if groups[s] > 0 and s not in full]
     order = sorted(full, key=lambda s: (speed[s], -groups[s], s)) + sorted(
@@ -318,6 +320,9 @@ def _plan(
                 "dp": cfg.dp,
                 "micro_batch": cfg.micro_batch,
                 "num_micro_batches": cfg.num_micro_batches,
+                **({"cp": cfg.cp} if cfg.cp > 1 else {}),
+                **({"ep": cfg.ep} if cfg.ep > 1 else {}),
+                **({"virtual_stages": cfg.virtual_stages} if cfg.virtual_stages > 1 else {}),
             },
             "stage_layers": list(cfg.stage_layers),
             "replica_groups": groups,

@@ -29,7 +29,7 @@ from placer.network import Network
 from placer.optimize.data import InnerData
 from placer.optimize.space import SpaceReport, memory_fits
 from placer.perf.step import Config
-from placer.rules import node_it_w, site_gpus_per_node, tp_groups_per_node
+from placer.rules import node_it_w, replica_slots, site_gpus_per_node, tp_groups_per_node
 
 POWER_DROP = "more GPUs than the power limits feed"
 MEMORY_DROP = "too few powered GPUs with the memory for a stage"
@@ -50,11 +50,15 @@ class SiteCap:
     node_w: float  # facility draw of one node (all-in W x PUE)
     module_w: float  # facility draw of the cheapest coherent module it needs, 0 if none
 
-    def groups(self, tp: int, connected: bool = False) -> int:
+    def groups(self, tp: int, connected: bool = False, width: int | None = None) -> int:
+        """Replica stages of tp x cp x ep = `width` GPUs (default tp) the site can run."""
         if tp > self.gpus_per_node:
             return 0
         nodes = self.connected_nodes if connected else self.powered_nodes
-        return nodes * tp_groups_per_node(self.gpus_per_node, tp)
+        if width is None or width == tp:
+            return nodes * tp_groups_per_node(self.gpus_per_node, tp)
+        per, block = replica_slots(self.gpus_per_node, tp, width)
+        return (nodes // block) * per
 
 
 def site_caps(problem: Problem, net: Network | None = None) -> dict[str, SiteCap]:
@@ -90,25 +94,26 @@ def site_caps(problem: Problem, net: Network | None = None) -> dict[str, SiteCap
     return out
 
 
-def usable_groups(caps: dict[str, SiteCap], tp: int, need: int) -> int:
-    """TP groups of size tp that all sites together can power for a plan of `need` groups:
-    one site alone if it holds them all, else every site charged its module."""
-    alone = max((c.groups(tp) for c in caps.values()), default=0)
+def usable_groups(caps: dict[str, SiteCap], tp: int, need: int, width: int | None = None) -> int:
+    """Replica stages (TP groups of size tp, or tp x cp x ep = width) that all sites
+    together can power for a plan of `need` of them: one site alone if it holds them all,
+    else every site charged its module."""
+    alone = max((c.groups(tp, width=width) for c in caps.values()), default=0)
     if alone >= need:
         return alone
-    return sum(c.groups(tp, connected=True) for c in caps.values())
+    return sum(c.groups(tp, connected=True, width=width) for c in caps.values())
 
 
 def presolve(
     problem: Problem, configs: list[Config], caps: dict[str, SiteCap], report: SpaceReport
 ) -> list[Config]:
     """The configurations some set of sites can power and hold in memory."""
-    groups_by_gpu: dict[tuple[int, str], int] = {}  # (tp, GPU type) -> capped groups
+    groups_by_gpu: dict[tuple[int, int, str], int] = {}  # (tp, width, GPU) -> capped groups
     gpus = sorted({c.gpu for c in caps.values()})
     out: list[Config] = []
     for cfg in configs:
         need = cfg.pp * cfg.dp
-        if usable_groups(caps, cfg.tp, need) < need:
+        if usable_groups(caps, cfg.tp, need, cfg.width) < need:
             report.drop(POWER_DROP)
             continue
         why = _memory_short(problem, cfg, caps, gpus, groups_by_gpu, report)
@@ -141,9 +146,11 @@ def _memory_short(
                     f"{cfg.label()}: stage {k} on {g} needs {gap:.1f} GB more than it has"
                 )
             if ok:
-                key = (cfg.tp, g)
+                key = (cfg.tp, cfg.width, g)
                 if key not in groups_by_gpu:
-                    groups_by_gpu[key] = sum(c.groups(cfg.tp) for c in caps.values() if c.gpu == g)
+                    groups_by_gpu[key] = sum(
+                        c.groups(cfg.tp, width=cfg.width) for c in caps.values() if c.gpu == g
+                    )
                 hold += groups_by_gpu[key]
         if hold == 0:
             return NO_FIT_DROP
