@@ -38,7 +38,9 @@ from placer.perf.flops import config_stage_memory_bytes, stage_params
 from placer.perf.step import Config, PerfModel, balanced_stage_layers
 
 MAX_ENUMERATED_SPLITS = 16  # solver setting (assumption: a cost/coverage trade-off, see README)
-MAX_TYPE_PATTERNS = 24  # GPU-type sequences per shape that get their own min-max split (assumption: 512 made the 8-site power-bound instance 24,004 configurations, none bounded in 20 s)
+# GPU-type sequences per shape that get their own min-max split (assumption: 512 made the
+# 8-site power-bound instance 24,004 configurations, none bounded within 20 s; 24: 5,028)
+MAX_TYPE_PATTERNS = 24
 
 GB = 1e9
 Split = tuple[int, ...]
