@@ -393,6 +393,18 @@ def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan
         for r, w in sorted(sol.waves.items())
         if w > 0
     ]
+    return config_plan(problem, cfg, groups, links, sol.routing)
+
+
+def config_plan(
+    problem: Problem,
+    cfg: Config,
+    groups: list[dict[str, Any]],
+    links: list[dict[str, Any]],
+    routing: list[dict[str, Any]],
+) -> Plan:
+    """The plan of a configuration with these replica groups, links and routing (cp, ep
+    and virtual_stages written only when not 1, as CONTRACT plans leave them out)."""
     return Plan.model_validate(
         {
             "instance": problem.name,
@@ -409,7 +421,7 @@ def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan
             "stage_layers": list(cfg.stage_layers),
             "replica_groups": groups,
             "links": links,
-            "routing": sol.routing,
+            "routing": routing,
             "sync_mode": cfg.sync_mode,
         }
     )

@@ -34,6 +34,7 @@ from placer import interrupt
 from placer.evaluate import Evaluation, evaluate
 from placer.io import Problem
 from placer.network import RouteKey
+from placer.optimize.data import config_plan
 from placer.optimize.presolve import SiteCap
 from placer.optimize.space import memory_fits
 from placer.perf.step import Chain, Config, PerfModel
@@ -311,26 +312,7 @@ def _plan(
         for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         if n > 0
     ]
-    return Plan.model_validate(
-        {
-            "instance": problem.name,
-            "parallelism": {
-                "tp": cfg.tp,
-                "pp": cfg.pp,
-                "dp": cfg.dp,
-                "micro_batch": cfg.micro_batch,
-                "num_micro_batches": cfg.num_micro_batches,
-                **({"cp": cfg.cp} if cfg.cp > 1 else {}),
-                **({"ep": cfg.ep} if cfg.ep > 1 else {}),
-                **({"virtual_stages": cfg.virtual_stages} if cfg.virtual_stages > 1 else {}),
-            },
-            "stage_layers": list(cfg.stage_layers),
-            "replica_groups": groups,
-            "links": links,
-            "routing": [],
-            "sync_mode": cfg.sync_mode,
-        }
-    )
+    return config_plan(problem, cfg, groups, links, [])
 
 
 # ----------------------------------------------------------------------------- local search
