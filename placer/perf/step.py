@@ -154,11 +154,17 @@ class PerfModel:
         return cfg.ep * cfg.micro_batch * self.model.seq_len * self.model.hidden * BYTES_BF16
 
     def stage_times(self, cfg: Config, gpu_key: str) -> tuple[StageTime, ...]:
+        return self._times_of(cfg, gpu_key, cfg.pp, cfg.stage_layers)
+
+    def _times_of(
+        self, cfg: Config, gpu_key: str, stages: int, layers: tuple[int, ...]
+    ) -> tuple[StageTime, ...]:
+        """The cached per-stage model for `stages` stages of `layers` under cfg's settings."""
         return self._stage_times(
             cfg.tp,
-            cfg.pp,
+            stages,
             cfg.micro_batch,
-            cfg.stage_layers,
+            layers,
             gpu_key,
             cfg.recompute,
             cfg.precision,
@@ -202,21 +208,7 @@ class PerfModel:
         the stage times. Their `optimizer` is not a rank's (use stage_times for that)."""
         if cfg.virtual_stages == 1:
             return self.stage_times(cfg, gpu_key)
-        return self._stage_times(
-            cfg.tp,
-            cfg.pp * cfg.virtual_stages,
-            cfg.micro_batch,
-            cfg.chunk_layers,
-            gpu_key,
-            cfg.recompute,
-            cfg.precision,
-            cfg.sequence_parallel,
-            cfg.overlap_tp_comm,
-            cfg.cp,
-            cfg.ep,
-            cfg.expert_load_imbalance,
-            cfg.zero1,
-        )
+        return self._times_of(cfg, gpu_key, cfg.pp * cfg.virtual_stages, cfg.chunk_layers)
 
     def _stage_times_uncached(
         self,
