@@ -233,3 +233,19 @@ def _add_around(
             cp.planes.append(pl)
             added += 1
     return added
+
+
+def crossings_on(
+    planes: list[ChainPlanes], sloped: set[int], hops: list[Hop]
+) -> dict[int, set[int]]:
+    """Per chain type with sloped planes, its crossings that may use one of `hops` (on any
+    candidate path): the transmit times a failure of their route changes. Both
+    formulations' failure rows read it."""
+    out: dict[int, set[int]] = {}
+    for c, cp in enumerate(planes):
+        if c not in sloped:
+            continue
+        hit = {i for i, x in enumerate(cp.crossings) if any(h in hops for p in x.hops for h in p)}
+        if hit:
+            out[c] = hit
+    return out

@@ -20,6 +20,7 @@ import pulp
 from placer import interrupt
 from placer.errors import SolverError
 from placer.network import route_key
+from placer.optimize.contention import crossings_on
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
 from placer.optimize.families import (
     FAMILIES,
@@ -792,12 +793,8 @@ class MilpInner:
         if not hit:
             return
         tau: dict[tuple[int, int], Any] = {}
-        for c, cp in enumerate(d.planes):
-            crossing_r = [
-                i for i, x in enumerate(cp.crossings) if any(h in hit for p in x.hops for h in p)
-            ]
-            if not crossing_r or c not in self.sloped:
-                continue
+        for c, crossing_r in crossings_on(d.planes, self.sloped, hit).items():
+            cp = d.planes[c]
             for i, x in enumerate(cp.crossings):
                 if i in crossing_r:
                     self._crossing(
