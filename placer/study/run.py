@@ -313,12 +313,16 @@ def _run_local(
 
 def _ignore_sigint() -> None:
     """Workers leave Ctrl-C to the parent, which stops them and keeps what is finished;
-    they die with the parent, however it ends (even SIGKILL)."""
+    they die with the parent, however it ends (even SIGKILL). SIGTERM gets its default
+    action back: a forked worker inherits the command's handler, which turns it into a
+    KeyboardInterrupt that the pool's worker loop catches and reports as one failed point
+    before it takes the next one, so the parent's terminate() would not end it."""
     import signal
 
     from placer.interrupt import die_with_parent
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent()
 
 
