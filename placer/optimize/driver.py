@@ -139,9 +139,9 @@ def solve(
     the CLI's: its start plus the limit, less what writing the outputs needs) makes the
     limit count from there, so that the whole command stays within it."""
     check_solver_options(time_limit_s, threads)
+    asked_s = time_limit_s if time_limit_s is not None else problem.instance.solver.time_limit_s
     if deadline_at is not None:
-        limit = time_limit_s if time_limit_s is not None else problem.instance.solver.time_limit_s
-        time_limit_s = min(limit, max(MIN_LIMIT_S, deadline_at - time.perf_counter()))
+        time_limit_s = min(asked_s, max(MIN_LIMIT_S, deadline_at - time.perf_counter()))
     if backend is not None and backend not in BACKENDS:
         raise InputError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     absorb_highs_banner()  # HiGHS' banner goes to stderr, never onto stdout (CONTRACT section 4)
@@ -177,8 +177,17 @@ def solve(
 
     # bounding stops at a share of the limit, so that the heuristic and the search get the
     # rest; configurations left unbounded stay open with the trivial bound 0
+    # (a share of what is left once enumeration and presolve are done: on a slow or loaded
+    # machine they can take most of a short limit)
+    t_bound = time.perf_counter()
     cands, unbounded = _prepare_until(
-        problem, perf, powered, report, objective, t0 + PREPARE_SHARE * (deadline - t0)
+        problem,
+        perf,
+        powered,
+        report,
+        objective,
+        t_bound + PREPARE_SHARE * (deadline - t_bound),
+        deadline,
     )
     if unbounded:
         say(f"time limit: {unbounded} configurations left unbounded (bound 0)")
@@ -372,8 +381,11 @@ def solve(
                 "the splits to try in job.parallelism.stage_layers"
             )
         if timed_out or unproven:
+            search = (
+                f" ({time_limit_s:.3g} s of it for the search)" if asked_s != time_limit_s else ""
+            )
             raise TimeLimitError(
-                f"time limit {time_limit_s:g} s reached before any feasible plan was found"
+                f"time limit {asked_s:g} s{search} reached before any feasible plan was found"
             )
         raise InfeasibleError(explain_infeasible(problem, perf, report, cands))
     if not stopped:  # repeatable routing: the flows solved again from the decisions
@@ -523,19 +535,23 @@ def _prepare_until(
     report: SpaceReport,
     objective: str,
     stop_at: float,
+    deadline: float | None = None,
 ) -> tuple[list[Candidate], int]:
     """prepare_candidates in chunks until `stop_at`: the candidates bounded (sorted) and
-    how many configurations were left unbounded. A stop request raises as before."""
+    how many configurations were left unbounded. While no configuration has a candidate
+    yet, bounding goes on up to `deadline` (without a candidate there is no plan to
+    find). A stop request raises as before."""
     cands: list[Candidate] = []
     done = 0
     try:
-        with dl.until(stop_at):
-            while done < len(configs):
-                if time.perf_counter() > stop_at:
-                    break
-                chunk = configs[done : done + PREPARE_CHUNK]
+        while done < len(configs):
+            until = stop_at if cands or deadline is None else deadline
+            if time.perf_counter() > until:
+                break
+            chunk = configs[done : done + PREPARE_CHUNK]
+            with dl.until(until):
                 cands += prepare_candidates(problem, perf, chunk, report, objective)
-                done += len(chunk)
+            done += len(chunk)
     except dl.DeadlinePassed:
         pass
     if interrupt.requested():
