@@ -8,18 +8,27 @@ import os
 import signal
 import sys
 
-from placer.interrupt import early_stop
+
+def early_stop(signum: int, _frame: object) -> None:
+    """The handler while the command imports: nothing has been written yet. Defined here,
+    with only the interpreter's built-in modules, so that it is in place before any of
+    placer's imports (placer.interrupt.command_started replaces it once the command runs)."""
+    sys.stderr.write(f"interrupted by {signal.Signals(signum).name} during start-up\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+early_stop.placer_early_stop = True  # type: ignore[attr-defined]
 
 
 def main() -> None:
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) is not signal.SIG_IGN:
+            signal.signal(s, early_stop)
     from placer.optimize import deadline
 
     # the command's time limit counts from the process start (imports included)
     deadline.command_started_at = deadline.process_start()
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s, h in old.items():
-        if h is not signal.SIG_IGN:
-            signal.signal(s, early_stop)
     from placer.cli import app
 
     if sys.argv[1:2] != ["solve"]:

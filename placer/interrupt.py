@@ -15,7 +15,6 @@ import contextlib
 import os
 import select
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -147,13 +146,6 @@ def die_with_parent() -> None:
 # ----------------------------------------------------------------------------- start-up
 
 
-def early_stop(signum: int, _frame: object) -> None:
-    """The `placer` entry point's handler while it imports (placer._entry)."""
-    sys.stderr.write(f"interrupted by {signal.Signals(signum).name} during start-up\n")
-    sys.stderr.flush()
-    os._exit(130)  # nothing has been written yet
-
-
 def command_started() -> None:
     """Called as a command begins (placer.cli_support.guard): from here on SIGINT and SIGTERM
     raise KeyboardInterrupt, which the command turns into cleanup and exit 130 (solve's
@@ -164,7 +156,7 @@ def command_started() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     for s in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(s) is early_stop:
+        if getattr(signal.getsignal(s), "placer_early_stop", False):  # placer._entry's
             signal.signal(s, _raise_interrupt)
 
 
