@@ -16,8 +16,11 @@ venv: $(BIN)/placer
 run: venv
 	$(BIN)/placer solve $(INSTANCE)
 
+# two passes (tests/conftest.py): the suite spread over the cores, then the tests that
+# assert wall-clock behaviour, alone
 test: venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 lint: venv
 	$(BIN)/ruff check placer tests benchmarks consumers

@@ -172,8 +172,9 @@ def test_backends_agree_on_shipped_instances(path: Path) -> None:
     problem = load_instance(path)
     # one thread: CP-SAT's parallel portfolio proves four-site-metro-longhaul's contention
     # rounds in 15 s in some runs and not in 120 s in others; one worker is deterministic
-    # (41 s idle). Issue 12's 10 s target is not met there.
-    res = {b: solve(problem, backend=b, time_limit_s=120, threads=1) for b in ("cpsat", "milp")}
+    # (41 s idle). The limit is only a safety net (the work is fixed, so the test is not
+    # serial, tests/conftest.py): speed is benchmarks/solve_bench.py's business.
+    res = {b: solve(problem, backend=b, time_limit_s=300, threads=1) for b in ("cpsat", "milp")}
     for backend, r in res.items():
         assert r.status == "optimal", f"{backend}: {r.status}, gap {r.gap}"
         ev = evaluate(problem, json.loads(r.plan.model_dump_json()))
