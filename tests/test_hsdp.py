@@ -5,16 +5,24 @@ HSDP_CASES; test_solver_library checks brute force = CP-SAT = MILP on them)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 import solver_cases as sc
+import yaml
+from typer.testing import CliRunner
 
-from placer.errors import InfeasibleError
+from placer.cli import app
+from placer.errors import InfeasibleError, InputError
 from placer.evaluate import evaluate
 from placer.io import problem_from_data
 from placer.optimize.driver import solve
+from placer.outputs.export import render
+from placer.outputs.launch import parse_megatron_args
 from placer.perf.flops import config_stage_memory_bytes, layer_params, param_count
 from placer.perf.step import PerfModel
 from placer.rules import job_config
@@ -177,3 +185,86 @@ def test_default_dp_shard_leaves_configurations_unchanged() -> None:
     assert t.ops.fsdp_exposed == 0.0
     assert cfg.optimizer_shard_over_dp == 16
     assert _cfg(problem, 4, 8).optimizer_shard_over_dp == 1
+
+
+# ----------------------------------------------------------------------------- exports
+
+CASE_DIR = Path(__file__).resolve().parent.parent / "consumers" / "case-hsdp"
+
+
+def _consumer_case(reshard: bool = True):
+    data = yaml.safe_load((CASE_DIR / "instance.yaml").read_text())
+    if not reshard:
+        data["job"]["fsdp"] = {"reshard_after_forward": False}
+    return problem_from_data(data), json.loads((CASE_DIR / "plan.json").read_text())
+
+
+def test_hsdp_exports_torchtitan_degrees_megatron_fsdp_and_the_rank_map() -> None:
+    """The consumer case (tp 2 x dp_shard 2, pp 2, one replica per site): torchtitan gets
+    dp_shard 2 / dp_replicate 2, Megatron the Megatron-FSDP flags with 2 optimizer
+    instances (and no CUDA_DEVICE_MAX_CONNECTIONS=1, which Megatron-FSDP refuses), and in
+    the rank map every shard group is one replica's ranks at one site while every replicate
+    group spans both sites (the consumer tier runs the tools on the same files)."""
+    problem, plan = _consumer_case()
+    files = render(problem, plan, "all")
+    tt = files["torchtitan_args.sh"]
+    for want in (
+        "--parallelism.data_parallel_shard_degree 2",
+        "--parallelism.data_parallel_replicate_degree 2",
+        "--parallelism.fsdp_reshard_after_forward always",
+    ):
+        assert want in tt
+    args = parse_megatron_args(files["megatron_args.sh"])
+    assert args["--use-megatron-fsdp"] == []
+    assert args["--data-parallel-sharding-strategy"] == ["optim_grads_params"]
+    assert args["--num-distributed-optimizer-instances"] == ["2"]
+    assert args["--ckpt-format"] == ["fsdp_dtensor"]
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" not in files["megatron_args.sh"]
+    rows = list(csv.DictReader(io.StringIO(files["rankmap.csv"])))
+    assert len(rows) == 16
+    shard: dict[tuple, set] = {}
+    replicate: dict[tuple, set] = {}
+    for r in rows:
+        base = (r["pp"], r["tp"], r["cp"])
+        shard.setdefault((*base, int(r["dp"]) // 2), set()).add(r["site"])
+        replicate.setdefault((*base, int(r["dp"]) % 2), set()).add(r["site"])
+    assert all(len(s) == 1 for s in shard.values()) and len(shard) == 8
+    assert all(s == {"A", "B"} for s in replicate.values()) and len(replicate) == 8
+    assert json.loads(files["rankmap.json"])["parallelism"]["dp_shard"] == 2
+
+
+def test_no_reshard_exports_torchtitan_never_and_refuses_megatron(tmp_path: Path) -> None:
+    """reshard_after_forward false: torchtitan 'never'; Megatron-FSDP has no such switch, so
+    the Megatron export is refused with the field named (exit 2), nothing written."""
+    problem, plan = _consumer_case(reshard=False)
+    tt = render(problem, plan, "torchtitan")["torchtitan_args.sh"]
+    assert "--parallelism.fsdp_reshard_after_forward never" in tt
+    with pytest.raises(InputError, match="job.fsdp.reshard_after_forward"):
+        render(problem, plan, "megatron")
+    data = yaml.safe_load((CASE_DIR / "instance.yaml").read_text())
+    data["job"]["fsdp"] = {"reshard_after_forward": False}
+    inst = tmp_path / "instance.yaml"
+    inst.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(
+        app,
+        ["export", str(CASE_DIR / "plan.json"), "-i", str(inst), "-f", "megatron", "-o", str(out)],
+    )
+    assert r.exit_code == 2, r.output
+    assert "reshard_after_forward" in r.output
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_fsdp_with_expert_parallelism_is_refused() -> None:
+    """dp_shard > 1 with ep > 1 is not modelled: the evaluator names the field."""
+    inst = json.loads(json.dumps(sc.PARALLEL_5D[0].instance))
+    problem = problem_from_data(inst)
+    plan = {
+        "parallelism": {"tp": 1, "pp": 1, "dp": 2, "ep": 2, "dp_shard": 2, "micro_batch": 1},
+        "stage_layers": [problem.model.layers],
+        "replica_groups": [{"count": 1, "stage_sites": ["a"]}, {"count": 1, "stage_sites": ["b"]}],
+        "links": [{"sites": ["a", "b"], "waves": 1}],
+    }
+    ev = evaluate(problem, plan)
+    assert not ev.feasible
+    assert any(v.where == "parallelism.dp_shard" for v in ev.violations)
