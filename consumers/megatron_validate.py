@@ -85,6 +85,10 @@ def main() -> None:
                     "moe_router_topk",
                     "moe_ffn_hidden_size",
                     "moe_layer_freq",
+                    "use_megatron_fsdp",
+                    "data_parallel_sharding_strategy",
+                    "num_distributed_optimizer_instances",
+                    "ckpt_format",
                 )
             }
         )

@@ -55,6 +55,9 @@ def main() -> None:
         extra["context_parallel_size"] = cp
     if ep > 1:  # as the export: --expert-model-parallel-size ep --expert-tensor-parallel-size 1
         extra |= {"expert_model_parallel_size": ep, "expert_tensor_parallel_size": 1}
+    dist_opt = int(os.environ.get("PROBE_DIST_OPT", "1"))  # --num-distributed-optimizer-instances
+    if dist_opt > 1:
+        extra["num_distributed_optimizer_instances"] = dist_opt
     ps.initialize_model_parallel(
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, **extra
     )
@@ -73,6 +76,15 @@ def main() -> None:
             "ep": ps.get_expert_model_parallel_rank(),
             "ep_group": dist.get_process_group_ranks(ps.get_expert_model_parallel_group()),
             "expert_dp_group": dist.get_process_group_ranks(ps.get_expert_data_parallel_group()),
+        }
+    if dist_opt > 1:  # HSDP: Megatron-FSDP's shard (intra-instance) and replicate groups
+        rec["megatron"] |= {
+            "intra_dp_cp_group": dist.get_process_group_ranks(
+                ps.get_data_parallel_group(with_context_parallel=True, partial_data_parallel=True)
+            ),
+            "inter_dist_opt_group": dist.get_process_group_ranks(
+                ps.get_inter_distributed_optimizer_instance_group()
+            ),
         }
     # --- torchtitan: the exported overrides through its ConfigManager, then its mesh
     import torchtitan.distributed.parallel_dims as tpd
@@ -94,6 +106,7 @@ def main() -> None:
         f"{k}_group": v[1] for k, v in coords.items()
     }
     rec["torchtitan"]["module_fqns_per_model_part"] = cfg.parallelism.module_fqns_per_model_part
+    rec["torchtitan"]["fsdp_reshard_after_forward"] = cfg.parallelism.fsdp_reshard_after_forward
     dist.barrier()
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(rec, f)

@@ -20,6 +20,7 @@ from placer.resilience import failure_report
 from placer.rules import (
     config_of,
     cp_ep_problems,
+    dp_shard_problems,
     nodes_for,
     replica_slots,
     site_gpus_per_node,
@@ -114,8 +115,12 @@ def evaluate(
                 f"sum to {sum(cfg.stage_layers)}, model '{problem.model.name}' has {problem.model.layers} layers",  # noqa: E501
             )
         )
-    if inst.job.global_batch != cfg.micro_batch * cfg.dp * cfg.ep * cfg.num_micro_batches:
+    if (
+        inst.job.global_batch
+        != cfg.micro_batch * cfg.dp * cfg.ranks_per_replica * cfg.num_micro_batches
+    ):  # noqa: E501
         ep = f" x ep {cfg.ep}" if cfg.ep > 1 else ""
+        ep += f" x dp_shard {cfg.dp_shard}" if cfg.dp_shard > 1 else ""
         viol.append(
             Violation(
                 "batch",
@@ -125,6 +130,8 @@ def evaluate(
         )
     for why in cp_ep_problems(problem.model, cfg.tp, cfg.cp, cfg.ep, inst.job.sequence_parallel):
         viol.append(Violation("shape", "parallelism", why))
+    for why in dp_shard_problems(cfg.ep, cfg.dp_shard):
+        viol.append(Violation("shape", "parallelism.dp_shard", why))
     if cfg.virtual_stages > 1 and cfg.num_micro_batches % cfg.pp:
         viol.append(
             Violation(

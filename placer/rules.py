@@ -49,12 +49,30 @@ class Config:
     cp: int = 1  # context parallel: each sequence split over cp ranks (ring attention)
     ep: int = 1  # expert parallel: a replica holds ep data-parallel ranks sharing the experts
     expert_load_imbalance: float = 1.0  # busiest EP rank's tokens / the mean (job field)
+    # FSDP / ZeRO-3 shard group: a replica holds dp_shard data-parallel ranks (side by side,
+    # like ep) that shard parameters, gradients and optimizer state (torchtitan dp_shard);
+    # the dp replicas are the replicate group (dp_replicate): HSDP when dp > 1
+    dp_shard: int = 1
+    reshard_after_forward: bool = True  # job.fsdp.reshard_after_forward (FSDP2 fully_shard)
 
     @property
     def width(self) -> int:
-        """GPUs of one replica at one stage: tp x cp x ep, consecutive ranks inside a site
-        (Megatron's tp-cp-ep-dp-pp order), so EP and CP never cross a site."""
-        return self.tp * self.cp * self.ep
+        """GPUs of one replica at one stage: tp x cp x ep x dp_shard, consecutive ranks
+        inside a site (Megatron's tp-cp-ep-dp-pp order, torchtitan's [dp_shard, cp, tp]
+        inner dims), so EP, CP and the FSDP shard group never cross a site."""
+        return self.tp * self.cp * self.ep * self.dp_shard
+
+    @property
+    def optimizer_shard_over_dp(self) -> int:
+        """The dp replicas' further division of the optimizer step: ZeRO-1 shards it over
+        them; under FSDP (dp_shard > 1) the replicate group holds full copies of the shard
+        group's state (HSDP), so 1."""
+        return self.dp if self.zero1 and self.dp_shard == 1 else 1
+
+    @property
+    def ranks_per_replica(self) -> int:
+        """Data-parallel ranks of one replica: ep x dp_shard sequences side by side."""
+        return self.ep * self.dp_shard
 
     staggered: bool = False  # job.replica_schedule: replicas time-share the routes (Atlas)
     # interleaved 1F1B: model chunks per pipeline rank (Megatron's virtual pipeline size);
@@ -67,8 +85,9 @@ class Config:
 
     @property
     def data_parallel_size(self) -> int:
-        """Megatron's --data-parallel-size: the dense layers' replicas, ep per replica."""
-        return self.dp * self.ep
+        """Megatron's --data-parallel-size: the dense layers' replicas, ep x dp_shard per
+        replica."""
+        return self.dp * self.ep * self.dp_shard
 
     @property
     def chunk_layers(self) -> tuple[int, ...]:
@@ -77,9 +96,11 @@ class Config:
         return tuple(self.stage_layers[s % p] // v for s in range(v * p))
 
     def label(self) -> str:
-        """tp[-cp][-ep]-pp-dp-mb[-v]-sync, and the layers per stage when they are not all
+        """tp[-cp][-ep][-fsdp]-pp-dp-mb[-v]-sync, and the layers per stage when they are not all
         equal."""
         extra = (f"-cp{self.cp}" if self.cp > 1 else "") + (f"-ep{self.ep}" if self.ep > 1 else "")
+        if self.dp_shard > 1:
+            extra += f"-fsdp{self.dp_shard}"
         v = f"-v{self.virtual_stages}" if self.virtual_stages > 1 else ""
         base = (
             f"tp{self.tp}{extra}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}{v}-{self.sync_mode}"
@@ -89,10 +110,11 @@ class Config:
         return base + "-L" + ".".join(map(str, self.stage_layers))
 
 
-def num_micro_batches(job: Job, micro_batch: int, dp: int, ep: int = 1) -> int:
-    """Micro-batches per replica and step: global_batch / (micro_batch x dp x ep), at
-    least one (a replica of expert-parallel degree ep runs ep sequences side by side)."""
-    return max(1, job.global_batch // (micro_batch * dp * ep))
+def num_micro_batches(job: Job, micro_batch: int, dp: int, ep: int = 1, dp_shard: int = 1) -> int:
+    """Micro-batches per replica and step: global_batch / (micro_batch x dp x ep x dp_shard),
+    at least one (a replica of expert-parallel degree ep and FSDP shard group dp_shard runs
+    ep x dp_shard sequences side by side)."""
+    return max(1, job.global_batch // (micro_batch * dp * ep * dp_shard))
 
 
 def job_config(
@@ -107,6 +129,7 @@ def job_config(
     cp: int = 1,
     ep: int = 1,
     virtual_stages: int = 1,
+    dp_shard: int = 1,
 ) -> Config:
     """A configuration with the job's recompute, precision, ZeRO and sync settings."""
     return Config(
@@ -131,7 +154,18 @@ def job_config(
         expert_load_imbalance=job.expert_load_imbalance,
         staggered=job.replica_schedule == "staggered",
         virtual_stages=virtual_stages,
+        dp_shard=dp_shard,
+        reshard_after_forward=job.fsdp.reshard_after_forward,
     )
+
+
+def dp_shard_problems(ep: int, dp_shard: int) -> list[str]:
+    """Why an FSDP shard group cannot be combined (empty: it can): placer models dp_shard
+    with expert parallelism 1 only (torchtitan borrows EP ranks from dp_shard x cp, a layout
+    whose expert-state sharding placer does not price)."""
+    if dp_shard > 1 and ep > 1:
+        return [f"dp_shard={dp_shard} with ep={ep}: FSDP with expert parallelism is not modelled"]
+    return []
 
 
 def cp_ep_problems(
@@ -160,7 +194,8 @@ def sync_mode_of(problem: Problem, plan: Plan) -> str:
 def config_of(problem: Problem, plan: Plan) -> Config:
     """The configuration a plan runs (micro-batches derived when the plan leaves them out)."""
     job, par = problem.instance.job, plan.parallelism
-    m = par.num_micro_batches or num_micro_batches(job, par.micro_batch, par.dp, par.ep or 1)
+    shard = par.dp_shard or 1
+    m = par.num_micro_batches or num_micro_batches(job, par.micro_batch, par.dp, par.ep or 1, shard)
     return job_config(
         job,
         par.tp,
@@ -173,6 +208,7 @@ def config_of(problem: Problem, plan: Plan) -> Config:
         par.cp or 1,
         par.ep or 1,
         virtual_stages=par.virtual_stages,
+        dp_shard=shard,
     )
 
 

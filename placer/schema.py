@@ -584,6 +584,10 @@ class Parallelism(Strict):
         default=None,
         description="expert-parallel degrees (inside a site); null = [1] for a dense model, the powers of two dividing the expert count up to the largest scale-up domain for an MoE model",  # noqa: E501
     )
+    dp_shard: Candidates = Field(
+        default=[1],
+        description="FSDP / ZeRO-3 shard-group sizes the optimizer may choose (torchtitan data_parallel_shard_degree): each replica is dp_shard data-parallel ranks inside one site that shard parameters, gradients and optimizer state (per-layer all-gather and reduce-scatter, overlapped with compute); the dp replicas form the replicate group (data_parallel_replicate_degree), across sites: HSDP. default [1]: no FSDP; needs ep = 1",  # noqa: E501
+    )
     stage_layers: (
         Annotated[
             list[Annotated[list[Annotated[Int, Field(le=hi("model_dim"))]], Field(min_length=1)]],
@@ -603,7 +607,7 @@ class Parallelism(Strict):
         "bubble against v times the pipeline messages and more in-flight activations",
     )
 
-    @field_validator("tp", "pp", "dp", "micro_batch", "cp", "ep", "virtual_stages")
+    @field_validator("tp", "pp", "dp", "micro_batch", "cp", "ep", "virtual_stages", "dp_shard")
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:
         if v is not None:
@@ -645,6 +649,15 @@ class Overlap(Strict):
     )
 
 
+class Fsdp(Strict):
+    """How FSDP2 (torch.distributed.fsdp.fully_shard) runs when job.parallelism.dp_shard > 1."""
+
+    reshard_after_forward: bool = Field(
+        default=True,
+        description="free each layer's gathered parameters after its forward and all-gather them again in the backward (fully_shard's default; torchtitan fsdp_reshard_after_forward 'always'); false keeps the stage's parameters gathered from forward to backward (more memory, one all-gather less per micro-batch; 'never')",  # noqa: E501
+    )
+
+
 class Job(Strict):
     model: Annotated[str, StringConstraints(max_length=4096)] | ModelSpec
     global_batch: Int = Field(
@@ -661,6 +674,7 @@ class Job(Strict):
         default=True, description="Megatron sequence parallelism with TP (--sequence-parallel)"
     )
     overlap: Overlap = Overlap()
+    fsdp: Fsdp = Fsdp()
     expert_load_imbalance: Num = Field(
         default=1.1,
         ge=1.0,
@@ -806,6 +820,12 @@ class PlanParallelism(Strict):
         ge=1,
         le=hi("parallel_degree"),
         description="expert parallel, null = 1; a replica is tp x cp x ep GPUs per stage and Megatron's data-parallel size is dp x ep",  # noqa: E501
+    )
+    dp_shard: Int | None = Field(
+        default=None,
+        ge=1,
+        le=hi("parallel_degree"),
+        description="FSDP shard group, null = 1: a replica is tp x cp x dp_shard GPUs per stage inside one site whose dp_shard data-parallel ranks shard parameters, gradients and optimizer state (torchtitan data_parallel_shard_degree); the dp replicas are the replicate group (data_parallel_replicate_degree = dp): HSDP",  # noqa: E501
     )
     virtual_stages: Int = Field(
         default=1,

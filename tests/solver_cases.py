@@ -378,9 +378,40 @@ PARALLEL_5D = [
 ]
 
 
+def hsdp_instance(sync: dict[str, Any], pp: list[int], dp_shard: list[int]) -> dict[str, Any]:
+    """An 18.4B model (SC21) on two sites of 16 H100s: at tp 1 its ZeRO-1 state over 32
+    ranks (4.375 B/param, 80 GB) does not fit one GPU, so a replica either pipelines over
+    two stages (inside a site or across the route) or shards its state with FSDP over 8
+    or 16 GPUs of a site (HSDP: the replicas all-reduce their shards across the route)."""
+    return _parallel_5d(
+        "case-hsdp",
+        "sc21-18.4b",
+        {"tp": [1], "pp": pp, "dp_shard": dp_shard, "stage_layers": "even"},
+        8,
+        global_batch=64,
+        gpus=32,
+        sync=sync,
+    )
+
+
+# FSDP / HSDP (issue 16 item 4), all on job.gpus = 32: with DiLoCo's outer sync every 4
+# steps HSDP (one stage, shards over a node, replicas in both sites) beats the pipelines;
+# with a synchronous all-reduce of the whole gradient over the route every step it loses to
+# a pipeline of two stages; with pp 1 only sharding fits memory (dp_shard 16 spans two
+# nodes: NIC-bound).
+HSDP_CASES = [
+    Case(
+        "hsdp-diloco-wins",
+        hsdp_instance({"mode": "diloco", "every_steps": 4}, [1, 2], [1, 8]),
+    ),
+    Case("hsdp-sync-loses", hsdp_instance({"mode": "synchronous"}, [1, 2], [1, 8])),
+    Case("hsdp-memory", hsdp_instance({"mode": "synchronous"}, [1], [1, 8, 16])),
+]
+
+
 def cases() -> list[Case]:
     out = [Case(f"gen-{seed}", random_instance(seed)) for seed in range(N_GENERATED)]
-    out += PARALLEL_5D
+    out += PARALLEL_5D + HSDP_CASES
     for flavor in FLAVORS:
         for seed in range(N_PER_FLAVOR):
             out.append(

@@ -27,6 +27,7 @@ from placer.perf.flops import config_stage_memory_bytes
 from placer.perf.step import Chain, Config, PerfModel, balanced_stage_layers
 from placer.rules import (
     cp_ep_problems,
+    dp_shard_problems,
     job_config,
     num_micro_batches,
     replica_slots,
@@ -112,17 +113,19 @@ def enumerate_configs(
     mbs = par.micro_batch or [1, 2, 4]
     cps = sorted(set(par.cp or [1]))
     eps = ep_candidates(problem, max_gpn)
+    shards = sorted(set(par.dp_shard))
     out: list[Config] = []
     for tp in sorted(set(tps)):
         if model.heads % tp or model.kv % tp and tp % model.kv:
             report.drop(f"tp={tp} does not divide the attention heads")
             continue
-        for cp, ep in itertools.product(cps, eps):
+        for cp, ep, f in itertools.product(cps, eps, shards):
             why = cp_ep_problems(model, tp, cp, ep, job.sequence_parallel)
+            why += dp_shard_problems(ep, f)
             if why:
                 report.drop(why[0])
                 continue
-            out += _configs_for(problem, perf, report, tp, cp, ep, pps, mbs, listed)
+            out += _configs_for(problem, perf, report, tp, cp, ep, pps, mbs, listed, f)
     return out
 
 
@@ -136,19 +139,23 @@ def _configs_for(
     pps: list[int],
     mbs: list[int],
     listed: list[list[int]] | None,
+    dp_shard: int = 1,
 ) -> list[Config]:
-    """The configurations of one (tp, cp, ep): every pp, micro-batch, dp, interleaving and
+    """The configurations of one (tp, cp, ep, dp_shard): every pp, micro-batch, dp, interleaving and
     sync policy, with the layer splits placer.optimize.splits searches (v = 1) or the
     balanced split into v equal chunks per rank (v > 1: uneven interleaved splits are not
     searched)."""
     inst, model = problem.instance, problem.model
     job = inst.job
     par = job.parallelism
-    width = tp * cp * ep
+    width = tp * cp * ep * dp_shard
+    side = ep * dp_shard  # data-parallel ranks (sequences side by side) per replica
+    f = dp_shard
     out: list[Config] = []
     groups = sum(site_group_capacity(problem, s.name, tp, width) for s in inst.sites)
     if groups == 0:
-        report.drop(f"tp={tp}" + (f" x cp={cp} x ep={ep}" if width > tp else "") + " fits no node")
+        extra = f" x cp={cp} x ep={ep}" + (f" x dp_shard={f}" if f > 1 else "")
+        report.drop(f"tp={tp}" + (extra if width > tp else "") + " fits no node")
         return out
     gpus = sorted({s.gpu for s in inst.sites if site_group_capacity(problem, s.name, tp, width)})
     for pp in sorted(set(pps)):
@@ -160,24 +167,26 @@ def _configs_for(
             continue
         layers = balanced_stage_layers(model.layers, pp)
         for b in sorted(set(mbs)):
-            if job.global_batch % (b * ep):
+            if job.global_batch % (b * side):
                 continue
-            dps = par.dp or divisors(job.global_batch // (b * ep))
+            dps = par.dp or divisors(job.global_batch // (b * side))
             for dp in sorted(set(dps)):
                 report.considered += 1
-                if (job.global_batch // b) % (dp * ep):
-                    report.drop("global_batch not divisible by micro_batch x dp x ep")
+                if (job.global_batch // b) % (dp * side):
+                    report.drop("global_batch not divisible by micro_batch x dp x ep x dp_shard")
                     continue
                 if pp * dp > groups:
                     report.drop("more GPUs than the sites offer")
                     continue
                 if job.gpus is not None and width * pp * dp != job.gpus:
-                    report.drop("tp x cp x ep x pp x dp differs from job.gpus")
+                    report.drop("tp x cp x ep x dp_shard x pp x dp differs from job.gpus")
                     continue
-                m = num_micro_batches(job, b, dp, ep)
+                m = num_micro_batches(job, b, dp, ep, f)
                 for v in sorted(set(par.virtual_stages)):
                     if v == 1:
-                        base = job_config(job, tp, pp, dp, b, m, layers, job.sync.modes[0], cp, ep)
+                        base = job_config(
+                            job, tp, pp, dp, b, m, layers, job.sync.modes[0], cp, ep, dp_shard=f
+                        )
                         space = split_space(problem, perf, base, gpus)
                         report.split_sources.add(space.source)
                         splits, complete = space.splits, space.complete
@@ -190,11 +199,24 @@ def _configs_for(
                         for split in splits:
                             out.append(
                                 job_config(
-                                    job, tp, pp, dp, b, m, split, mode, cp, ep, virtual_stages=v
+                                    job,
+                                    tp,
+                                    pp,
+                                    dp,
+                                    b,
+                                    m,
+                                    split,
+                                    mode,
+                                    cp,
+                                    ep,
+                                    virtual_stages=v,
+                                    dp_shard=f,
                                 )
                             )
                         if not complete:
-                            rest = job_config(job, tp, pp, dp, b, m, layers, mode, cp, ep)
+                            rest = job_config(
+                                job, tp, pp, dp, b, m, layers, mode, cp, ep, dp_shard=f
+                            )
                             report.unsearched.append(rest)
     return out
 

@@ -202,7 +202,7 @@ def rest_lower_bound_s(problem: Problem, perf: PerfModel, cfg: Config, gpus: lis
     total = sum(
         stage_params(problem.model, n, k == 0, k == pp - 1) for k, n in enumerate(cfg.stage_layers)
     )  # the same for every split
-    shard = cfg.dp if cfg.zero1 else 1
+    shard = cfg.optimizer_shard_over_dp
     opt = min(
         compute.optimizer_step_s(problem.catalog.gpus[g], total / (pp * cfg.tp)) for g in gpus
     )

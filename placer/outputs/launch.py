@@ -149,9 +149,14 @@ def torchtitan_coords(
 def torchtitan_dp_split(plan: Plan, zero1: bool) -> tuple[int, int]:
     """(dp_replicate, dp_shard): shard within blocks of identical chains so that every FSDP
     shard group stays inside one site (dp_shard = gcd of the replica-group counts) when the job
-    shards optimizer state (zero1); plain replication (DDP) otherwise."""
+    shards optimizer state (zero1); plain replication (DDP) otherwise. A plan with its own
+    FSDP shard group (parallelism.dp_shard > 1) is exported as it is: its replicas are the
+    replicate group, its dp_shard ranks the shard group."""
     dp = plan.parallelism.dp
     ep = plan.parallelism.ep or 1
+    if (plan.parallelism.dp_shard or 1) > 1:
+        # the plan's FSDP shard group (HSDP): dp_shard ranks per replica, replicas replicate
+        return dp, plan.parallelism.dp_shard * ep
     if not zero1:
         # EP borrows its ranks from FSDP in torchtitan (efsdp = dp_shard cp tp / ep): shard
         # over the ep data-parallel ranks of each replica, replicate the replicas
@@ -221,16 +226,18 @@ class Layout:
     hosts_by_site: dict[str, list[int]]  # host indices in use, increasing
     cp: int = 1
     ep: int = 1
+    dp_shard: int = 1  # FSDP shard group: data-parallel ranks per replica (ep = 1)
 
     @property
     def width(self) -> int:
-        """GPUs of one replica at one stage: tp x cp x ep consecutive ranks."""
-        return self.tp * self.cp * self.ep
+        """GPUs of one replica at one stage: tp x cp x ep x dp_shard consecutive ranks."""
+        return self.tp * self.cp * self.ep * self.dp_shard
 
     @property
     def dp_size(self) -> int:
-        """Megatron's data-parallel size: dp replicas of ep data-parallel ranks each."""
-        return self.dp * self.ep
+        """Megatron's data-parallel size: dp replicas of ep x dp_shard data-parallel ranks
+        each."""
+        return self.dp * self.ep * self.dp_shard
 
     @property
     def world_size(self) -> int:
@@ -272,8 +279,9 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
     plan = plan_from_data(plan)
     par = plan.parallelism
     tp, pp, dp = par.tp, par.pp, par.dp
-    cp, ep = par.cp or 1, par.ep or 1
-    width = tp * cp * ep
+    cp, ep, shard = par.cp or 1, par.ep or 1, par.dp_shard or 1
+    side = ep * shard  # data-parallel ranks of one replica
+    width = tp * cp * side
     inst = problem.instance
     known = {s.name for s in inst.sites}
     groups = plan.replica_groups
@@ -331,7 +339,7 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
             hosts_per_domain = gpn[site] // gph[site]
             for u in range(width):
                 tp_r, cp_r, e = u % tp, (u // tp) % cp, u // (tp * cp)
-                rank = megatron_rank_5d(tp_r, cp_r, dp_r * ep + e, pp_r, tp, cp, dp * ep)
+                rank = megatron_rank_5d(tp_r, cp_r, dp_r * side + e, pp_r, tp, cp, dp * side)
                 if rank != len(rows):
                     raise AssertionError("ranks must be produced in order")
                 domain, in_domain = divmod(slot * width + u, gpn[site])
@@ -352,7 +360,7 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
                         gpu,
                         tp_r,
                         pp_r,
-                        dp_r * ep + e,
+                        dp_r * side + e,
                         replica_group[dp_r],
                         len(node_ranks),
                         len(cur_gpus) - 1,
@@ -420,6 +428,7 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
         hosts_by_site,
         cp,
         ep,
+        shard,
     )
 
 
@@ -492,14 +501,17 @@ def _mapping_comment_5d(layout: Layout, framework: str) -> list[str]:
     """The rank order with context and expert parallelism (a replica stage is tp x cp x ep
     consecutive ranks; Megatron's data-parallel size is dp x ep)."""
     tp, cp, ep, pp, dp = layout.tp, layout.cp, layout.ep, layout.pp, layout.dp
+    side = ep * layout.dp_shard  # data-parallel ranks per replica
+    fsdp = f" dp_shard={layout.dp_shard}" if layout.dp_shard > 1 else ""
+    per = "ep x dp_shard" if layout.dp_shard > 1 else "ep"
     lines = [
-        f"placer launch layout for instance '{layout.problem.name}': tp={tp} cp={cp} ep={ep} pp={pp}, {dp} replicas (data-parallel size {layout.dp_size} = replicas x ep), world size {layout.world_size}, {len(layout.node_ranks)} node ranks on {layout.host_count} hosts ({sum(layout.nodes_by_site.values())} NVLink domains)",  # noqa: E501
+        f"placer launch layout for instance '{layout.problem.name}': tp={tp} cp={cp} ep={ep}{fsdp} pp={pp}, {dp} replicas (data-parallel size {layout.dp_size} = replicas x {per}), world size {layout.world_size}, {len(layout.node_ranks)} node ranks on {layout.host_count} hosts ({sum(layout.nodes_by_site.values())} NVLink domains)",  # noqa: E501
         f"Rank order: Megatron-Core '{MEGATRON_ORDER}' (leftmost fastest) = torchtitan mesh ['pp', 'dp_replicate', 'dp_shard', 'cp', 'tp'] (rightmost fastest):",  # noqa: E501
         "  rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp_size * pp_rank))",
         "  experts (expert tensor parallelism 1): ep_rank = rank-in-stage % ep, expert_dp = rank-in-stage // ep,",  # noqa: E501
         "  i.e. ep consecutive ranks form an EP group (Megatron's expert order; torchtitan's sparse mesh [pp, dp_replicate, efsdp, ep]).",  # noqa: E501
-        f"Replica r of the plan is dp_rank r*{ep} .. r*{ep}+{ep - 1}: its {layout.width} GPUs per stage (tp x cp x ep) are consecutive ranks at",  # noqa: E501
-        "  one site, so every TP, CP and EP group stays inside the site; only DP and PP groups cross sites.",  # noqa: E501
+        f"Replica r of the plan is dp_rank r*{side} .. r*{side}+{side - 1}: its {layout.width} GPUs per stage (tp x cp x {per}) are consecutive ranks at",  # noqa: E501
+        "  one site, so every TP, CP, EP and FSDP shard group stays inside the site; only DP (replicate) and PP groups cross sites.",  # noqa: E501
         "  (do not pass --use-tp-pp-dp-mapping: it switches to order tp-cp-ep-pp-dp)",
         "Replicas, the plan's replica groups sorted by stage_sites:",
     ]
@@ -512,7 +524,7 @@ def _mapping_comment_5d(layout: Layout, framework: str) -> list[str]:
     for g in seen:
         n = groups[g].count
         lines.append(
-            f"  replicas {start}-{start + n - 1} (dp_rank {start * ep}-{(start + n) * ep - 1}): replica_groups[{g}] stages on {_chain(groups[g].stage_sites)}"  # noqa: E501
+            f"  replicas {start}-{start + n - 1} (dp_rank {start * side}-{(start + n) * side - 1}): replica_groups[{g}] stages on {_chain(groups[g].stage_sites)}"  # noqa: E501
         )
         start += n
     lines += [
@@ -589,7 +601,15 @@ def rankmap_files(layout: Layout) -> dict[str, str]:
             "dp": layout.dp,
             **({"cp": layout.cp} if layout.cp > 1 else {}),
             **({"ep": layout.ep} if layout.ep > 1 else {}),
+            **({"dp_shard": layout.dp_shard} if layout.dp_shard > 1 else {}),
         },
+        **(
+            {
+                "fsdp": f"HSDP: dp = dp_replicate * {layout.dp_shard} + dp_shard; the shard group of a rank is the {layout.dp_shard} ranks with its pp, tp, cp and dp // {layout.dp_shard} (one replica, consecutive ranks at one site); the replicate group is the {layout.dp} ranks with its pp, tp, cp and dp % {layout.dp_shard}"  # noqa: E501
+            }
+            if layout.dp_shard > 1
+            else {}
+        ),
         "rank_order": "rank = tp + tp_size * (dp + dp_size * pp)  (Megatron 'tp-cp-ep-dp-pp'; torchtitan mesh ['pp','dp_replicate','dp_shard','cp','tp'])",  # noqa: E501
         "placement": "each site's TP groups fill its NVLink domains gpus_per_node // tp at a time in rank order; GPU in domain = slot * tp + tp_rank; node = host index in the site = domain * (gpus_per_node / gpus_per_host) + GPU in domain // gpus_per_host; local_gpu = GPU in domain % gpus_per_host",  # noqa: E501
         "nodes_by_site": layout.nodes_by_site,
@@ -747,9 +767,12 @@ def megatron_files(layout: Layout) -> dict[str, str]:
         args.append(
             (
                 ["--use-distributed-optimizer"],
-                "ZeRO-1: optimizer state sharded over dp, as the plan's memory model assumes",
+                "ZeRO-1: optimizer state sharded over dp, as the plan's memory model assumes"
+                if layout.dp_shard == 1
+                else "Megatron-FSDP's optimizer over the shard group",
             )
         )
+    args += megatron_fsdp_args(layout)
     text = "#!/usr/bin/env bash\n" + _comment(
         _mapping_comment(layout, "megatron")
         + [
@@ -781,6 +804,38 @@ def megatron_files(layout: Layout) -> dict[str, str]:
         text += "  " + " ".join(shlex.quote(x) for x in a) + (f"  # {note}" if note else "") + "\n"
     text += ")\n"
     return {"megatron_args.sh": text, "megatron_hosts.txt": host_order_text(layout, "megatron")}
+
+
+def megatron_fsdp_args(layout: Layout) -> list[tuple[list[str], str]]:
+    """HSDP in Megatron-Core 0.16 (Megatron-FSDP): --use-megatron-fsdp with
+    optim_grads_params shards parameters, gradients and optimizer state (ZeRO-3) over the
+    intra-instance data-parallel group, and --num-distributed-optimizer-instances R splits
+    the dp x cp group into R consecutive blocks (parallel_state: intra-partial groups) that
+    the outer group replicates (mcore_fsdp_adapter: HSDP when R > 1). With R = the plan's
+    replicas each block is one replica's dp_shard x cp ranks, at one site. Megatron-LM's
+    validate_args requires the fsdp_dtensor checkpoint format for Megatron-FSDP. Megatron-
+    FSDP has no reshard-after-forward switch (it reshards): a plan that assumes otherwise
+    is refused rather than exported with a different memory footprint."""
+    if layout.dp_shard == 1:
+        return []
+    if not layout.problem.instance.job.fsdp.reshard_after_forward:
+        raise InputError(
+            "job.fsdp.reshard_after_forward: false has no Megatron-FSDP equivalent (it reshards after forward); "  # noqa: E501
+            "export torchtitan (-f torchtitan: fsdp_reshard_after_forward = never) or set it to true"  # noqa: E501
+        )
+    return [
+        (
+            [
+                "--use-megatron-fsdp",
+                "--data-parallel-sharding-strategy",
+                "optim_grads_params",
+                "--num-distributed-optimizer-instances",
+                str(layout.dp),
+            ],
+            f"HSDP: ZeRO-3 over each replica's dp_shard x cp = {layout.dp_shard * layout.cp} ranks (one site), {layout.dp} replicas replicate",  # noqa: E501
+        ),
+        (["--ckpt-format", "fsdp_dtensor"], "Megatron-FSDP's checkpoint format (validate_args)"),
+    ]
 
 
 def megatron_5d_args(layout: Layout) -> list[tuple[list[str], str]]:
@@ -930,6 +985,9 @@ def torchtitan_settings(layout: Layout, version: str) -> list[tuple[str, str, An
     ]
     if layout.ep > 1:
         out.append(("parallelism", "expert_parallel_degree", layout.ep))
+    if layout.dp_shard > 1:  # the plan's FSDP memory and exposure assume this policy
+        policy = "always" if problem.instance.job.fsdp.reshard_after_forward else "never"
+        out.append(("parallelism", "fsdp_reshard_after_forward", policy))
     if version == "0.3":  # 0.2.x has no switch: its Llama TP plan always applies SequenceParallel
         out.append(("parallelism", "enable_sequence_parallel", layout.tp > 1))
     if layout.pp > 1:
@@ -979,6 +1037,12 @@ def torchtitan_files(layout: Layout, version: str = "0.3") -> dict[str, str]:
         "  (static rendezvous: --master_addr/--master_port, not --rdzv_backend=c10d, which orders nodes itself).",  # noqa: E501
         *(
             [
+                f"HSDP as planned: data_parallel_shard_degree = {shard} (the plan's dp_shard: the {shard} data-parallel ranks of one replica,",  # noqa: E501
+                f"  consecutive ranks at one site, shard parameters, gradients and optimizer state; fsdp mesh = dp_shard x cp = {shard * layout.cp}),",  # noqa: E501
+                f"  data_parallel_replicate_degree = {rep} (the plan's replicas all-reduce their shards, across sites).",  # noqa: E501
+            ]
+            if layout.dp_shard > 1
+            else [
                 f"data_parallel_shard_degree = {shard}: the gcd of the replica-group counts, so every FSDP shard group is",  # noqa: E501
                 "  consecutive replicas with the same chain, i.e. inside one site; replicate groups (all-reduce) cross sites.",  # noqa: E501
                 "  The plan's memory model assumes ZeRO-1 over all dp: check memory if dp_shard is small.",  # noqa: E501

@@ -39,7 +39,10 @@ def _llama(problem: Problem, plan: Plan) -> bool:
 
 
 def _pre_blackwell_tp(problem: Problem, plan: Plan) -> bool:
-    if plan.parallelism.tp == 1:
+    """TP before Blackwell needs CUDA_DEVICE_MAX_CONNECTIONS=1, except under Megatron-FSDP
+    (parallelism.dp_shard > 1), which validate_args requires NOT to have it at 1 (it only
+    warns about the TP combination)."""
+    if plan.parallelism.tp == 1 or (plan.parallelism.dp_shard or 1) > 1:
         return False
     used = {s for g in plan.replica_groups for s in g.stage_sites}
     return any(
@@ -62,6 +65,11 @@ ASSUMPTIONS: list[Assumption] = [
         megatron=["--sequence-parallel"],
         torchtitan=["--parallelism.enable_sequence_parallel"],
         note="the memory model divides all activations by tp",
+    ),
+    Assumption(
+        "FSDP / ZeRO-3 over each replica's dp_shard ranks, the replicas replicating (HSDP; parallelism.dp_shard > 1)",  # noqa: E501
+        lambda p, plan: (plan.parallelism.dp_shard or 1) > 1,
+        note="Megatron-FSDP optim_grads_params with --num-distributed-optimizer-instances = replicas; torchtitan data_parallel_shard_degree / data_parallel_replicate_degree and fsdp_reshard_after_forward; CUDA_DEVICE_MAX_CONNECTIONS must not be 1",  # noqa: E501
     ),
     Assumption(
         "Megatron's TP kernels need ordered launches before Blackwell",

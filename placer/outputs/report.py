@@ -477,4 +477,6 @@ def _cp_ep(cfg: Any, sep: str = " ") -> str:
         out += f" x context {cfg.cp}" if sep == " " else f" cp={cfg.cp}"
     if cfg.ep > 1:
         out += f" x expert {cfg.ep}" if sep == " " else f" ep={cfg.ep}"
+    if getattr(cfg, "dp_shard", 1) > 1:  # FSDP shard group (HSDP with the dp replicas)
+        out += f" x fsdp {cfg.dp_shard}" if sep == " " else f" dp_shard={cfg.dp_shard}"
     return out

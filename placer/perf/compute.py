@@ -93,18 +93,37 @@ class StageOps:
     cp_fwd: float = 0.0  # ring attention's KV exchange not hidden under the attention core
     cp_bwd: float = 0.0
     cp_hidden: float = 0.0
+    fsdp_fwd: float = 0.0  # FSDP parameter all-gathers not hidden under the layers' compute
+    fsdp_bwd: float = 0.0  # all-gathers (reshard_after_forward) + reduce-scatters, exposed
+    fsdp_hidden: float = 0.0
 
     @property
     def fwd(self) -> float:
         return (
-            self.gemm_fwd + self.attn_fwd + self.mem_fwd + self.tp_fwd + self.ep_fwd + self.cp_fwd
+            self.gemm_fwd
+            + self.attn_fwd
+            + self.mem_fwd
+            + self.tp_fwd
+            + self.ep_fwd
+            + self.cp_fwd
+            + self.fsdp_fwd
         )
 
     @property
     def bwd(self) -> float:
         return (
-            self.gemm_bwd + self.attn_bwd + self.mem_bwd + self.tp_bwd + self.ep_bwd + self.cp_bwd
+            self.gemm_bwd
+            + self.attn_bwd
+            + self.mem_bwd
+            + self.tp_bwd
+            + self.ep_bwd
+            + self.cp_bwd
+            + self.fsdp_bwd
         )
+
+    @property
+    def fsdp_exposed(self) -> float:
+        return self.fsdp_fwd + self.fsdp_bwd
 
     @property
     def ep_exposed(self) -> float:

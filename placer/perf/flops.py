@@ -264,8 +264,12 @@ def stage_memory_bytes(
     ep: int = 1,
     load_imbalance: float = 1.0,
     virtual_stages: int = 1,
+    dp_shard: int = 1,
+    reshard_after_forward: bool = True,
 ) -> dict[str, float]:
     """Per-GPU memory of a stage; 1F1B keeps min(pp - stage, m) micro-batches in flight.
+
+    With an FSDP shard group (dp_shard > 1, ep = 1) the model state is fsdp_state_bytes.
 
     `dp` counts pipeline replicas, each of tp x cp x ep GPUs per stage (placer.rules.Config):
     the dense weights are split over tp and replicated over the dp x cp x ep others (ZeRO-1
@@ -278,8 +282,11 @@ def stage_memory_bytes(
     experts = expert_layer_params(m, first_layer, layers)
     dense = (total - experts) / tp
     routed = experts / ep
-    state = dense * model_state_bytes_per_param(dp * cp * ep, zero1)
-    state += routed * model_state_bytes_per_param(dp * tp * cp, zero1)
+    if dp_shard > 1:
+        state = fsdp_state_bytes(m, layers, total / tp, dp_shard * cp, reshard_after_forward)
+    else:
+        state = dense * model_state_bytes_per_param(dp * cp * ep, zero1)
+        state += routed * model_state_bytes_per_param(dp * tp * cp, zero1)
     chunks = in_flight_chunks(pp, num_micro_batches, virtual_stages, stage)
     n_moe = m.moe_layers_in(first_layer, layers)
     per_mb = (layers - n_moe) * activation_bytes_per_layer(m, micro_batch, tp, recompute, cp)
@@ -294,6 +301,34 @@ def stage_memory_bytes(
     if last:
         act += 4.0 * micro_batch * m.seq_len * m.vocab / (tp * cp)  # fp32 logits of one micro-batch
     return {"model_state": state, "activations": act, "total": state + act}
+
+
+FSDP_SHARDED_BYTES_PER_PARAM = 16.0  # fp32 parameter + fp32 gradient + Adam m and v
+FSDP_GATHERED_LAYERS = 2  # the layer computing and the one prefetched (FSDP2 docs)
+
+
+def fsdp_state_bytes(
+    m: ModelSpec, layers: int, stage_params_tp: float, shard: int, reshard_after_forward: bool
+) -> float:
+    """Per-GPU model state under FSDP / ZeRO-3 over a shard group of `shard` ranks
+    (dp_shard x cp, torchtitan's dp_shard_cp mesh) for a stage of `stage_params_tp`
+    parameters per TP rank.
+
+    ZeRO stage 3 (Rajbhandari et al., arXiv 1910.02054, section 5.1, P_os+g+p):
+    (2 + 2 + K) Psi / N_d with K = 12; FSDP2 keeps the sharded parameter in fp32 and reduces
+    gradients in fp32 (torchtitan's MixedPrecisionPolicy param bf16, reduce fp32), the same
+    16 bytes per parameter over the shard group. On top, the unsharded working set
+    (PyTorch FSDP2 docs, fully_shard: parameters are all-gathered before each layer's
+    forward/backward and freed after; with implicit prefetch the next layer's all-gather is
+    in flight): FSDP_GATHERED_LAYERS layers of bf16 parameters and fp32 unsharded
+    gradients; with reshard_after_forward off the whole stage stays gathered in bf16 from
+    forward to backward."""
+    per_layer = stage_params_tp / max(1, layers)
+    sharded = stage_params_tp * FSDP_SHARDED_BYTES_PER_PARAM / shard
+    working = FSDP_GATHERED_LAYERS * per_layer * (BYTES_BF16 + 4.0)
+    if not reshard_after_forward:
+        working += stage_params_tp * BYTES_BF16
+    return sharded + working
 
 
 def in_flight_chunks(pp: int, m: int, v: int, rank: int) -> int:
@@ -332,4 +367,6 @@ def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, f
         ep=getattr(cfg, "ep", 1),
         load_imbalance=getattr(cfg, "expert_load_imbalance", 1.0),
         virtual_stages=getattr(cfg, "virtual_stages", 1),
+        dp_shard=getattr(cfg, "dp_shard", 1),
+        reshard_after_forward=getattr(cfg, "reshard_after_forward", True),
     )

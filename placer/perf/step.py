@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from placer.io import Problem
@@ -69,6 +69,7 @@ from placer.rules import Config
 from placer.schema import GpuSpec
 
 Chain = tuple[str, ...]
+FSDP_REDUCE_BYTES = 4  # torchtitan's default mixed_precision_reduce = "float32"
 Hop = tuple[str, str]  # a route traversed from its first site to its second
 
 
@@ -150,8 +151,15 @@ class PerfModel:
 
     def message_bytes(self, cfg: Config) -> float:
         """One pipeline message of a replica: b*s*h activations (or their gradients) in
-        bf16 for each of its ep side-by-side sequences of b (cp splits them, not adds)."""
-        return cfg.ep * cfg.micro_batch * self.model.seq_len * self.model.hidden * BYTES_BF16
+        bf16 for each of its ep x dp_shard side-by-side sequences of b (cp splits them,
+        not adds)."""
+        return (
+            cfg.ranks_per_replica
+            * cfg.micro_batch
+            * self.model.seq_len
+            * self.model.hidden
+            * BYTES_BF16
+        )
 
     def stage_times(self, cfg: Config, gpu_key: str) -> tuple[StageTime, ...]:
         return self._times_of(cfg, gpu_key, cfg.pp, cfg.stage_layers)
@@ -174,6 +182,8 @@ class PerfModel:
             cfg.ep,
             cfg.expert_load_imbalance,
             cfg.zero1,
+            cfg.dp_shard,
+            cfg.reshard_after_forward,
         )
 
     def ep_all_to_all_s(self, gpu: GpuSpec, tp: int, cp: int, ep: int, b: int, imb: float) -> float:
@@ -225,8 +235,11 @@ class PerfModel:
         ep: int = 1,
         imbalance: float = 1.0,
         zero1: bool = True,
+        dp_shard: int = 1,
+        reshard: bool = True,
     ) -> tuple[StageTime, ...]:
-        """Operator-level times (placer.perf.compute) of one micro-batch per stage."""
+        """Operator-level times (placer.perf.compute) of one micro-batch per stage, with
+        the FSDP collectives a shard group does not hide (fsdp_exposed)."""
         gpu = self.catalog.gpus[gpu_key]
         ar = comm.ring_allreduce_s(
             tp, b * self.model.seq_len // cp * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu)
@@ -257,9 +270,70 @@ class PerfModel:
             )
             fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
             bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
-            opt = self._optimizer_s(gpu, tp, pp, k, stage_layers, cp, ep, zero1)
+            if dp_shard > 1:
+                ops = self._with_fsdp(ops, gpu, tp, cp, dp_shard, reshard, pp, k, stage_layers)
+            opt = self._optimizer_s(gpu, tp, pp, k, stage_layers, cp, ep, zero1, dp_shard)
             out.append(StageTime(ops.fwd, ops.bwd, fc, bc, ops, opt))
         return tuple(out)
+
+    def fsdp_collectives_s(
+        self, gpu: GpuSpec, tp: int, cp: int, dp_shard: int, layer_params: float
+    ) -> tuple[float, float]:
+        """(all-gather, reduce-scatter) of one layer's parameters over the FSDP shard group:
+        dp_shard x cp ranks holding the same tp slice (torchtitan's dp_shard_cp mesh), ring
+        collectives (comm.all_gather_s / reduce_scatter_s: (n-1)/n of the layer's bytes per
+        rank). All-gather in bf16, reduce-scatter in fp32 (torchtitan's default
+        mixed_precision_param bfloat16 / mixed_precision_reduce float32). On NVLink when the
+        replica's tp x cp x dp_shard GPUs fit one scale-up domain, else through each rank's
+        NIC (the ring's slowest hop) with the fabric latency per step."""
+        n = dp_shard * cp
+        numel = layer_params / tp
+        if tp * n <= gpu.gpus_per_node:
+            bw, lat = self.nvlink_Bps(gpu), 0.0
+        else:
+            bw, lat = self.nic_Bps(gpu), self.catalog.network.intra_site_latency_s
+        return (
+            comm.all_gather_s(n, numel * BYTES_BF16, bw, lat),
+            comm.reduce_scatter_s(n, numel * FSDP_REDUCE_BYTES, bw, lat),
+        )
+
+    def _with_fsdp(
+        self,
+        ops: compute.StageOps,
+        gpu: GpuSpec,
+        tp: int,
+        cp: int,
+        dp_shard: int,
+        reshard: bool,
+        pp: int,
+        k: int,
+        stage_layers: tuple[int, ...],
+    ) -> compute.StageOps:
+        """The stage's operators plus FSDP2's per-layer collectives of one micro-batch.
+
+        PyTorch FSDP2 (docs: torch.distributed.fsdp.fully_shard and "FSDP Notes",
+        prefetching): each layer's parameters are all-gathered before its forward and, with
+        reshard_after_forward, again before its backward; its gradients are
+        reduce-scattered after its backward. The collectives run on their own stream, so
+        layer i + 1's all-gather overlaps layer i's compute (implicit prefetch) and only
+        the part longer than a layer's compute is exposed, plus the first all-gather (it
+        overlaps nothing) and the last reduce-scatter (nothing follows it): ZeRO-3's
+        1.5 x the data-parallel all-reduce volume (Rajbhandari et al., arXiv 1910.02054,
+        section 7.2.2). Per micro-batch, as fully_shard runs by default with gradient
+        accumulation; torch.distributed.pipelining's skipping of the reshard and
+        reduce-scatter between micro-batches is not credited (conservative for pp > 1)."""
+        layers = stage_layers[k]
+        first = sum(stage_layers[:k])
+        per_layer = stage_params(self.model, layers, False, False, first) / max(1, layers)
+        ag, rs = self.fsdp_collectives_s(gpu, tp, cp, dp_shard, per_layer)
+        c_fwd = (ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd) / max(1, layers)
+        c_bwd = (ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd) / max(1, layers)
+        bwd_comm = (ag if reshard else 0.0) + rs
+        rest = max(0, layers - 1)
+        fwd = ag + rest * max(0.0, ag - c_fwd)
+        bwd = (ag if reshard else 0.0) + rs + rest * max(0.0, bwd_comm - c_bwd)
+        total = layers * (ag + bwd_comm)
+        return replace(ops, fsdp_fwd=fwd, fsdp_bwd=bwd, fsdp_hidden=max(0.0, total - fwd - bwd))
 
     def _optimizer_s(
         self,
@@ -271,6 +345,7 @@ class PerfModel:
         cp: int = 1,
         ep: int = 1,
         zero1: bool = True,
+        dp_shard: int = 1,
     ) -> float:
         """Adam over the parameters one GPU of stage k updates. Under ZeRO-1 that is its
         1/d shard; d is not an argument of the stage-time cache, so the ZeRO-1 division by
@@ -278,10 +353,14 @@ class PerfModel:
         tp x cp x ep GPUs the dense weights are split over tp and (ZeRO-1) sharded over
         cp x ep, the routed experts split over ep and sharded over tp x cp: either way
         1/(tp cp ep) of the stage per GPU; without ZeRO-1 a GPU updates dense/tp +
-        experts/ep."""
+        experts/ep. Under FSDP (dp_shard > 1, ep = 1) a GPU updates its 1/(tp cp dp_shard)
+        shard whatever job.zero1 says (ZeRO-3 shards the optimizer state with the
+        parameters)."""
         first = sum(stage_layers[:k])
         total = stage_params(self.model, stage_layers[k], k == 0, k == pp - 1, first)
-        if zero1:
+        if dp_shard > 1:
+            n = total / (tp * cp * dp_shard)
+        elif zero1:
             n = total / (tp * cp * ep)
         else:
             experts = expert_layer_params(self.model, first, stage_layers[k])
@@ -291,7 +370,7 @@ class PerfModel:
     def optimizer_step_s(self, cfg: Config, chain: Chain) -> float:
         """The step waits for the slowest GPU's optimizer step: the max over the chain's
         stages (ZeRO-1 shards it over the dp replicas)."""
-        shard = cfg.dp if cfg.zero1 else 1
+        shard = cfg.optimizer_shard_over_dp
         return (
             max(
                 self.stage_times(cfg, self.problem.instance.site(s).gpu)[k].optimizer
@@ -315,9 +394,12 @@ class PerfModel:
         the shortest window never hides more than Megatron can."""
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
         times = [t for g in gpus for t in self.stage_times(cfg, g)]
-        w_bwd = min(t.bwd for t in times) if cfg.overlap_grad_reduce else 0.0
-        w_fwd = min(t.fwd for t in times) if cfg.overlap_param_gather else 0.0
-        if not cfg.zero1:
+        # FSDP's exposed collectives occupy the fabric the sync needs: not a window
+        w_bwd = min(t.bwd - _fsdp(t, "bwd") for t in times) if cfg.overlap_grad_reduce else 0.0
+        w_fwd = min(t.fwd - _fsdp(t, "fwd") for t in times) if cfg.overlap_param_gather else 0.0
+        if not cfg.zero1 or cfg.dp_shard > 1:
+            # FSDP: the replicate all-reduce of the shards follows each layer's
+            # reduce-scatter in the backward (HSDP), as the all-reduce of DDP does
             return ((1.0, w_bwd),)
         return ((0.5, w_bwd), (0.5, w_fwd))
 
@@ -493,7 +575,7 @@ class PerfModel:
             fwd.append(min(t.fwd for t in options))
             bwd.append(min(t.bwd for t in options))
         zeros = [0.0] * (cfg.pp - 1 if v == 1 else cfg.pp)
-        shard = cfg.dp if cfg.zero1 else 1
+        shard = cfg.optimizer_shard_over_dp
         opt = (
             max(
                 min(
@@ -610,6 +692,15 @@ class PerfModel:
         gpn = self.site_gpus_per_node(site)
         lat = self.catalog.network.intra_site_latency_s
         out = 0.0
+        if cfg.dp_shard > 1:
+            # HSDP: the shard group reduce-scattered inside the replica (stage times); the
+            # replicate group all-reduces each rank's 1/(dp_shard cp) shard in fp32 over the
+            # dp replicas, whose same-shard ranks sit `width` apart
+            shard = (dense + experts) / cfg.tp / (cfg.dp_shard * cfg.cp) * FSDP_REDUCE_BYTES
+            q = max(1, min(cfg.dp, gpn // cfg.width))
+            out += comm.ring_allreduce_s(q, shard, self.nvlink_Bps(gpu))
+            out += comm.ring_allreduce_s(math.ceil(cfg.dp / q), shard / q, self.nic_Bps(gpu), lat)
+            return out
         parts = [(dense / cfg.tp * BYTES_BF16, cfg.dp * cfg.cp * cfg.ep, cfg.tp)]
         if experts:
             parts.append((experts / cfg.ep * BYTES_BF16, cfg.dp * cfg.tp * cfg.cp, cfg.ep))
@@ -729,10 +820,11 @@ class PerfModel:
         widest = max(times, key=lambda t: t.fwd + t.bwd).ops
         ep_s = m * widest.ep_exposed if widest else 0.0
         cp_s = m * widest.cp_exposed if widest else 0.0
+        fsdp_s = m * widest.fsdp_exposed if widest else 0.0
         breakdown = {
             "compute_s": compute_s - mem,  # GEMMs and the attention core
             "memory_bound_s": mem,
-            "tp_comm_s": with_tp - compute_s - ep_s - cp_s,  # exposed
+            "tp_comm_s": with_tp - compute_s - ep_s - cp_s - fsdp_s,  # exposed
             "bubble_s": no_comm - opt - with_tp,
             "pp_comm_s": t_pipe - no_comm,
             "dp_sync_s": t_dp,  # exposed
@@ -744,6 +836,9 @@ class PerfModel:
         if cfg.cp > 1:
             breakdown["cp_comm_s"] = cp_s  # ring attention KV not hidden under attention
             hidden["cp_comm_s"] = m * widest.cp_hidden if widest else 0.0
+        if cfg.dp_shard > 1:
+            breakdown["fsdp_comm_s"] = fsdp_s  # per-layer all-gather / reduce-scatter, exposed
+            hidden["fsdp_comm_s"] = m * widest.fsdp_hidden if widest else 0.0
         return StepResult(
             step_time_s=total,
             pipe_s=t_pipe,
@@ -783,6 +878,11 @@ def wan_part_s(sync_mode: str, every_steps: int, t_wan: float, t_pipe: float) ->
     if sync_mode == "diloco":
         return t_wan / every_steps
     return max(0.0, t_wan / every_steps - t_pipe)
+
+
+def _fsdp(t: StageTime, phase: str) -> float:
+    """The exposed FSDP collectives in a stage time's forward or backward."""
+    return getattr(t.ops, f"fsdp_{phase}") if t.ops is not None else 0.0
 
 
 def _div(load: float, capacity: float) -> float:
