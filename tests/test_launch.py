@@ -826,3 +826,29 @@ def test_cp_ep_layouts_export(cp: int, ep: int, tp: int, gpn: int) -> None:
         assert f"--expert-model-parallel-size {ep} --expert-tensor-parallel-size 1" in args
         assert "--moe-layer-freq '([0]*1+[1]*3)'" in args
     assert f"--parallelism.context_parallel_degree {cp}" in files["torchtitan_args.sh"]
+
+
+def test_torchrun_script_fails_when_one_of_its_torchruns_fails(tmp_path):
+    """A host with two node ranks runs two torchruns in the background; the script must
+    exit with the failing one's code (a bare `wait` exited 0). Run by bash, with a
+    `torchrun` on PATH that fails for node rank 3 only."""
+    import os
+
+    from placer.outputs import launch
+
+    problem, plan = case_mixed()
+    lay = build_layout(problem, plan)
+    host = next(u.host for u in lay.node_ranks if u.index == 3)
+    assert sum(u.host == host for u in lay.node_ranks) == 2  # two torchruns on that host
+    script = tmp_path / "torchrun_A.sh"
+    script.write_text(launch.torchrun_files(lay)["torchrun_A.sh"])
+    fake = tmp_path / "bin" / "torchrun"
+    fake.parent.mkdir()
+    fake.write_text('#!/usr/bin/env bash\n[[ " $* " == *" --node_rank=3 "* ]] && exit 3\nexit 0\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "MASTER_ADDR": "x"}
+    env["TRAIN_SCRIPT"] = "train.py"
+    r = subprocess.run(["bash", str(script), host], env=env, capture_output=True, text=True)
+    assert r.returncode == 3, r.stderr
+    ok = next(u.host for u in lay.node_ranks if u.site == "A" and u.host != host)
+    assert subprocess.run(["bash", str(script), ok], env=env).returncode == 0

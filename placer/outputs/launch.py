@@ -1254,7 +1254,13 @@ def torchrun_files(layout: Layout) -> dict[str, str]:
             + '}"\n'
         )
         text += ': "${MASTER_PORT:=29500}"\n: "${TRAIN_SCRIPT:?set TRAIN_SCRIPT to the training entry point}"\n'  # noqa: E501
-        text += 'HOST="${1:-$(hostname)}"\ncase "$HOST" in\n'
+        text += 'HOST="${1:-$(hostname)}"\n'
+        # every torchrun of the host runs in the background; the script waits for each and
+        # exits with the last failure's code (a bare `wait` exits 0 whatever they return)
+        text += (
+            'pids=()\nwait_all() {\n  local rc=0 pid\n  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done\n'  # noqa: E501
+            '  return "$rc"\n}\ncase "$HOST" in\n'
+        )
         by_host: dict[str, list[NodeRank]] = {}
         for u in units:
             by_host.setdefault(u.host, []).append(u)
@@ -1262,8 +1268,8 @@ def torchrun_files(layout: Layout) -> dict[str, str]:
             text += f"  {host})\n"
             for u in us:
                 text += f"    # node rank {u.index}: GPUs {u.gpu_range}, global ranks {u.first_rank}-{u.first_rank + u.nproc - 1}\n"  # noqa: E501
-                text += f"    {torchrun_line(layout, u)} &\n"
-            text += "    wait ;;\n"
+                text += f"    {torchrun_line(layout, u)} &\n    pids+=($!)\n"
+            text += "    wait_all ;;\n"
         text += f'  *) echo "host $HOST is not a host of site {site} in this plan" >&2; exit 2 ;;\nesac\n'  # noqa: E501
         out[f"torchrun_{site}.sh"] = text
         what = (
