@@ -335,7 +335,7 @@ def check_slurm_torchrun(files: dict[str, str], host_text: str) -> None:
             continue
         host = None
         for ln in text.splitlines():
-            m = re.match(r"\s+(\S+)\)$", ln)
+            m = re.match(r"  ([^\s()]+)\)$", ln)  # a case label: `  <host>)`
             if m:
                 host = m.group(1)
             m = re.search(
