@@ -49,6 +49,9 @@ class Config:
     cp: int = 1  # context parallel: each sequence split over cp ranks (ring attention)
     ep: int = 1  # expert parallel: a replica holds ep data-parallel ranks sharing the experts
     expert_load_imbalance: float = 1.0  # busiest EP rank's tokens / the mean (job field)
+    overlap_ep_comm: bool = False  # job.overlap.ep_comm (where Megatron-Core accepts it)
+    moe_dispatcher: str = "alltoall"  # job.moe_dispatcher: alltoall or deepep (node dedup)
+    moe_dispatch_precision: str = "bf16"  # job.moe_dispatch_precision (forward dispatch)
 
     @property
     def width(self) -> int:
@@ -64,6 +67,20 @@ class Config:
     @property
     def gpus(self) -> int:
         return self.width * self.pp * self.dp
+
+    @property
+    def ep_overlap(self) -> bool:
+        """Whether the MoE all-to-all overlap (job.overlap.ep_comm) runs: Megatron-Core
+        accepts --overlap-moe-expert-parallel-comm only with EP > 1, without full
+        recompute and, with pipelining, with a virtual pipeline (TransformerConfig
+        __post_init__, megatron-core 0.16.1); elsewhere the all-to-all stays exposed and
+        the launch files do not ask for the overlap."""
+        return (
+            self.overlap_ep_comm
+            and self.ep > 1
+            and self.recompute != "full"
+            and (self.pp == 1 or self.virtual_stages > 1)
+        )
 
     @property
     def data_parallel_size(self) -> int:
@@ -129,6 +146,9 @@ def job_config(
         cp=cp,
         ep=ep,
         expert_load_imbalance=job.expert_load_imbalance,
+        overlap_ep_comm=job.overlap.ep_comm,
+        moe_dispatcher=job.moe_dispatcher,
+        moe_dispatch_precision=job.moe_dispatch_precision,
         staggered=job.replica_schedule == "staggered",
         virtual_stages=virtual_stages,
     )
