@@ -63,12 +63,14 @@ consumer-exports: venv
 	rm -rf $(CBUILD)/export-hsdp $(CBUILD)/export-hsdp-0.2
 	$(BIN)/placer export consumers/case-hsdp/plan.json -i consumers/case-hsdp/instance.yaml -f all -o $(CBUILD)/export-hsdp
 	$(BIN)/placer export consumers/case-hsdp/plan.json -i consumers/case-hsdp/instance.yaml -f torchtitan --torchtitan-version 0.2 -o $(CBUILD)/export-hsdp-0.2
+	rm -rf $(CBUILD)/export-moe
+	for p in pp1 vpp pp2; do $(BIN)/placer export consumers/case-moe/plan-$$p.json -i consumers/case-moe/instance.yaml -f megatron -o $(CBUILD)/export-moe/$$p || exit 1; done
 	$(BIN)/python consumers/export_splits.py $(CBUILD)/megatron_splits.json
 
 test-consumers: venv $(CVENV)/.installed consumer-exports
 	@$(CBIN)/python -c "import torch, megatron.core, torchtitan; print('tools: torch', torch.__version__, '| megatron-core', megatron.core.__version__, '| torchtitan', __import__('importlib.metadata').metadata.version('torchtitan'))"
 	@slurmd -V 2>/dev/null || echo "slurm-wlm: not installed"
-	PLACER_EXPORT=$(CURDIR)/$(CBUILD)/export PLACER_EXPORT_02=$(CURDIR)/$(CBUILD)/export-0.2 PLACER_EXPORT_5D=$(CURDIR)/$(CBUILD)/export-5d PLACER_EXPORT_DS3=$(CURDIR)/$(CBUILD)/export-ds3 PLACER_EXPORT_HSDP=$(CURDIR)/$(CBUILD)/export-hsdp PLACER_EXPORT_HSDP_02=$(CURDIR)/$(CBUILD)/export-hsdp-0.2 \
+	PLACER_EXPORT=$(CURDIR)/$(CBUILD)/export PLACER_EXPORT_02=$(CURDIR)/$(CBUILD)/export-0.2 PLACER_EXPORT_5D=$(CURDIR)/$(CBUILD)/export-5d PLACER_EXPORT_DS3=$(CURDIR)/$(CBUILD)/export-ds3 PLACER_EXPORT_HSDP=$(CURDIR)/$(CBUILD)/export-hsdp PLACER_EXPORT_HSDP_02=$(CURDIR)/$(CBUILD)/export-hsdp-0.2 PLACER_EXPORT_MOE=$(CURDIR)/$(CBUILD)/export-moe \
 	  PLACER_EXPORT_VPP=$(CURDIR)/$(CBUILD)/export-interleaved PLACER_EXPORT_VPP_LAYOUT=$(CURDIR)/$(CBUILD)/export-interleaved-layout \
 	  PLACER_EXPORT_UNEVEN=$(CURDIR)/$(CBUILD)/export-uneven PLACER_SPLITS=$(CURDIR)/$(CBUILD)/megatron_splits.json \
 	  $(CBIN)/python -m pytest consumers -rs -s -p no:cacheprovider

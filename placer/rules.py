@@ -54,6 +54,9 @@ class Config:
     # the dp replicas are the replicate group (dp_replicate): HSDP when dp > 1
     dp_shard: int = 1
     reshard_after_forward: bool = True  # job.fsdp.reshard_after_forward (FSDP2 fully_shard)
+    overlap_ep_comm: bool = False  # job.overlap.ep_comm (where Megatron-Core accepts it)
+    moe_dispatcher: str = "alltoall"  # job.moe_dispatcher: alltoall or deepep (node dedup)
+    moe_dispatch_precision: str = "bf16"  # job.moe_dispatch_precision (forward dispatch)
 
     @property
     def width(self) -> int:
@@ -82,6 +85,20 @@ class Config:
     @property
     def gpus(self) -> int:
         return self.width * self.pp * self.dp
+
+    @property
+    def ep_overlap(self) -> bool:
+        """Whether the MoE all-to-all overlap (job.overlap.ep_comm) runs: Megatron-Core
+        accepts --overlap-moe-expert-parallel-comm only with EP > 1, without full
+        recompute and, with pipelining, with a virtual pipeline (TransformerConfig
+        __post_init__, megatron-core 0.16.1); elsewhere the all-to-all stays exposed and
+        the launch files do not ask for the overlap."""
+        return (
+            self.overlap_ep_comm
+            and self.ep > 1
+            and self.recompute != "full"
+            and (self.pp == 1 or self.virtual_stages > 1)
+        )
 
     @property
     def data_parallel_size(self) -> int:
@@ -152,6 +169,9 @@ def job_config(
         cp=cp,
         ep=ep,
         expert_load_imbalance=job.expert_load_imbalance,
+        overlap_ep_comm=job.overlap.ep_comm,
+        moe_dispatcher=job.moe_dispatcher,
+        moe_dispatch_precision=job.moe_dispatch_precision,
         staggered=job.replica_schedule == "staggered",
         virtual_stages=virtual_stages,
         dp_shard=dp_shard,

@@ -360,6 +360,12 @@ class MoESpec(Strict):
         default=False,
         description="auxiliary-loss-free balancing bias (DeepSeek-V3; --moe-router-enable-expert-bias)",  # noqa: E501
     )
+    max_nodes_per_token: Int | None = Field(
+        default=None,
+        ge=1,
+        le=hi("model_dim"),
+        description="node-limited routing: a token's experts lie on at most this many nodes of the EP group (DeepSeek-V3: 4, arXiv 2412.19437 section 2.1.2; Megatron --moe-router-num-groups = nodes, --moe-router-group-topk = this); null = any node",  # noqa: E501
+    )
 
     @model_validator(mode="after")
     def _topk(self) -> MoESpec:
@@ -647,6 +653,10 @@ class Overlap(Strict):
         default=True,
         description="--tp-comm-overlap (needs sequence_parallel): the GPU catalog tp_comm_overlap fraction of TP communication is hidden",  # noqa: E501
     )
+    ep_comm: bool = Field(
+        default=False,
+        description="--overlap-moe-expert-parallel-comm (MoE, EP > 1; Megatron-Core's default is off): the 1F1B phase runs one micro-batch's forward with another's backward, each MoE layer's token all-to-all hidden under the other direction's compute of that layer, only the excess exposed; Megatron-Core needs no full recompute and, with pipelining, virtual_stages > 1 (elsewhere the all-to-all stays exposed)",  # noqa: E501
+    )
 
 
 class Fsdp(Strict):
@@ -681,12 +691,41 @@ class Job(Strict):
         le=hi("slowdown"),
         description="MoE: tokens of the busiest expert-parallel rank / the mean; it scales the expert GEMMs, activations and all-to-all. assumption: 1.1, i.e. MaxVio = 0.1 in the metric of Wang et al. (arXiv 2408.15664), not a published per-rank figure for these models",  # noqa: E501
     )
+    moe_dispatcher: Literal["alltoall", "deepep"] = Field(
+        default="alltoall",
+        description="MoE token dispatcher: alltoall (--moe-token-dispatcher-type alltoall: each token-expert copy to its EP rank) or deepep (--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep: one copy per destination node over the NICs, then NVLink fan-out, arXiv 2412.19437 section 3.2.2)",  # noqa: E501
+    )
+    moe_dispatch_precision: Literal["bf16", "fp8"] = Field(
+        default="bf16",
+        description="wire precision of the forward token dispatch (fp8: 1 byte per value plus an fp32 scale per 128, DeepSeek-V3's FP8 dispatch with BF16 combine, arXiv 2412.19437 section 3.3; needs precision fp8 and moe_dispatcher deepep)",  # noqa: E501
+    )
     replica_schedule: Literal["lockstep", "staggered"] = Field(
         default="lockstep",
         description="lockstep: every replica sends its stage boundary's message at the same pipeline tick, so the replicas whose chains cross a route share it tick by tick (Megatron's synchronous 1F1B); staggered: replicas are offset so that they time-share the routes and only the step-average route load binds (Atlas, arXiv 2411.14458; needs a launcher that staggers the replicas)",  # noqa: E501
     )
     sync: Sync = Sync()
     parallelism: Parallelism = Parallelism()
+
+    @model_validator(mode="after")
+    def _moe_settings(self, info: ValidationInfo) -> Job:
+        return check_cross_field(self, info)
+
+    def cross_field_problems(self) -> list[str]:
+        """Combinations Megatron-Core refuses (TransformerConfig.__post_init__)."""
+        out = []
+        if self.overlap.ep_comm and self.recompute == "full":
+            out.append(
+                "overlap.ep_comm: Megatron-Core's --overlap-moe-expert-parallel-comm needs "
+                "recompute 'selective' or 'none', got 'full'"
+            )
+        if self.moe_dispatch_precision == "fp8" and (
+            self.precision != "fp8" or self.moe_dispatcher != "deepep"
+        ):
+            out.append(
+                "moe_dispatch_precision: fp8 needs precision: fp8 and moe_dispatcher: deepep, got "
+                f"precision: {self.precision}, moe_dispatcher: {self.moe_dispatcher}"
+            )
+        return out
 
 
 class Objective(Strict):

@@ -311,8 +311,25 @@ N_GENERATED = 40
 N_PER_FLAVOR = 2
 
 
+# tiny-moe (models/tiny-moe.yaml) with 16 experts and node-limited routing to one node
+TINY_MOE16: dict[str, Any] = {
+    "layers": 4,
+    "hidden": 256,
+    "heads": 4,
+    "vocab": 1024,
+    "seq_len": 256,
+    "moe": {
+        "experts": 16,
+        "top_k": 2,
+        "expert_ffn_hidden": 256,
+        "first_dense_layers": 1,
+        "max_nodes_per_token": 1,
+    },
+}
+
+
 def _parallel_5d(
-    name: str, model: str, par: dict[str, Any], gpus_per_node: int, **job: Any
+    name: str, model: str | dict[str, Any], par: dict[str, Any], gpus_per_node: int, **job: Any
 ) -> dict[str, Any]:
     """Two sites of 16 GPUs, 100 km apart with up to two new waves; the job needs 16 or
     more GPUs, so replicas spread over both sites or stages cross the route."""
@@ -374,6 +391,22 @@ PARALLEL_5D = [
             ),
             "objective": {"minimize": "cost", "max_step_time_s": 0.05},
         },
+    ),
+    # the MoE fidelity terms (issue 16 items 2 and 6): the all-to-all overlap (on where
+    # Megatron-Core accepts it: pp 1, or pp 2 with virtual stages 2), per-node dedup with
+    # node-limited routing (16 experts, ep 16 spans two 8-GPU NVLink domains) and FP8 dispatch
+    Case(
+        "ep-overlap-dedup",
+        _parallel_5d(
+            "case-ep-overlap",
+            {**TINY_MOE16, "name": "tiny-moe16"},
+            {"tp": [1], "pp": [1, 2], "ep": [1, 4, 16], "dp": [1, 2], "virtual_stages": [1, 2]},
+            8,
+            precision="fp8",
+            overlap={"ep_comm": True},
+            moe_dispatcher="deepep",
+            moe_dispatch_precision="fp8",
+        ),
     ),
 ]
 

@@ -252,3 +252,185 @@ def test_mla_gemms_and_attention_core_by_hand() -> None:
     }
     assert attention_core_flops_per_token(m, 4096) == 2 * 4096 * 128 * (192 + 128)
     assert kv_exchange_width(m) == 128 * 192 + 128 * 128  # decompressed K and V per token
+
+
+# ----------------------------------------------------------------------------- MoE fidelity
+# (issue 16 items 2 and 6: the all-to-all overlap window, node-limited dedup, FP8 dispatch)
+
+
+def test_overlap_window_hides_all_part_none_by_hand() -> None:
+    """One MoE layer, forward all-to-alls 3 ms, backward 4 ms. Compute forward 5 ms /
+    backward 10 ms hides both; forward 2 / backward 1 leaves 3 - 1 = 2 forward and
+    4 - 2 = 2 backward; no compute leaves everything; without the overlap all of it."""
+    assert compute.ep_exposed_s(3e-3, 4e-3, 5e-3, 10e-3, True) == (0.0, 0.0)
+    f, b = compute.ep_exposed_s(3e-3, 4e-3, 2e-3, 1e-3, True)
+    assert f == pytest.approx(2e-3, rel=1e-12) and b == pytest.approx(2e-3, rel=1e-12)
+    assert compute.ep_exposed_s(3e-3, 4e-3, 0.0, 0.0, True) == (3e-3, 4e-3)
+    assert compute.ep_exposed_s(3e-3, 4e-3, 5e-3, 10e-3, False) == (3e-3, 4e-3)
+
+
+def _overlap_problem(**job: object):
+    return problem_from_data(
+        {
+            "name": "ov",
+            "sites": [{"name": "dc", "gpu": "h100-sxm", "gpus": 64}],
+            "job": {"model": "tiny-moe", "global_batch": 64, **job},
+        }
+    )
+
+
+def test_overlap_in_a_stage_by_hand() -> None:
+    """tiny-moe, ep 4 on NVLink (the all-to-all of test_dispatch_on_nvlink_and_nics_by_hand):
+    under job.overlap.ep_comm the 3 MoE layers' 2 + 2 all-to-alls per micro-batch hide
+    entirely (a few us of NVLink against the layer's GEMMs); the hidden time is all of them
+    and the forward / backward lose exactly what the default exposes. With pp 2 and no
+    virtual pipeline, Megatron-Core refuses the overlap: nothing hides."""
+    a2a = 0.75 * (256 * 2 * 256 * 2 * 1.1) / NVLINK
+    on, off = _overlap_problem(overlap={"ep_comm": True}), _overlap_problem()
+    cfg_on = job_config(on.instance.job, 1, 1, 1, 1, 16, (4,), "synchronous", 1, 4)
+    cfg_off = job_config(off.instance.job, 1, 1, 1, 1, 16, (4,), "synchronous", 1, 4)
+    assert cfg_on.ep_overlap and not cfg_off.ep_overlap
+    t_on = PerfModel(on).stage_times(cfg_on, "h100-sxm")[0]
+    t_off = PerfModel(off).stage_times(cfg_off, "h100-sxm")[0]
+    assert t_on.ops.ep_fwd == 0.0 and t_on.ops.ep_bwd == 0.0
+    assert t_on.ops.ep_hidden == pytest.approx(3 * 4 * a2a, rel=1e-12)
+    assert t_off.fwd - t_on.fwd == pytest.approx(3 * 2 * a2a, rel=1e-9)
+    assert t_off.bwd - t_on.bwd == pytest.approx(3 * 2 * a2a, rel=1e-9)
+    pp2 = job_config(on.instance.job, 1, 2, 1, 1, 16, (2, 2), "synchronous", 1, 4)
+    assert not pp2.ep_overlap
+    pp2v = job_config(
+        on.instance.job, 1, 2, 1, 1, 16, (2, 2), "synchronous", 1, 4, virtual_stages=2
+    )
+    assert pp2v.ep_overlap
+
+
+def test_overlap_with_full_recompute_is_refused() -> None:
+    """Megatron-Core asserts 'disable full recomputation when enabling
+    overlap_moe_expert_parallel_comm': the instance is rejected, naming the field."""
+    with pytest.raises(Exception, match="overlap.ep_comm"):
+        _overlap_problem(overlap={"ep_comm": True}, recompute="full")
+    with pytest.raises(Exception, match="moe_dispatch_precision"):
+        _overlap_problem(moe_dispatch_precision="fp8")
+
+
+def _brute_nodes(experts: int, top_k: int, nodes: int, allowed: int) -> tuple[float, float]:
+    """(distinct nodes, distinct nodes other than the sender's node 0) of a token, averaged
+    over every set of `allowed` nodes and every top_k subset of their experts (uniform)."""
+    from itertools import combinations
+
+    per = experts // nodes
+    tot = rem = cnt = 0
+    for sel in combinations(range(nodes), allowed):
+        pool = [(n, j) for n in sel for j in range(per)]
+        for pick in combinations(pool, top_k):
+            hit = {n for n, _ in pick}
+            tot += len(hit)
+            rem += len(hit - {0})
+            cnt += 1
+    return tot / cnt, rem / cnt
+
+
+@pytest.mark.parametrize(
+    ("experts", "top_k", "nodes", "limit"), [(8, 2, 4, 2), (12, 3, 4, None), (16, 4, 4, 3)]
+)
+def test_expected_token_nodes_against_enumeration(experts, top_k, nodes, limit) -> None:
+    """The closed form D (and the remote share D (N - 1) / N the NIC carries) against an
+    exhaustive enumeration of node sets and expert picks."""
+    d, remote = _brute_nodes(experts, top_k, nodes, limit or nodes)
+    got = compute.expected_token_nodes(experts, top_k, nodes, limit)
+    assert got == pytest.approx(d, rel=1e-12)
+    assert got * (nodes - 1) / nodes == pytest.approx(remote, rel=1e-12)
+
+
+def test_node_limited_dedup_bytes_by_hand() -> None:
+    """DeepSeek-V3 at ep 64 (8 nodes of 8), b 1, s 4096, tp 1: 4096 tokens per rank.
+    Without dedup the NIC carries top-8 x 56/64 copies of each token (7 per token). With
+    per-node dedup and at most 4 nodes per token: D = 4 (1 - C(96, 8)/C(128, 8)) distinct
+    nodes, 7/8 of them remote; NVLink carries 8 x 7/8 copies. FP8: 1 + 4/128 bytes per value."""
+    from math import comb
+
+    m = load_model("deepseek-v3")
+    h, tok = 7168, 4096
+    d = 4 * (1 - comb(96, 8) / comb(128, 8))
+    assert 3.5 < d < 4.0
+    nvl, nic = compute.moe_node_dispatch_bytes(m, tok, 1, 1.0, 64, 8)
+    assert nic == pytest.approx(tok * d * 7 / 8 * h * 2, rel=1e-12)
+    assert nvl == pytest.approx(tok * 8 * 7 / 8 * h * 2, rel=1e-12)
+    flat = compute.moe_dispatch_bytes(m, tok, 1, 1.0)
+    assert flat * 56 / 64 == pytest.approx(tok * 7 * h * 2, rel=1e-12)
+    nvl8, nic8 = compute.moe_node_dispatch_bytes(
+        m, tok, 1, 1.0, 64, 8, compute.token_value_bytes("fp8")
+    )
+    assert nic8 == pytest.approx(tok * d * 7 / 8 * h * 1.03125, rel=1e-12)
+    # the time: NIC-bound, one message to each of the 7 other nodes
+    want = max(nvl8 / NVLINK, nic8 / NIC + 7 * LAT)
+    assert want == nic8 / NIC + 7 * LAT
+    assert comm.node_dedup_all_to_all_s(8, nvl8, nic8, NVLINK, NIC, LAT) == pytest.approx(
+        want, rel=1e-12
+    )
+
+
+def test_deepep_dispatch_in_the_step_model_by_hand() -> None:
+    """tiny-moe with 16 experts (solver_cases.TINY_MOE16, at most 1 node per token), ep 16
+    over two 8-GPU nodes, 256 tokens of h 256: D = 1, so the NIC carries 1/2 copy per token
+    (the alltoall dispatcher: top-2 x 8/16 = 1 copy), NVLink 2 x 7/8 copies, x 1.1 imbalance."""
+    model = {**sc.TINY_MOE16, "name": "tiny-moe16"}
+    prob = problem_from_data(
+        {
+            "name": "dd",
+            "sites": [{"name": "dc", "gpu": "h100-sxm", "gpus": 64}],
+            "job": {"model": model, "global_batch": 64, "moe_dispatcher": "deepep"},
+        }
+    )
+    perf = PerfModel(prob)
+    per_tok = 256 * 256 * 2 * 1.1
+    want = max(2 * 7 / 8 * per_tok / NVLINK, 0.5 * per_tok / NIC + LAT)
+    got = perf.ep_all_to_all_s(H100, 1, 1, 16, 1, 1.1, "deepep")
+    assert got == pytest.approx(want, rel=1e-12)
+    flat = perf.ep_all_to_all_s(H100, 1, 1, 16, 1, 1.1)
+    assert flat == pytest.approx(
+        max(7 / 16 * 2 * per_tok / NVLINK, 8 / 16 * 2 * per_tok / NIC + 8 * LAT), rel=1e-12
+    )
+    assert got < flat
+
+
+def test_overlap_and_dispatcher_flags_exported() -> None:
+    """--overlap-moe-expert-parallel-comm exactly where the model hides the all-to-all (pp 1
+    here; not for pp 2 without virtual stages), the flex/deepep dispatcher, and node-limited
+    routing as Megatron-Core's group-limited routing only when EP spans more nodes than the
+    limit (ep 16 = 2 nodes > 1)."""
+    from placer.outputs.export import render
+    from placer.schema import Plan
+
+    model = {**sc.TINY_MOE16, "name": "tiny-moe16"}
+
+    def export(pp: int, ep: int) -> str:
+        prob = problem_from_data(
+            {
+                "name": "fx",
+                "sites": [{"name": "dc", "gpu": "h100-sxm", "gpus": 64}],
+                "job": {
+                    "model": model,
+                    "global_batch": 64,
+                    "overlap": {"ep_comm": True},
+                    "moe_dispatcher": "deepep",
+                },
+            }
+        )
+        plan = Plan.model_validate(
+            {
+                "parallelism": {"tp": 1, "pp": pp, "dp": 1, "ep": ep, "micro_batch": 1},
+                "stage_layers": [4 // pp] * pp,
+                "replica_groups": [{"count": 1, "stage_sites": ["dc"] * pp}],
+            }
+        )
+        assert evaluate(prob, plan).feasible
+        return render(prob, plan, "megatron")["megatron_args.sh"]
+
+    a = export(1, 16)
+    assert "--overlap-moe-expert-parallel-comm" in a
+    assert "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep" in a
+    assert "--moe-router-num-groups 2 --moe-router-group-topk 1" in a
+    b = export(2, 8)
+    assert "--overlap-moe-expert-parallel-comm" not in b
+    assert "--moe-router-num-groups" not in b

@@ -882,12 +882,12 @@ def megatron_5d_args(layout: Layout) -> list[tuple[list[str], str]]:
             str(layout.ep),
             "--expert-tensor-parallel-size",
             "1",
-            "--moe-token-dispatcher-type",
-            "alltoall",
+            *_dispatcher_args(layout.problem.instance.job.moe_dispatcher),
             "--moe-grouped-gemm",
             "--moe-router-score-function",
             e.router,
         ]
+        moe += _node_limited_args(layout)
         if e.shared_ffn:
             moe += ["--moe-shared-expert-intermediate-size", str(e.shared_ffn)]
         if any(p == 0 for p in pattern):
@@ -901,6 +901,38 @@ def megatron_5d_args(layout: Layout) -> list[tuple[list[str], str]]:
             )
         )
     return out
+
+
+def _dispatcher_args(dispatcher: str) -> list[str]:
+    """job.moe_dispatcher as Megatron-Core 0.16 spells it (flex + deepep: per-node dedup)."""
+    if dispatcher == "deepep":
+        return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
+    return ["--moe-token-dispatcher-type", "alltoall"]
+
+
+def ep_nodes(layout: Layout) -> int:
+    """Nodes one EP group spans (ep consecutive ranks, node-sized blocks)."""
+    gpn = min(
+        layout.problem.catalog.gpus[layout.problem.instance.site(s).gpu].gpus_per_node
+        for s in {x for g in layout.plan.replica_groups for x in g.stage_sites}
+    )
+    return max(1, layout.ep // max(1, min(layout.ep, gpn)))
+
+
+def _node_limited_args(layout: Layout) -> list[str]:
+    """Node-limited routing (model.moe.max_nodes_per_token) when the EP group spans more
+    nodes than a token may reach: Megatron-Core's group-limited routing with one group per
+    node (--moe-router-num-groups = nodes, --moe-router-group-topk = the limit)."""
+    e = layout.problem.model.moe
+    nodes = ep_nodes(layout)
+    if e is None or e.max_nodes_per_token is None or nodes <= e.max_nodes_per_token:
+        return []
+    return [
+        "--moe-router-num-groups",
+        str(nodes),
+        "--moe-router-group-topk",
+        str(e.max_nodes_per_token),
+    ]
 
 
 def _layer_pattern(pattern: list[int]) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from placer.io import Problem
+from placer.rules import config_of
 from placer.schema import Plan
 
 
@@ -114,6 +115,17 @@ ASSUMPTIONS: list[Assumption] = [
         lambda p, plan: _job(p).overlap.tp_comm and _sequence_parallel(p, plan),
         megatron=["--tp-comm-overlap"],
         note="the catalog's tp_comm_overlap fraction of TP communication is hidden",
+    ),
+    Assumption(
+        "MoE all-to-all of one micro-batch hidden under another's compute in the 1F1B phase (job.overlap.ep_comm, where Megatron-Core accepts it: EP > 1, no full recompute, virtual_stages > 1 with pipelining)",  # noqa: E501
+        lambda p, plan: config_of(p, plan).ep_overlap,
+        megatron=["--overlap-moe-expert-parallel-comm"],
+        note="Megatron-Core's combined 1F1B schedule (needs torch >= 2.6, the alltoall or flex dispatcher, no --moe-shared-expert-overlap)",  # noqa: E501
+    ),
+    Assumption(
+        "FP8 forward token dispatch, BF16 combine (job.moe_dispatch_precision fp8, DeepSeek-V3)",
+        lambda p, plan: p.model.moe is not None and _job(p).moe_dispatch_precision == "fp8",
+        note="DeepEP's FP8 dispatch: Megatron-Core 0.16.1 has no argument for it (its flex dispatcher sends bf16); the step time assumes FP8 dispatch, so run a DeepEP-FP8 build or expect the bf16 dispatch time",  # noqa: E501
     ),
     Assumption(
         "non-interleaved 1F1B (parallelism.virtual_stages 1)",

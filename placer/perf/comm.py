@@ -248,6 +248,30 @@ def two_level_all_to_all_s(
     return max(local, remote)
 
 
+def node_dedup_all_to_all_s(
+    nodes: int,
+    nvlink_bytes: float,
+    nic_bytes: float,
+    local_bw: float,
+    remote_bw: float,
+    remote_alpha_s: float = 0.0,
+) -> float:
+    """A deduplicated MoE dispatch (DeepEP's internode kernels, arXiv 2412.19437 section
+    3.2.2): each sender puts `nic_bytes` on its NIC, one message to the GPU of its own local
+    index on each of the other nodes - 1 nodes, and the receiving GPUs forward
+    `nvlink_bytes` over NVLink, pipelined with the NIC transfer, so the slower sets the time:
+
+        T = max( nvlink_bytes / local_bw,  nic_bytes / remote_bw + (nodes - 1) a_r )
+    """
+    _check_members("nodes", nodes, 1)
+    _check_nonneg("nvlink_bytes", nvlink_bytes)
+    _check_nonneg("nic_bytes", nic_bytes)
+    _check_pos("local_bw", local_bw)
+    _check_pos("remote_bw", remote_bw)
+    remote = nic_bytes / remote_bw + (nodes - 1) * remote_alpha_s if nodes > 1 else 0.0
+    return max(nvlink_bytes / local_bw, remote)
+
+
 def ring_attention_kv_s(
     cp: int, chunk_bytes: float, bandwidth_Bps: float, alpha_s: float = 0.0
 ) -> float:

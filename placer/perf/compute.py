@@ -27,8 +27,12 @@ rank's sequence-parallel share of the tokens (b s / (cp t)); each routed token-e
 lands on one EP rank, E/ep experts per rank, and the busiest rank gets `load_imbalance` x
 the mean (a grouped GEMM per local expert); shared experts run tensor-parallel like the
 dense FFN. Token dispatch and combine are an all-to-all each, forward and backward (and in
-the recomputed forward under full recompute), not overlapped (Megatron's default; its
---overlap-moe-expert-parallel-comm is not modelled). Context parallelism `cp` splits each
+the recomputed forward under full recompute), exposed by default (Megatron-Core's default).
+Under job.overlap.ep_comm (--overlap-moe-expert-parallel-comm, Megatron-Core's combined 1F1B:
+the forward of one micro-batch runs with the backward of another, layer by layer) the
+forward all-to-alls of an MoE layer hide under the backward compute of that layer of the
+other micro-batch and the backward all-to-alls under its forward compute; only the excess
+is exposed (ep_exposed_s). Context parallelism `cp` splits each
 sequence over cp ranks: every operator sees b s / cp tokens while the attention core keeps
 the full key length, and ring attention passes KV chunks around the cp ring (cp - 1 steps
 forward, KV and its gradient backward), hidden under the attention core of the same layer
@@ -53,6 +57,10 @@ from placer.schema import GpuSpec, ModelSpec
 
 BYTES_BF16 = 2
 BYTES_MASK = 1  # a dropout mask is one byte per element (PyTorch bool)
+# FP8 token dispatch (DeepSeek-V3, arXiv 2412.19437 sections 3.3.1-3.3.3): e4m3 values with
+# one fp32 scale per 1 x 128 tile of the activation
+FP8_SCALE_TILE = 128
+BYTES_FP32 = 4
 
 # Mixed-precision Adam over the local shard, bytes moved per parameter (reference
 # "Optimizer step": ~16-32 bytes): read the bf16 gradient (2), read and write the fp32
@@ -90,6 +98,7 @@ class StageOps:
     tp_hidden: float  # tensor-parallel communication hidden under compute (fwd + bwd)
     ep_fwd: float = 0.0  # expert-parallel all-to-all (dispatch + combine), exposed
     ep_bwd: float = 0.0
+    ep_hidden: float = 0.0  # expert-parallel all-to-all hidden under compute (job.overlap.ep_comm)
     cp_fwd: float = 0.0  # ring attention's KV exchange not hidden under the attention core
     cp_bwd: float = 0.0
     cp_hidden: float = 0.0
@@ -217,11 +226,95 @@ def moe_ffn_s(
     return t
 
 
-def moe_dispatch_bytes(m: ModelSpec, tokens: int, tp: int, load_imbalance: float) -> float:
+def moe_dispatch_bytes(
+    m: ModelSpec, tokens: int, tp: int, load_imbalance: float, value_bytes: float = BYTES_BF16
+) -> float:
     """Bytes one rank sends in one all-to-all (dispatch or combine): top_k copies of each
-    of its tokens' h bf16 values; the busiest rank receives load_imbalance x the mean."""
+    of its tokens' h values (bf16, or token_value_bytes for FP8); the busiest rank
+    receives load_imbalance x the mean."""
     assert m.moe is not None
-    return moe_tokens_per_rank(tokens, tp) * m.moe.top_k * m.hidden * BYTES_BF16 * load_imbalance
+    return moe_tokens_per_rank(tokens, tp) * m.moe.top_k * m.hidden * value_bytes * load_imbalance
+
+
+def token_value_bytes(precision: str) -> float:
+    """Bytes per hidden value of a dispatched token: bf16, or FP8 plus its fp32 tile scale
+    (1 + 4/128)."""
+    return 1 + BYTES_FP32 / FP8_SCALE_TILE if precision == "fp8" else BYTES_BF16
+
+
+def expected_token_nodes(experts: int, top_k: int, nodes: int, max_nodes: int | None) -> float:
+    """Expected number of distinct nodes hosting a token's top_k experts, the experts spread
+    evenly over the EP group's `nodes` nodes (E/N each) and node-limited routing allowing
+    M = min(max_nodes, N) of them: the top_k experts are taken uniformly among the E M / N
+    experts of the allowed nodes (balanced routing, the goal of the balancing loss or bias):
+
+        D = M (1 - C(E M/N - E/N, k) / C(E M/N, k))
+
+    (each allowed node is empty with the probability that all k picks miss its E/N experts).
+    An assumption: real routers' scores are not uniform; DeepSeek-V3's node-limited
+    routing chooses the M nodes by their best experts' scores (arXiv 2412.19437 2.1.2)."""
+    if nodes <= 1:
+        return 1.0
+    allowed = nodes if max_nodes is None else min(max_nodes, nodes)
+    per_node = experts // nodes
+    pool = per_node * allowed
+    k = min(top_k, pool)
+    return allowed * (1.0 - math.comb(pool - per_node, k) / math.comb(pool, k))
+
+
+def moe_node_dispatch_bytes(
+    m: ModelSpec,
+    tokens: int,
+    tp: int,
+    load_imbalance: float,
+    ep: int,
+    gpus_per_node: int,
+    value_bytes: float = BYTES_BF16,
+) -> tuple[float, float]:
+    """(NVLink bytes, NIC bytes) one rank sends in one dispatch (or combine) with per-node
+    deduplication (DeepEP, arXiv 2412.19437 section 3.2.2): a token crosses the NICs once
+    per remote node that hosts one of its experts, to the GPU of the same local index, which
+    forwards the copies over NVLink to the GPUs holding the experts. With q = min(ep, node)
+    GPUs per node and N = ep / q nodes, per token of the rank:
+
+        NIC    = D (N - 1) / N x h x value bytes   (D = expected_token_nodes; a remote
+                 destination node with probability (N - 1)/N)
+        NVLink = top_k (q - 1) / q x h x value bytes (a copy lands on the expert's GPU
+                 directly with probability 1/q)
+
+    both times load_imbalance (the busiest rank). Combine is the reverse (reduce on the
+    node, one copy back per node), the same bytes."""
+    e = m.moe
+    assert e is not None
+    q = max(1, min(ep, gpus_per_node))
+    nodes = max(1, ep // q)
+    per_token = m.hidden * value_bytes * load_imbalance * moe_tokens_per_rank(tokens, tp)
+    nvlink = e.top_k * (q - 1) / q * per_token
+    d = expected_token_nodes(e.experts, e.top_k, nodes, e.max_nodes_per_token)
+    nic = d * (nodes - 1) / nodes * per_token
+    return nvlink, nic
+
+
+def ep_exposed_s(
+    comm_fwd_s: float,
+    comm_bwd_s: float,
+    compute_fwd_s: float,
+    compute_bwd_s: float,
+    overlap: bool,
+) -> tuple[float, float]:
+    """Exposed (forward, backward) all-to-all seconds of one MoE layer. Without overlap all
+    of it. With Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) the
+    forward's dispatch + combine of one micro-batch run under the backward compute of that
+    layer for another micro-batch, and the backward's under the forward compute:
+
+        forward  max(0, comm_fwd - compute_bwd),  backward  max(0, comm_bwd - compute_fwd)
+
+    Every micro-batch is priced as if paired; the 1F1B warm-up forwards and cool-down
+    backwards that Megatron runs alone are not distinguished (an approximation that
+    overstates the hidden share by at most (pp - 1) / m of the micro-batches)."""
+    if not overlap:
+        return comm_fwd_s, comm_bwd_s
+    return max(0.0, comm_fwd_s - compute_bwd_s), max(0.0, comm_bwd_s - compute_fwd_s)
 
 
 def lm_head_gemm(m: ModelSpec, tokens: int, tp: int) -> Gemm:
@@ -316,12 +409,17 @@ def stage_ops(
     a2a_s: float = 0.0,
     cp_ring_s: float = 0.0,
     load_imbalance: float = 1.0,
+    a2a_dispatch_s: float | None = None,
+    ep_overlap: bool = False,
 ) -> StageOps:
     """Operator times of one micro-batch on a stage of `layers` blocks starting at block
     `first_layer`; `tp_allreduce_s` is one all-reduce of the rank's b s h / cp activations
     over the tp group, `tp_overlap` the fraction of TP communication hidden under compute
     (0 when the job does not overlap it), `a2a_s` one expert-parallel all-to-all of an MoE
-    layer, `cp_ring_s` one forward pass of ring attention's KV around the cp ring."""
+    layer (bf16), `a2a_dispatch_s` its forward token dispatch when that is sent in another
+    precision (None: a2a_s), `ep_overlap` whether the MoE all-to-all hides under the other
+    micro-batch's compute (ep_exposed_s), `cp_ring_s` one forward pass of ring attention's
+    KV around the cp ring."""
     tokens = micro_batch * m.seq_len // cp
     n_moe = m.moe_layers_in(first_layer, layers)
     n_dense = layers - n_moe
@@ -348,14 +446,20 @@ def stage_ops(
     mem_fwd = mem_blocks + loss
     gemm_bwd, attn_bwd, mem_bwd = 2 * gemm_fwd, 2 * attn_fwd, 2 * mem_fwd
     n_fwd_ar, n_bwd_ar = 2.0, 2.0
-    n_bwd_a2a = 2.0
+    # one MoE layer: forward dispatch (maybe FP8) + combine; backward two bf16 all-to-alls
+    a2a_f = (a2a_s if a2a_dispatch_s is None else a2a_dispatch_s) + a2a_s
+    a2a_b = 2 * a2a_s
+    moe_fwd_compute = attn_gemm + attn_layer + moe_ffn + mem_moe
+    moe_bwd_compute = 2 * moe_fwd_compute + (attn_layer if recompute == "selective" else 0.0)
+    ep_f, ep_b = ep_exposed_s(a2a_f, a2a_b, moe_fwd_compute, moe_bwd_compute, ep_overlap)
+    ep_hidden = n_moe * (a2a_f + a2a_b - ep_f - ep_b)
     cp_bwd_raw = layers * max(0.0, 2 * cp_ring_s - 2 * attn_layer)  # KV + dKV under 2x core
     if recompute == "full":  # one more forward of every block (not the LM head)
         gemm_bwd += gemm_blocks
         attn_bwd += attn_fwd
         mem_bwd += mem_blocks
         n_bwd_ar += 2
-        n_bwd_a2a += 2
+        ep_b += a2a_f  # the recomputed forward's all-to-alls (never overlapped: ep_overlap)
         cp_bwd_raw += layers * max(0.0, cp_ring_s - attn_layer)
     elif recompute == "selective":  # the attention core only (Korthikanti et al.)
         attn_bwd += attn_fwd
@@ -375,8 +479,9 @@ def stage_ops(
         keep * tp_f,
         keep * tp_b,
         tp_overlap * (tp_f + tp_b),
-        ep_fwd=n_moe * 2 * a2a_s,
-        ep_bwd=n_moe * n_bwd_a2a * a2a_s,
+        ep_fwd=n_moe * ep_f,
+        ep_bwd=n_moe * ep_b,
+        ep_hidden=ep_hidden,
         cp_fwd=cp_fwd,
         cp_bwd=cp_bwd_raw,
         cp_hidden=cp_total - cp_fwd - cp_bwd_raw,

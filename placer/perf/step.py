@@ -184,18 +184,42 @@ class PerfModel:
             cfg.zero1,
             cfg.dp_shard,
             cfg.reshard_after_forward,
+            cfg.ep_overlap,
+            cfg.moe_dispatcher,
+            cfg.moe_dispatch_precision,
         )
 
-    def ep_all_to_all_s(self, gpu: GpuSpec, tp: int, cp: int, ep: int, b: int, imb: float) -> float:
+    def ep_all_to_all_s(
+        self,
+        gpu: GpuSpec,
+        tp: int,
+        cp: int,
+        ep: int,
+        b: int,
+        imb: float,
+        dispatcher: str = "alltoall",
+        precision: str = "bf16",
+    ) -> float:
         """One token dispatch (or combine) of an MoE layer over the EP group: ep consecutive
-        ranks (expert TP 1), min(ep, node) of them on one NVLink domain, the rest over the
-        NICs (comm.two_level_all_to_all_s)."""
+        ranks (expert TP 1), min(ep, node) of them on one NVLink domain. The alltoall
+        dispatcher sends every token-expert copy to its rank, the NIC share over the NICs
+        (comm.two_level_all_to_all_s); deepep sends one copy per destination node over the
+        NICs and fans out over NVLink (compute.moe_node_dispatch_bytes,
+        comm.node_dedup_all_to_all_s). `precision` is the wire precision of the values."""
         if ep <= 1 or self.model.moe is None:
             return 0.0
         tokens = b * self.model.seq_len // cp
-        nbytes = compute.moe_dispatch_bytes(self.model, tokens, tp, imb)
+        vb = compute.token_value_bytes(precision)
         q = min(ep, gpu.gpus_per_node)
         lat = self.catalog.network.intra_site_latency_s
+        if dispatcher == "deepep":
+            nvl, nic = compute.moe_node_dispatch_bytes(
+                self.model, tokens, tp, imb, ep, gpu.gpus_per_node, vb
+            )
+            return comm.node_dedup_all_to_all_s(
+                ep // q, nvl, nic, self.nvlink_Bps(gpu), self.nic_Bps(gpu), lat
+            )
+        nbytes = compute.moe_dispatch_bytes(self.model, tokens, tp, imb, vb)
         return comm.two_level_all_to_all_s(
             ep, q, nbytes, self.nvlink_Bps(gpu), self.nic_Bps(gpu), 0.0, lat
         )
@@ -237,6 +261,9 @@ class PerfModel:
         zero1: bool = True,
         dp_shard: int = 1,
         reshard: bool = True,
+        ep_overlap: bool = False,
+        dispatcher: str = "alltoall",
+        dispatch_precision: str = "bf16",
     ) -> tuple[StageTime, ...]:
         """Operator-level times (placer.perf.compute) of one micro-batch per stage, with
         the FSDP collectives a shard group does not hide (fsdp_exposed)."""
@@ -245,7 +272,12 @@ class PerfModel:
             tp, b * self.model.seq_len // cp * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu)
         )
         overlap = gpu.tp_comm_overlap if tp_overlap and sequence_parallel else 0.0  # TE needs SP
-        a2a = self.ep_all_to_all_s(gpu, tp, cp, ep, b, imbalance)
+        a2a = self.ep_all_to_all_s(gpu, tp, cp, ep, b, imbalance, dispatcher)
+        a2a_disp = (
+            self.ep_all_to_all_s(gpu, tp, cp, ep, b, imbalance, dispatcher, dispatch_precision)
+            if dispatch_precision != "bf16"
+            else None
+        )
         ring = self.cp_ring_s(gpu, tp, cp, b)
         out = []
         for k, layers in enumerate(stage_layers):
@@ -267,6 +299,8 @@ class PerfModel:
                 a2a_s=a2a,
                 cp_ring_s=ring,
                 load_imbalance=imbalance,
+                a2a_dispatch_s=a2a_disp,
+                ep_overlap=ep_overlap,
             )
             fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
             bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
@@ -833,6 +867,7 @@ class PerfModel:
         hidden = {"tp_comm_s": m * ops.tp_hidden if ops else 0.0, "dp_sync_s": t_dp_raw - t_dp}
         if cfg.ep > 1:
             breakdown["ep_comm_s"] = ep_s  # MoE token all-to-all, exposed
+            hidden["ep_comm_s"] = m * widest.ep_hidden if widest else 0.0
         if cfg.cp > 1:
             breakdown["cp_comm_s"] = cp_s  # ring attention KV not hidden under attention
             hidden["cp_comm_s"] = m * widest.cp_hidden if widest else 0.0

@@ -1,0 +1,130 @@
+"""The MoE fidelity exports (consumers/case-moe, issue 16 items 2 and 6) in megatron-core's own
+TransformerConfig: the all-to-all overlap (--overlap-moe-expert-parallel-comm), the flex/DeepEP
+dispatcher and group-limited (node-limited) routing, exactly where placer's step model hides
+the all-to-all. The oracle can fail: the pp 2 export without a virtual pipeline, with the
+overlap flag added by hand, is refused by megatron-core, which is why placer leaves it out."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, require
+
+
+def _dir(name: str) -> Path:
+    base = Path(os.environ.get("PLACER_EXPORT_MOE", ROOT / "build" / "consumers" / "export-moe"))
+    return base / name
+
+
+def _export(name: str) -> dict[str, list[str]]:
+    d = _dir(name)
+    require((d / "megatron_args.sh").exists(), f"placer's MoE export in {d} (make test-consumers)")
+    body = (d / "megatron_args.sh").read_text().split("MEGATRON_ARGS=(", 1)[1].split("\n)", 1)[0]
+    out: dict[str, list[str]] = {}
+    key = None
+    for t in shlex.split(body, comments=True):
+        if t.startswith("--"):
+            key = t
+            out[key] = []
+        elif key is not None:
+            out[key].append(t)
+    return out
+
+
+def _config(a: dict[str, list[str]]):  # noqa: ANN202 - megatron.core TransformerConfig
+    """TransformerConfig from the exported values, mapped as megatron/training's
+    core_transformer_config_from_args maps them (the MoE and pipeline fields)."""
+    import torch
+    from megatron.core.transformer import TransformerConfig
+
+    def one(flag: str, cast=int, default=None):  # noqa: ANN001, ANN202
+        return cast(a[flag][0]) if flag in a and a[flag] else default
+
+    pp = one("--pipeline-model-parallel-size")
+    v = one("--num-virtual-stages-per-pipeline-rank")
+    return TransformerConfig(
+        num_layers=one("--num-layers"),
+        hidden_size=one("--hidden-size"),
+        ffn_hidden_size=one("--ffn-hidden-size"),
+        num_attention_heads=one("--num-attention-heads"),
+        tensor_model_parallel_size=one("--tensor-model-parallel-size"),
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=v,
+        pipeline_dtype=torch.bfloat16,
+        bf16="--bf16" in a,
+        params_dtype=torch.bfloat16,
+        num_moe_experts=one("--num-experts"),
+        moe_router_topk=one("--moe-router-topk"),
+        moe_ffn_hidden_size=one("--moe-ffn-hidden-size"),
+        expert_model_parallel_size=one("--expert-model-parallel-size"),
+        expert_tensor_parallel_size=one("--expert-tensor-parallel-size"),
+        moe_token_dispatcher_type=one("--moe-token-dispatcher-type", str),
+        moe_flex_dispatcher_backend=one("--moe-flex-dispatcher-backend", str, "deepep"),
+        moe_router_num_groups=one("--moe-router-num-groups"),
+        moe_router_group_topk=one("--moe-router-group-topk"),
+        moe_layer_freq=eval(a["--moe-layer-freq"][0]) if "--moe-layer-freq" in a else 1,  # noqa: S307
+        overlap_moe_expert_parallel_comm="--overlap-moe-expert-parallel-comm" in a,
+        recompute_granularity=one("--recompute-granularity", str),
+        recompute_method=one("--recompute-method", str),
+        recompute_num_layers=one("--recompute-num-layers"),
+    )
+
+
+@pytest.mark.parametrize("name", ["pp1", "vpp"])
+def test_overlap_export_accepted_by_megatron_core(name: str) -> None:
+    a = _export(name)
+    assert "--overlap-moe-expert-parallel-comm" in a
+    assert a["--moe-token-dispatcher-type"] == ["flex"]
+    cfg = _config(a)
+    assert cfg.overlap_moe_expert_parallel_comm
+    assert cfg.moe_token_dispatcher_type == "flex" and cfg.moe_flex_dispatcher_backend == "deepep"
+    if name == "pp1":  # ep 16 spans two 8-GPU nodes, a token may reach one
+        assert (cfg.moe_router_num_groups, cfg.moe_router_group_topk) == (2, 1)
+
+
+def test_overlap_left_out_where_megatron_core_refuses_it() -> None:
+    a = _export("pp2")
+    assert "--overlap-moe-expert-parallel-comm" not in a
+    assert not _config(a).overlap_moe_expert_parallel_comm
+    forced = {**a, "--overlap-moe-expert-parallel-comm": []}
+    with pytest.raises(AssertionError, match="virtual_pipeline_model_parallel_size"):
+        _config(forced)
+
+
+def test_full_recompute_with_the_overlap_is_refused_by_megatron_core() -> None:
+    """What placer's instance check (Job: overlap.ep_comm with recompute full) mirrors: the
+    full-recompute arguments placer exports (granularity full, method uniform, 1 layer)."""
+    a = {
+        **_export("pp1"),
+        "--recompute-granularity": ["full"],
+        "--recompute-method": ["uniform"],
+        "--recompute-num-layers": ["1"],
+    }
+    with pytest.raises(AssertionError, match="full recomputation"):
+        _config(a)
+
+
+@pytest.mark.parametrize("name", ["pp1", "vpp", "pp2"])
+def test_megatron_lm_parse_and_validate_args(name: str) -> None:
+    """Megatron-LM's own parse_args + validate_args on the MoE exports (needs MEGATRON_LM_SRC,
+    as consumers/test_configs.py): the generated flags exist and pass its checks."""
+    src = os.environ.get("MEGATRON_LM_SRC")
+    if not src:
+        pytest.skip("MEGATRON_LM_SRC not set: Megatron-LM's megatron/training is on no registry")
+    d = _dir(name)
+    world = 32  # consumers/case-moe: every plan uses the site's 32 GPUs
+    script = ROOT / "consumers" / "megatron_validate.py"
+    cmd = f"source {d / 'megatron_args.sh'} && exec {sys.executable} {script} {src} {d} 9"
+    ok = subprocess.run(
+        ["bash", "-c", cmd],
+        env=os.environ | {"WORLD_SIZE": str(world)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ok.returncode == 0, ok.stderr[-3000:]
