@@ -464,6 +464,8 @@ class ModelSpec(Strict):
         )
 
     def moe_layers_in(self, first: int, count: int) -> int:
+        if self.moe is None:
+            return 0
         return sum(self.is_moe_layer(i) for i in range(first, first + count))
 
     @property

@@ -9,6 +9,8 @@ import pytest
 from placer.io import load_model
 from placer.perf.flops import (
     active_param_count,
+    layer_params,
+    layers_params,
     model_flops_per_step,
     param_count,
     stage_params,
@@ -187,3 +189,16 @@ def test_moe_model_flops_are_six_active() -> None:
     matmul = active_param_count(m, with_embedding=False) - 2 * m.hidden * m.layers - m.hidden
     core = 3 * m.layers * 4 * m.seq_len * m.hidden
     assert per_token == pytest.approx(6 * matmul + core, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-235b-a22b", "tiny-moe", "dense-2t"])
+def test_layers_params_is_the_sum_of_its_blocks(name: str) -> None:
+    """layers_params counts a window of blocks from its dense and MoE block sizes (the search
+    calls it ~10^6 times); every window against the block-by-block sum."""
+    m = load_model(name)
+    step = max(1, m.layers // 12)
+    for first in range(0, m.layers, step):
+        for count in range(0, m.layers - first + 1, step):
+            for active in (False, True):
+                by_block = sum(layer_params(m, i, active) for i in range(first, first + count))
+                assert layers_params(m, first, count, active) == by_block, (first, count)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from placer import interrupt
@@ -39,7 +39,7 @@ from placer.optimize.families import tiebreak_key
 from placer.optimize.greedy import greedy
 from placer.optimize.heuristic import heuristic_plans
 from placer.optimize.milp import MilpInner
-from placer.optimize.presolve import presolve, site_caps, tighten
+from placer.optimize.presolve import SiteCap, presolve, site_caps, tighten
 from placer.optimize.quiet import absorb_highs_banner
 from placer.optimize.space import (
     SpaceReport,
@@ -51,6 +51,8 @@ from placer.optimize.space import (
 )
 from placer.optimize.splits import rest_lower_bound_s
 from placer.optimize.warmstart import hint_from_plan, start_values
+from placer.perf.critical_path import critical_path
+from placer.perf.pipeline import one_f_one_b_time
 from placer.perf.step import Config, PerfModel
 from placer.rules import energy_usd_per_j, replica_slots, site_gpus_per_node, site_power_w
 from placer.schema import MAX_THREADS, Plan
@@ -71,6 +73,14 @@ class Candidate:
     # bound only: the layer splits of this shape that were not enumerated
     # (placer.optimize.splits); never solved, its bound stays open unless pruned
     rest: bool = False
+    # the search order: the pipeline bound without the power caps (slow_slot_bound), at
+    # most lower_bound. Ordering by the raised bound put configurations that the fast
+    # GPUs cannot hold after worse ones, and the incumbent came late (three-sites-80-300-
+    # 500km: 118 s on one configuration, against 7 s)
+    order: float | None = None
+
+    def key(self) -> tuple[float, bool, str]:
+        return (self.lower_bound if self.order is None else self.order, self.rest, self.cfg.label())
 
 
 @dataclass
@@ -188,6 +198,7 @@ def solve(
         objective,
         t_bound + PREPARE_SHARE * (deadline - t_bound),
         deadline,
+        caps,
     )
     if unbounded:
         say(f"time limit: {unbounded} configurations left unbounded (bound 0)")
@@ -209,6 +220,12 @@ def solve(
         )  # the final plan is evaluated again
         if not ev.feasible:
             if source in {"greedy", "greedy-nowaves"}:
+                return
+            if not sol.optimal:
+                # a time-limited incumbent of the solver, integral only to its tolerance (a
+                # MILP seen carrying traffic on a route whose wave option was 1e-6 lit):
+                # not a claim; the configuration is already counted open with its bound
+                say(f"{backend}: unproven plan of {data.cfg.label()} rejected by the evaluator")
                 return
             raise ModelMismatchError(
                 f"{backend} returned a plan the evaluator rejects ({data.cfg.label()}): "
@@ -284,10 +301,16 @@ def solve(
     open_bounds: list[float] = [0.0] if unbounded else []
     timed_out = bool(unbounded)
     stopped = interrupt.requested()  # SIGINT/SIGTERM: keep the incumbent, report it feasible
+    # the smallest bound from each position on (the order key is not the bound)
+    suffix_min = [math.inf] * (len(cands) + 1)
+    for j in range(len(cands) - 1, -1, -1):
+        suffix_min[j] = min(cands[j].lower_bound, suffix_min[j + 1])
     for i, cand in enumerate(cands):
         inc = best[0][0] if best else None
+        if objective != "cost" and inc is not None and cand.key()[0] >= inc * (1 - 1e-9):
+            break  # sorted by a key no bound is below: every remaining one is pruned
         if objective != "cost" and inc is not None and cand.lower_bound >= inc * (1 - 1e-9):
-            break  # sorted by bound: every remaining configuration is pruned
+            continue  # pruned by its own bound
         if objective == "cost" and inc is not None and inc <= 0:
             break
         remaining = deadline - finish_s - time.perf_counter()
@@ -352,7 +375,7 @@ def solve(
                 unproven += 1
                 open_bounds.append(max(cand.lower_bound, sol.bound))
             consider(data, sol, backend)
-        nxt = cands[i + 1].lower_bound if i + 1 < len(cands) else math.inf
+        nxt = suffix_min[i + 1]
         inc = best[0][0] if best else math.inf
         say(
             f"[{i + 1}/{len(cands)}] {cand.cfg.label()}: "
@@ -536,6 +559,7 @@ def _prepare_until(
     objective: str,
     stop_at: float,
     deadline: float | None = None,
+    caps: dict[str, SiteCap] | None = None,
 ) -> tuple[list[Candidate], int]:
     """prepare_candidates in chunks until `stop_at`: the candidates bounded (sorted) and
     how many configurations were left unbounded. While no configuration has a candidate
@@ -550,7 +574,7 @@ def _prepare_until(
                 break
             chunk = configs[done : done + PREPARE_CHUNK]
             with dl.until(until):
-                cands += prepare_candidates(problem, perf, chunk, report, objective)
+                cands += prepare_candidates(problem, perf, chunk, report, objective, caps=caps)
             done += len(chunk)
     except dl.DeadlinePassed:
         pass
@@ -558,7 +582,7 @@ def _prepare_until(
         raise SearchInterrupted(
             f"interrupted while preparing the search: {done} of {len(configs)} configurations bounded, no plan yet"  # noqa: E501
         )
-    cands.sort(key=lambda c: (c.lower_bound, c.cfg.label()))
+    cands.sort(key=Candidate.key)
     return cands, len(configs) - done
 
 
@@ -569,42 +593,41 @@ def prepare_candidates(
     report: SpaceReport,
     objective: str,
     deadline: float | None = None,
+    caps: dict[str, SiteCap] | None = None,
 ) -> list[Candidate]:
-    """Chain types and a lower bound on step time per configuration, sorted by bound."""
+    """Chain types and a lower bound on step time per configuration, sorted by bound
+    (with the sites' power caps, `caps`, the bound also counts the fast GPUs' groups)."""
     inst = problem.instance
     cands: list[Candidate] = []
     kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in inst.sites}
     reduced: dict[frozenset[str], set[str]] = {}
+    same_bound: dict[Config, tuple[float, float, float] | None] = {}
     for n, cfg in enumerate(configs):
         if deadline is not None and (time.perf_counter() > deadline or interrupt.requested()):
             raise (SearchInterrupted if interrupt.requested() else TimeLimitError)(
                 f"stopped while preparing the search: {n} of {len(configs)} configurations bounded, no plan yet"  # noqa: E501
             )
-        hosts = stage_hosts(problem, perf, cfg, report)
-        memo: dict[tuple[Any, ...], float] = {}
-        if hosts is None:
+        shape = bound_shape(cfg)
+        if shape not in same_bound:
+            same_bound[shape] = _pipe_intra_bound(problem, perf, cfg, report, kinds, reduced, caps)
+        parts = same_bound[shape]
+        if parts is None:
             report.drop("no stage placement fits in GPU memory")
             continue
-        hosts = [_one_per_kind(kinds, h, reduced) for h in hosts]
-        lb_pipe = perf.pipeline_lower_bound(cfg, host_cover(hosts))
-        lb_intra = 0.0
-        if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
-            lb_intra = max(
-                min(_intra(problem, perf, cfg, k, s, memo) for s in hosts[k]) for k in range(cfg.pp)
-            )
-            lb_intra = perf.dp_exposed_s(cfg, lb_intra)  # what the overlap windows cannot hide
+        plain_pipe, lb_pipe, lb_intra = parts
         if (
             inst.objective.max_step_time_s is not None
             and lb_pipe + lb_intra > inst.objective.max_step_time_s
         ):
             report.drop_slow(lb_pipe + lb_intra)
             continue
-        lb = lb_pipe + lb_intra
+        lb, order = lb_pipe + lb_intra, plain_pipe + lb_intra
         if objective == "cost":
-            lb = 0.0
+            lb = order = 0.0
         elif objective == "cost_per_token":
-            lb = lb * min_usd_per_s(problem, cfg) / perf.tokens_per_step()
-        cands.append(Candidate(cfg, lb))
+            rate = min_usd_per_s(problem, cfg) / perf.tokens_per_step()
+            lb, order = lb * rate, order * rate
+        cands.append(Candidate(cfg, lb, order=order))
     for cfg in report.unsearched:
         lb = rest_lower_bound_s(problem, perf, cfg, split_gpus(problem, cfg))
         if inst.objective.max_step_time_s is not None and lb > inst.objective.max_step_time_s:
@@ -614,8 +637,104 @@ def prepare_candidates(
         elif objective == "cost_per_token":
             lb = lb * min_usd_per_s(problem, cfg) / perf.tokens_per_step()
         cands.append(Candidate(cfg, lb, rest=True))
-    cands.sort(key=lambda c: (c.lower_bound, c.rest, c.cfg.label()))
+    cands.sort(key=Candidate.key)
     return cands
+
+
+def bound_shape(cfg: Config) -> Config:
+    """The configuration with its sync policy (mode, bits, outer period) set to one value:
+    the pipeline and intra-site bounds read none of them (the policy enters the step only
+    through the WAN phase of the sync, placer.perf.step), so the configurations of every
+    policy share one computation."""
+    return replace(cfg, sync_mode="synchronous", sync_bits=16, every_steps=1)
+
+
+def _pipe_intra_bound(
+    problem: Problem,
+    perf: PerfModel,
+    cfg: Config,
+    report: SpaceReport,
+    kinds: dict[str, tuple[str, int]],
+    reduced: dict[frozenset[str], set[str]],
+    caps: dict[str, SiteCap] | None = None,
+) -> tuple[float, float, float] | None:
+    """(pipeline bound without and with the power caps, exposed intra-site sync bound) of
+    a configuration, or None when no stage placement fits in GPU memory."""
+    hosts = stage_hosts(problem, perf, cfg, report)
+    if hosts is None:
+        return None
+    memo: dict[tuple[Any, ...], float] = {}
+    hosts = [_one_per_kind(kinds, h, reduced) for h in hosts]
+    plain = lb_pipe = perf.pipeline_lower_bound(cfg, host_cover(hosts))
+    if caps is not None:
+        lb_pipe = max(lb_pipe, slow_slot_bound(problem, perf, cfg, hosts, caps))
+    lb_intra = 0.0
+    if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
+        lb_intra = max(
+            min(_intra(problem, perf, cfg, k, s, memo) for s in hosts[k]) for k in range(cfg.pp)
+        )
+        lb_intra = perf.dp_exposed_s(cfg, lb_intra)  # what the overlap windows cannot hide
+    return plain, lb_pipe, lb_intra
+
+
+def slow_slot_bound(
+    problem: Problem,
+    perf: PerfModel,
+    cfg: Config,
+    hosts: list[set[str]],
+    caps: dict[str, SiteCap],
+) -> float:
+    """A pipeline bound for configurations the fastest GPUs cannot hold alone (0 when they
+    can). F: the GPU types that give some model stage its fastest forward or backward
+    (pipeline_lower_bound's choice). The pp x dp replica stages each take one TP group;
+    when the sites of F-type GPUs have fewer powered groups than that, some replica runs
+    some stage k on a GPU outside F. That replica's chain is at least the 1F1B time with
+    stage k at its fastest host outside F and every other stage at its fastest host, no
+    communication (the makespan is non-decreasing in every stage time, as in
+    pipeline_lower_bound); the bound is the least of these over k."""
+    inst = problem.instance
+    v, pp = cfg.virtual_stages, cfg.pp
+    gpu = {s.name: s.gpu for s in inst.sites}
+    times = {
+        x: perf.chunk_times(cfg, gpu[x]) for x in sorted(set().union(*hosts))
+    }  # per host: every model stage's time on its GPU
+    fwd, bwd, fast = [], [], set()
+    for s in range(v * pp):
+        opts = sorted(hosts[s % pp])
+        f = min(opts, key=lambda x: (times[x][s].fwd, x))
+        b = min(opts, key=lambda x: (times[x][s].bwd, x))
+        fwd.append(times[f][s].fwd)
+        bwd.append(times[b][s].bwd)
+        fast |= {gpu[f], gpu[b]}
+    fast_groups = sum(
+        c.groups(cfg.tp, width=cfg.width) for x, c in caps.items() if gpu.get(x) in fast
+    )
+    if fast_groups >= pp * cfg.dp:
+        return 0.0
+    shard = cfg.dp if cfg.zero1 else 1
+    opt = (
+        max(min(perf.stage_times(cfg, gpu[x])[k].optimizer for x in hosts[k]) for k in range(pp))
+        / shard
+    )
+    zeros = [0.0] * (pp - 1 if v == 1 else pp)
+    m = cfg.num_micro_batches
+    if v > 1 and m % pp:
+        return 0.0  # no interleaved schedule: pipeline_lower_bound is already infinite
+    best = math.inf
+    for k in range(pp):
+        slow = [x for x in hosts[k] if gpu[x] not in fast]
+        if not slow:
+            continue  # stage k runs only on F types: not the slot outside F
+        f2, b2 = list(fwd), list(bwd)
+        for s in range(k, v * pp, pp):  # rank k's model stages
+            f2[s] = min(times[x][s].fwd for x in slow)
+            b2[s] = min(times[x][s].bwd for x in slow)
+        if v == 1:
+            t = one_f_one_b_time(f2, b2, zeros, zeros, m)
+        else:
+            t = critical_path(f2, b2, zeros, zeros, m, v).makespan_s
+        best = min(best, t + opt)
+    return 0.0 if math.isinf(best) else best
 
 
 def splits_searched(report: SpaceReport) -> str | None:

@@ -48,10 +48,12 @@ _HIGHS_THREADS: list[int | None] = []  # the thread count HiGHS' global schedule
 def _highs_threads(threads: int | None) -> None:
     """HiGHS keeps one global thread scheduler per process and fails a run that asks for a
     different number of threads ('Not Set': before, a second solve in the same process
-    with other threads silently lost every configuration). Reset it when the count changes."""
+    with other threads silently lost every configuration). Reset it when the count changes,
+    and before the first MILP of the process: another HiGHS user (the brute backend's and
+    the layer splits' LPs) may have started the scheduler with its default count."""
     import highspy
 
-    if _HIGHS_THREADS and _HIGHS_THREADS[0] != threads:
+    if not _HIGHS_THREADS or _HIGHS_THREADS[0] != threads:
         highspy.Highs.resetGlobalScheduler(True)
     _HIGHS_THREADS[:] = [threads]
 

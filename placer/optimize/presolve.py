@@ -27,7 +27,7 @@ from placer.errors import InfeasibleError
 from placer.io import Problem
 from placer.network import Network
 from placer.optimize.data import InnerData
-from placer.optimize.space import SpaceReport, memory_fits
+from placer.optimize.space import SpaceReport, memory_gap_gb, stage_memory_gb
 from placer.perf.step import Config
 from placer.rules import node_it_w, replica_slots, site_gpus_per_node, tp_groups_per_node
 
@@ -135,11 +135,19 @@ def _memory_short(
     report: SpaceReport,
 ) -> str | None:
     """Why the configuration's stages cannot all be held (None: they can): no GPU type
-    holds some stage, or those that do have fewer than dp groups between them."""
+    holds some stage, or those that do have fewer than dp groups between them, or a set
+    of stages needs more groups than the GPU types that hold them have together (Hall's
+    condition: each TP group hosts one stage of one replica, so the stages whose GPU types
+    all lie in a set F need dp groups each among F's; checked for every F that is some
+    stage's set of GPU types)."""
+    fit_sets: list[frozenset[str]] = []
     for k in range(cfg.pp):
         hold = 0
+        fit: set[str] = set()
+        mem = stage_memory_gb(problem, cfg, k)
         for g in gpus:
-            ok, gap = memory_fits(problem, cfg, k, g)
+            gap = memory_gap_gb(problem, mem, g)
+            ok = gap <= 0
             if not ok and gap < report.best_memory_gap_gb:
                 report.best_memory_gap_gb = gap
                 report.memory_example = (
@@ -152,9 +160,15 @@ def _memory_short(
                         c.groups(cfg.tp, width=cfg.width) for c in caps.values() if c.gpu == g
                     )
                 hold += groups_by_gpu[key]
+                fit.add(g)
         if hold == 0:
             return NO_FIT_DROP
         if hold < cfg.dp:
+            return MEMORY_DROP
+        fit_sets.append(frozenset(fit))
+    for f in set(fit_sets):
+        stages = sum(1 for other in fit_sets if other <= f)
+        if stages * cfg.dp > sum(groups_by_gpu[(cfg.tp, cfg.width, g)] for g in f):
             return MEMORY_DROP
     return None
 

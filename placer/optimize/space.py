@@ -246,8 +246,19 @@ def interleaved_split(
     return tuple(v * n for n in balanced_stage_layers(layers // v, pp))
 
 
+def stage_memory_gb(problem: Problem, cfg: Config, stage: int) -> float:
+    """A stage's memory per GPU (GB): it reads no site, so callers that test it against
+    several GPU types compute it once."""
+    return config_stage_memory_bytes(problem.model, cfg, stage)["total"] / GB
+
+
+def memory_gap_gb(problem: Problem, mem_gb: float, gpu_key: str) -> float:
+    """How much more memory than `gpu_key` has the stage needs (<= 0: it fits)."""
+    return mem_gb - (problem.catalog.gpus[gpu_key].hbm_gb - problem.catalog.memory.reserve_gb)
+
+
 def memory_fits(problem: Problem, cfg: Config, stage: int, gpu_key: str) -> tuple[bool, float]:
-    mem = config_stage_memory_bytes(problem.model, cfg, stage)["total"] / GB
+    mem = stage_memory_gb(problem, cfg, stage)
     cap = problem.catalog.gpus[gpu_key].hbm_gb - problem.catalog.memory.reserve_gb
     return mem <= cap, mem - cap
 
@@ -262,10 +273,12 @@ def chain_types(
         s.name for s in inst.sites if site_group_capacity(problem, s.name, cfg.tp, cfg.width) > 0
     ]
     fits: dict[tuple[int, str], bool] = {}
+    mems = [stage_memory_gb(problem, cfg, k) for k in range(cfg.pp)] if sites else []
     for s in sites:
         gpu = inst.site(s).gpu
         for k in range(cfg.pp):
-            ok, gap = memory_fits(problem, cfg, k, gpu)
+            gap = memory_gap_gb(problem, mems[k], gpu)
+            ok = gap <= 0
             fits[(k, s)] = ok
             if report is not None and not ok and gap < report.best_memory_gap_gb:
                 report.best_memory_gap_gb = gap

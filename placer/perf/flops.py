@@ -92,7 +92,13 @@ def layer_params(m: ModelSpec, i: int = 0, active: bool = False) -> int:
 
 
 def layers_params(m: ModelSpec, first: int, count: int, active: bool = False) -> int:
-    return sum(layer_params(m, i, active) for i in range(first, first + count))
+    """Blocks first..first+count-1: the dense blocks and the MoE blocks each have one
+    size, so two block sizes and a count (the search calls this ~10^6 times)."""
+    n_moe = m.moe_layers_in(first, count)
+    dense = (count - n_moe) * (attention_params(m) + ffn_params(m) + 2 * m.hidden)
+    if n_moe == 0:
+        return dense
+    return dense + n_moe * (attention_params(m) + moe_ffn_params(m, active) + 2 * m.hidden)
 
 
 def expert_layer_params(m: ModelSpec, first: int, count: int) -> int:

@@ -1,0 +1,173 @@
+"""Issue 12 item 4: the configuration bounds and presolve prunes that make large spaces
+tractable are valid, checked against brute force on the configurations where they bite.
+
+A bound that is not a true lower bound of its configuration's optimum gives a false
+`optimal`; the backends-agree tests cannot see it (brute force runs through the same
+pruning), so each configuration is brute-forced on its own here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import solver_cases as sc
+
+from placer.io import problem_from_data
+from placer.optimize.brute import brute_inner
+from placer.optimize.data import build_inner
+from placer.optimize.driver import bound_shape, prepare_candidates
+from placer.optimize.presolve import MEMORY_DROP, presolve, site_caps
+from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
+from placer.perf.flops import config_stage_memory_bytes
+from placer.perf.step import PerfModel
+
+
+def _space(inst: dict):
+    problem = problem_from_data(inst)
+    perf = PerfModel(problem)
+    report = SpaceReport()
+    configs = enumerate_configs(problem, report, perf)
+    caps = site_caps(problem, perf.net)
+    return problem, perf, report, presolve(problem, configs, caps, report), caps
+
+
+_OPTIMA: dict[tuple[str, object], float | None] = {}  # (instance name, configuration)
+
+
+def _config_optimum(problem, perf, cfg) -> float | None:
+    """The configuration's own optimum step time, by exhaustive search (None: no plan);
+    once per instance and configuration (the tests below share them)."""
+    key = (problem.name, cfg)
+    if key not in _OPTIMA:
+        data = build_inner(problem, perf, cfg, chain_types(problem, perf, cfg))
+        sol = brute_inner(problem, perf, data, "step_time") if data.chains else None
+        _OPTIMA[key] = None if sol is None else sol.objective
+    return _OPTIMA[key]
+
+
+SLOW_SLOT_CASES = [c for c in sc.UNEVEN_SPLIT_CASES] + [
+    sc.Case(
+        "split-h100-b200-dp2",
+        sc.mixed_gpu_pair("case-slow-slot", ("h100-sxm", "b200"), dp=2, site_gpus=(12, 4)),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SLOW_SLOT_CASES, ids=lambda c: c.id)
+def test_slow_slot_bound_is_below_every_configuration_optimum(case: sc.Case) -> None:
+    """With the power caps the bound counts the fast GPUs' groups (driver.slow_slot_bound);
+    on every configuration where that raises the bound, brute force's optimum of that
+    configuration is not below it."""
+    problem, perf, report, cfgs, caps = _space(case.instance)
+    plain = {
+        c.cfg: c.lower_bound for c in prepare_candidates(problem, perf, cfgs, report, "step_time")
+    }
+    capped = prepare_candidates(problem, perf, cfgs, report, "step_time", caps=caps)
+    raised = [c for c in capped if c.lower_bound > plain[c.cfg] * (1 + 1e-12)]
+    assert raised, "the fast GPUs hold every replica stage: the bound is not exercised"
+    for cand in raised:
+        opt = _config_optimum(problem, perf, cand.cfg)
+        if opt is not None:
+            assert cand.lower_bound <= opt * (1 + 1e-9), (cand.cfg.label(), cand.lower_bound, opt)
+
+
+def test_slow_slot_bound_prunes_a_configuration_the_plain_bound_keeps() -> None:
+    """Pruning happens: some configuration's raised bound is above the instance's optimum
+    while the plain pipeline bound is below it, so the search skips a solve it needed."""
+    pruned = 0
+    for case in SLOW_SLOT_CASES:
+        problem, perf, report, cfgs, caps = _space(case.instance)
+        optima = [o for o in (_config_optimum(problem, perf, c) for c in cfgs) if o is not None]
+        best = min(optima)
+        plain = {
+            c.cfg: c.lower_bound
+            for c in prepare_candidates(problem, perf, cfgs, report, "step_time")
+        }
+        for c in prepare_candidates(problem, perf, cfgs, report, "step_time", caps=caps):
+            if plain[c.cfg] < best <= c.lower_bound:
+                pruned += 1
+    assert pruned >= 1
+
+
+def test_bounds_are_shared_across_sync_policies_only() -> None:
+    """A configuration's bound with several sync modes on offer equals its bound when its
+    mode is the only one (the bound is computed once per bound_shape), and bound_shape
+    keeps everything but the policy."""
+    inst = sc.mixed_gpu_pair("case-modes", dp=2, site_gpus=(4, 12))
+    inst["job"]["sync"] = {"mode": ["synchronous", "diloco", "streaming-diloco"], "every_steps": 10}
+    problem, perf, report, cfgs, caps = _space(inst)
+    together = {
+        c.cfg: c.lower_bound
+        for c in prepare_candidates(problem, perf, cfgs, report, "step_time", caps=caps)
+    }
+    assert len({c.sync_mode for c in together}) == 3
+    for cfg, lb in together.items():
+        alone = prepare_candidates(problem, perf, [cfg], SpaceReport(), "step_time", caps=caps)
+        assert alone[0].lower_bound == lb
+        shape = bound_shape(cfg)
+        assert (shape.tp, shape.pp, shape.dp, shape.stage_layers) == (
+            cfg.tp,
+            cfg.pp,
+            cfg.dp,
+            cfg.stage_layers,
+        )
+
+
+def _hall_instance(seq_len: int) -> dict:
+    """Two B200 sites of one tp-4 group each and an A100 site of four groups, a 4-layer
+    model whose every stage at this sequence length fits a B200 (192 GB) but no A100
+    (80 GB): pp 2 dp 1 needs two B200 groups, one per stage, and fits; pp 2 dp 2 needs two
+    per stage (each stage alone passes the per-stage check) and four in all."""
+    inst = sc.mixed_gpu_pair("case-hall", ("b200", "a100-80g"), site_gpus=(4, 16))
+    inst["sites"].append({"name": "s2", "gpu": "b200", "gpus": 4, "gpus_per_node": 4})
+    inst["routes"].append({"sites": ["s1", "s2"], "km": 10, "fiber_pairs": 1, "max_waves": 2})
+    inst["routes"].append({"sites": ["s0", "s2"], "km": 10, "fiber_pairs": 1, "max_waves": 2})
+    job = inst["job"]
+    job.pop("gpus")
+    job["global_batch"] = 4
+    job["model"] = {
+        "name": "hall-4l",
+        "layers": 4,
+        "hidden": 8192,
+        "heads": 64,
+        "vocab": 1024,
+        "seq_len": seq_len,
+    }
+    job["parallelism"] = {
+        "tp": [4],
+        "pp": [2],
+        "dp": [1, 2],
+        "micro_batch": [1],
+        "stage_layers": "even",
+    }
+    return inst
+
+
+def _stage_memories_gb(inst: dict) -> list[float]:
+    problem = problem_from_data(inst)
+    cfgs = enumerate_configs(problem, SpaceReport(), PerfModel(problem))
+    return [
+        config_stage_memory_bytes(problem.model, c, k)["total"] / 1e9
+        for c in cfgs
+        for k in range(c.pp)
+    ]
+
+
+def test_hall_condition_drops_only_configurations_without_a_plan() -> None:
+    """presolve's Hall check (a set of stages needs dp groups each among the GPU types that
+    hold them) drops configurations that the per-stage check keeps; brute force finds no
+    plan in any configuration dropped, and a plan in those kept."""
+    reserve = problem_from_data(_hall_instance(256)).catalog.memory.reserve_gb
+    inst = None
+    for seq in range(491_520, 1_048_576, 32_768):
+        mems = _stage_memories_gb(_hall_instance(seq))
+        if min(mems) > 80 - reserve and max(mems) < 192 - reserve:
+            inst = _hall_instance(seq)
+            break
+    assert inst is not None, "no sequence length puts every stage between 80 and 192 GB"
+    problem, perf, report, kept, caps = _space(inst)
+    cfgs = enumerate_configs(problem, SpaceReport(), perf)
+    dropped = [c for c in cfgs if c not in kept]
+    assert report.dropped.get(MEMORY_DROP, 0) >= 1 and dropped
+    for cfg in dropped:
+        assert _config_optimum(problem, perf, cfg) is None, cfg.label()
+    assert kept and all(_config_optimum(problem, perf, c) is not None for c in kept)
