@@ -97,7 +97,7 @@ from placer.perf.step import Config, PerfModel
 from placer.schema import Plan
 from placer.sim.fabric import Fabric
 
-__all__ = ["SimOptions", "SimulationResult", "Transfer", "schedule", "simulate"]
+__all__ = ["SimOptions", "SimulationResult", "Transfer", "schedule", "simulate", "simulate_chain"]
 
 # Megatron-Core's default gradient bucket, in parameters per GPU: max(40M, 1M x dp)
 # (megatron/core/distributed/distributed_data_parallel_config.py, bucket_size)
@@ -787,3 +787,54 @@ def _buckets(env: simpy.Environment, events: list[simpy.Event], dur: float, n: i
     for j in range(n):
         yield env.timeout(dur / n)
         events[j].succeed()
+
+
+def simulate_chain(
+    fwd: list[float], bwd: list[float], lat: list[float], tx: list[float], m: int, v: int
+) -> float:
+    """One replica chain's step as a simpy event simulation with fixed message times:
+    every rank runs its op order (schedule: 1F1B, or interleaved for v > 1) on its model
+    stages' times (fwd / bwd: v pp entries), every message leaves through the FIFO of its
+    physical boundary's direction (boundary j: rank j -> j + 1, for v > 1 boundary pp - 1
+    the wrap), is on the wire tx[j] and arrives lat[j] later. The event-driven check of
+    the closed form's ordered evaluation (placer.perf.critical_path) that `placer
+    evaluate --simulate` runs on the critical chain. Returns the makespan."""
+    p = len(fwd) // v
+    last_stage = p * v - 1
+    env = simpy.Environment()
+    boxes: dict[tuple[str, int, int], simpy.Event] = {}
+    fifo: dict[tuple[str, int], simpy.Event | None] = {}
+    end = [0.0]
+
+    def box(key: tuple[str, int, int]) -> simpy.Event:
+        if key not in boxes:
+            boxes[key] = env.event()
+        return boxes[key]
+
+    def message(kind: str, j: int, target: simpy.Event) -> Generator:
+        prev = fifo.get((kind, j))
+        out = fifo[(kind, j)] = env.event()
+        if prev is not None and not prev.processed:
+            yield prev
+        yield env.timeout(tx[j])
+        out.succeed()
+        yield env.timeout(lat[j])
+        target.succeed()
+
+    def rank(r: int) -> Generator:
+        for kind, x, s in schedule(p, m, v, r):
+            if kind == "F" and s > 0:
+                yield box(("F", x, s))
+            elif kind == "B" and s < last_stage:
+                yield box(("B", x, s))
+            yield env.timeout(fwd[s] if kind == "F" else bwd[s])
+            if kind == "F" and s < last_stage:
+                env.process(message("F", r, box(("F", x, s + 1))))
+            elif kind == "B" and s > 0:
+                env.process(message("B", r - 1 if r > 0 else p - 1, box(("B", x, s - 1))))
+        end[0] = max(end[0], env.now)
+
+    for r in range(p):
+        env.process(rank(r))
+    env.run()
+    return end[0]
