@@ -93,16 +93,12 @@ from placer.network import PathUse
 from placer.perf.critical_path import interleaved_order
 from placer.perf.flops import BYTES_BF16, stage_params
 from placer.perf.pipeline import simulate_1f1b
-from placer.perf.step import Config, PerfModel
+from placer.perf.step import MEGATRON_BUCKET_MIN, MEGATRON_BUCKET_PER_DP, Config, PerfModel
 from placer.schema import Plan
 from placer.sim.fabric import Fabric
 
 __all__ = ["SimOptions", "SimulationResult", "Transfer", "schedule", "simulate", "simulate_chain"]
 
-# Megatron-Core's default gradient bucket, in parameters per GPU: max(40M, 1M x dp)
-# (megatron/core/distributed/distributed_data_parallel_config.py, bucket_size)
-MEGATRON_BUCKET_MIN = 40_000_000
-MEGATRON_BUCKET_PER_DP = 1_000_000
 
 
 @dataclass(frozen=True)
