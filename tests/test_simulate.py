@@ -6,10 +6,12 @@ one route at a tick (b); the hierarchical sync of an unbalanced placement, DiLoC
 exchange, the interleaved bubble. Where the closed form should be exact (one site, one
 replica, links so wide there is no contention) the two agree (a). On random multi-site
 plans (d) the simulated pipeline lies between the closed form's T_pipe and the same
-chains re-timed with every route shared by its crossings, and the 2%
-agreement that issue 11 asks for is an xfail-strict test: it fails today because the
-closed form ignores that lockstep replicas share a wave at every tick (item 1), and it
-will flip once that is priced.
+chains re-timed with every route shared by its crossings, the closed form's pipeline
+is within 7% of it, and the whole step within 2% where both price the same sync (one
+site per stage, whole nodes). Hierarchical sync and the overlap windows by hand: the
+NVLink + NIC phases, a part-filled node, buckets that hide all but the last, part, or
+none of the sync, the last rank hiding its sync under the drain, ZeRO-1's gather under
+the first forward.
 """
 
 from __future__ import annotations
@@ -488,6 +490,52 @@ def test_closed_form_pipeline_agrees_with_the_simulation(case) -> None:
     prob, p = case
     res = simulate(prob, p)
     assert res.closed_pipe_s == pytest.approx(res.pipe_s, rel=0.07)
+
+
+@st.composite
+def one_site_full_node_plans(draw):
+    """Every stage's replicas at one site, in whole nodes (a replica count that is a
+    multiple of gpus_per_node // tp, up to 64), overlap on or off, ZeRO-1 or not: where
+    the simulator and the closed form model the same collective."""
+    tp = draw(st.sampled_from([1, 2, 8]))
+    pp = draw(st.sampled_from([1, 2, 4]))
+    m = draw(st.sampled_from([pp, 2 * pp]))
+    q = 8 // tp
+    replicas = q * draw(st.integers(1, 64 // q))
+    overlap, zero1 = draw(st.booleans()), draw(st.booleans())
+    prob = problem(["a"], [], global_batch=m * replicas, overlap=overlap, zero1=zero1)
+    return prob, plan(tp, [8 // pp] * pp, [(replicas, ["a"] * pp)], m)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(case=one_site_full_node_plans())
+def test_step_agrees_within_2_percent_when_each_stage_syncs_in_whole_nodes_of_one_site(
+    case,
+) -> None:
+    """The 2% of issue 11 where the two model the same thing: each stage's sync inside
+    one site in whole nodes (NVLink inside, one NIC ring per node shard), with or without
+    the overlap windows (benchmarks/sim_vs_closed.py: 29/29 random plans, worst -1.1%).
+    Across sites and with part-filled nodes the closed form differs by construction
+    (placer.sim.job's docstring; the tables in benchmarks/README.md). With more than
+    EXACT_BUCKETS buckets the closed form prices the continuous window, optimistic by at
+    most the last bucket of each half: sync / n (dp_pieces); and it charges the ring's
+    hop latencies once, where each of the n buckets pays them: (n - 1) 2 (N - 1) hops
+    for N nodes."""
+    from placer.evaluate import evaluate
+    from placer.perf.step import EXACT_BUCKETS
+
+    prob, p = case
+    res = simulate(prob, p)
+    perf, cfg = PerfModel(prob), _config(prob, p)
+    n = min(perf.grad_buckets(cfg, k) for k in range(cfg.pp))
+    residual = 0.0
+    if prob.instance.job.overlap.grad_reduce and cfg.dp >= 2:
+        step = evaluate(prob, p).step
+        nodes = math.ceil(cfg.dp / max(1, 8 // cfg.tp))
+        residual = (n - 1) * 2 * (nodes - 1) * INTRA_S / res.step_time_s
+        if n > EXACT_BUCKETS:
+            residual += (step.intra_s + step.wan_s) / n / res.step_time_s
+    assert -0.02 - residual <= res.rel_diff <= 0.02
 
 
 # ----------------------------------------------------------------------------- CLI
