@@ -225,12 +225,12 @@ def simulate(
         bool, typer.Option("--json", help="print one JSON document to stdout")
     ] = False,
     dp_buckets: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--dp-buckets",
-            help="0: each stage syncs after its backward (the evaluator's assumption); N: N gradient buckets overlapped with the last backward",  # noqa: E501
+            help="default: the plan's job.overlap with Megatron's bucket size; 0: no overlap (each stage syncs after its schedule); N: overlap, the first chunk's gradients in N buckets",  # noqa: E501
         ),
-    ] = 0,
+    ] = None,
     virtual_stages: Annotated[
         int | None,
         typer.Option(

@@ -33,11 +33,11 @@ def problem(
     gpu: str = "h100-sxm",
     overlap: bool = False,
     replica_schedule: str = "lockstep",
+    zero1: bool = True,
 ) -> Problem:
     """Sites of one GPU type, routes (a, b, km) with 8 fiber pairs, no limits that bind.
-    The closed form's overlap of the sync with compute is off unless asked for: the
-    simulator runs one step, so it cannot hide the parameter all-gather under the next
-    step's forward as job.overlap.param_gather does."""
+    The overlap of the sync with compute (job.overlap) is off unless asked for, so that
+    the exact cases see the whole sync."""
     return problem_from_data(
         {
             "name": "sim-case",
@@ -52,6 +52,7 @@ def problem(
                 "sync": {"mode": sync, "every_steps": every_steps, "bits": bits},
                 "overlap": {"grad_reduce": overlap, "param_gather": overlap, "tp_comm": overlap},
                 "replica_schedule": replica_schedule,
+                "zero1": zero1,
             },
         }
     )

@@ -436,31 +436,40 @@ def print_failures(out: Console, fr: Any) -> None:
 
 
 def simulate_critical_chain(prob: Problem, ev: Evaluation) -> dict[str, float] | None:
-    """The 1F1B event simulation of the plan's critical chain beside the closed form."""
+    """The event simulation of the plan's critical chain (1F1B, or interleaved 1F1B for
+    v > 1) beside the closed form."""
     from placer.perf.pipeline import simulate_1f1b
     from placer.perf.step import PerfModel
 
     if ev.step is None or ev.step.critical_chain is None:
         return None
-    if ev.config.virtual_stages > 1:
-        return None  # simulate_1f1b has no interleaving: `placer simulate` checks those plans
     perf = PerfModel(prob)
     cfg, chain = ev.config, ev.step.critical_chain
-    st = [perf.stage_times(cfg, prob.instance.site(s).gpu)[k] for k, s in enumerate(chain)]
-    lat, tx = (
-        zip(
-            *[perf.boundary(cfg, a, b) for a, b in zip(chain, chain[1:], strict=False)],
-            strict=False,
+    if cfg.virtual_stages > 1:
+        # interleaved: simpy's event simulation of the chain's schedule (placer.sim)
+        from placer.sim import simulate_chain
+
+        if cfg.num_micro_batches % cfg.pp:
+            return None  # no interleaved schedule (the evaluator names the violation)
+        fwd, bwd, lat, tx = perf.chain_times_at(cfg, chain, None, None)
+        makespan = simulate_chain(
+            fwd, bwd, lat, tx, cfg.num_micro_batches, cfg.virtual_stages
+        ) + perf.optimizer_step_s(cfg, chain)
+    else:
+        st = [perf.stage_times(cfg, prob.instance.site(s).gpu)[k] for k, s in enumerate(chain)]
+        lat, tx = (
+            zip(
+                *[perf.boundary(cfg, a, b) for a, b in zip(chain, chain[1:], strict=False)],
+                strict=False,
+            )
+            if len(chain) > 1
+            else ((), ())
         )
-        if len(chain) > 1
-        else ((), ())
-    )
-    sim = simulate_1f1b(
-        [t.fwd for t in st], [t.bwd for t in st], list(lat), list(tx), cfg.num_micro_batches
-    )
-    makespan = sim.makespan_s + perf.optimizer_step_s(
-        cfg, chain
-    )  # the optimizer step follows the flush
+        sim = simulate_1f1b(
+            [t.fwd for t in st], [t.bwd for t in st], list(lat), list(tx), cfg.num_micro_batches
+        )
+        # the optimizer step follows the flush
+        makespan = sim.makespan_s + perf.optimizer_step_s(cfg, chain)
     closed = perf.chain_time(cfg, chain)
     return {
         "pipeline_s": makespan,

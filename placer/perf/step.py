@@ -72,6 +72,12 @@ Chain = tuple[str, ...]
 FSDP_REDUCE_BYTES = 4  # torchtitan's default mixed_precision_reduce = "float32"
 Hop = tuple[str, str]  # a route traversed from its first site to its second
 
+# Megatron-Core's default gradient bucket, in parameters per GPU: max(40M, 1M x dp)
+# (megatron/core/distributed/distributed_data_parallel_config.py, bucket_size)
+MEGATRON_BUCKET_MIN = 40_000_000
+MEGATRON_BUCKET_PER_DP = 1_000_000
+EXACT_BUCKETS = 4  # dp_pieces: bucket pieces priced exactly up to this many buckets
+
 
 def hops_of(path: Path, start: str) -> list[Hop]:
     """The routes of a path as hops in the direction of travel from `start`."""
@@ -413,6 +419,19 @@ class PerfModel:
             / shard
         )
 
+    def grad_buckets(self, cfg: Config, k: int) -> int:
+        """Megatron-Core's gradient buckets of rank k's first model chunk (model stage k):
+        its parameters per GPU (dense / tp + routed experts / ep) over the default bucket
+        size, max(40M, 1M x dp) parameters (DistributedDataParallelConfig.bucket_size; the
+        later chunks are not bucketed)."""
+        layers, n_stages = cfg.chunk_layers, cfg.pp * cfg.virtual_stages
+        first = sum(layers[:k])
+        total = stage_params(self.model, layers[k], k == 0, k == n_stages - 1, first)
+        experts = expert_layer_params(self.model, first, layers[k])
+        per_gpu = (total - experts) / cfg.tp + experts / cfg.ep
+        size = max(MEGATRON_BUCKET_MIN, MEGATRON_BUCKET_PER_DP * cfg.dp)
+        return max(1, math.ceil(per_gpu / size))
+
     def dp_pieces(self, cfg: Config) -> tuple[tuple[float, float], ...]:
         """How the data-parallel sync overlaps with compute: (fraction of the sync, window
         it hides under) pieces, exposed = sum max(0, f sync - window) (compute.dp_exposed_s).
@@ -425,17 +444,39 @@ class PerfModel:
         is the window: the window is one micro-batch's stage time, the shortest over the
         stages and over the GPU types of the instance's sites, so that it is a constant of
         the configuration (the formulations read it as data); pairing the slowest sync with
-        the shortest window never hides more than Megatron can."""
+        the shortest window never hides more than Megatron can.
+
+        Buckets: a half f S in n buckets, bucket j ready (j + 1)/n into the window W and
+        reduced one after the other, is exposed max(f S / n, f S - (n - 1)/n W) (the last
+        bucket always; all that the window cannot take when a bucket outlasts its slice):
+        one bucket (n = 1, a small stage) hides nothing, the piece (f, 0); up to
+        EXACT_BUCKETS buckets the pieces (f / n, 0) and ((n - 1)/n f, (n - 1)/n W); more
+        buckets the continuous window (f, W), optimistic by at most f S / n (the fractions
+        of the exact pieces would leave CP-SAT's coarse grid and slow its proofs: 31/64
+        for 32 buckets stopped four-site-metro-longhaul from being proven in 400 s). n
+        is the fewest buckets of any rank (grad_buckets)."""
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
         times = [t for g in gpus for t in self.stage_times(cfg, g)]
         # FSDP's exposed collectives occupy the fabric the sync needs: not a window
         w_bwd = min(t.bwd - _fsdp(t, "bwd") for t in times) if cfg.overlap_grad_reduce else 0.0
         w_fwd = min(t.fwd - _fsdp(t, "fwd") for t in times) if cfg.overlap_param_gather else 0.0
-        if not cfg.zero1 or cfg.dp_shard > 1:
+        n = min(self.grad_buckets(cfg, k) for k in range(cfg.pp))
+
+        def half(f: float, w: float) -> tuple[tuple[float, float], ...]:
+            if w <= 0 or n == 1:  # one bucket: ready when the window is over
+                return ((f, 0.0),)
+            if n > EXACT_BUCKETS:
+                return ((f, w),)
+            return ((f / n, 0.0), (f * (n - 1) / n, w * (n - 1) / n))
+
+        if cfg.dp_shard > 1:
             # FSDP: the replicate all-reduce of the shards follows each layer's
-            # reduce-scatter in the backward (HSDP), as the all-reduce of DDP does
+            # reduce-scatter in the backward (HSDP): one bucket per layer, not Megatron's
+            # DDP buckets, so the window is the continuous one
             return ((1.0, w_bwd),)
-        return ((0.5, w_bwd), (0.5, w_fwd))
+        if not cfg.zero1:
+            return half(1.0, w_bwd)
+        return half(0.5, w_bwd) + half(0.5, w_fwd)
 
     def dp_exposed_s(self, cfg: Config, sync_s: float) -> float:
         return compute.dp_exposed_s(sync_s, self.dp_pieces(cfg))

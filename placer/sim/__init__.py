@@ -2,7 +2,14 @@
 closed-form step time (placer.perf.step). `simulate(problem, plan)` is the entry point."""
 
 from placer.sim.fabric import Fabric, max_min_fair
-from placer.sim.job import SimOptions, SimulationResult, Transfer, schedule, simulate
+from placer.sim.job import (
+    SimOptions,
+    SimulationResult,
+    Transfer,
+    schedule,
+    simulate,
+    simulate_chain,
+)
 
 __all__ = [
     "Fabric",
@@ -12,4 +19,5 @@ __all__ = [
     "max_min_fair",
     "schedule",
     "simulate",
+    "simulate_chain",
 ]

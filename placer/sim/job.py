@@ -5,10 +5,11 @@ formula over one chain plus step-average route loads, every replica chain of the
 (replica_groups expanded into individual replicas) runs its own 1F1B schedule, every
 micro-batch's activation and gradient is a flow on the fabric (placer.sim.fabric: NIC
 directions and route directions, max-min fair sharing, path latency after the bytes),
-and every stage's data-parallel gradient sync is a set of flows that mirrors the
-hierarchical collective the closed form prices (reduce-scatter inside each site, two
-mesh rounds of 1/K shards between the K hosting sites on the plan's data-parallel paths,
-all-gather inside).
+and every stage's data-parallel gradient sync is a set of flows of the hierarchical
+collective NCCL runs (reduce inside each node over NVLink, between the site's nodes by one
+ring per NIC, then two mesh rounds of 1/K shards between the K hosting sites on the plan's
+data-parallel paths, and back: NVIDIA/nccl#530, NVIDIA/nccl-tests#196), bucketed under the
+backward as the plan's job.overlap says.
 
 Breakdown (same keys as the evaluator's, adding up to the step): compute_s and tp_comm_s
 from the stage times, bubble_s = the pipeline with instant transfers (simulate_1f1b) minus
@@ -30,12 +31,38 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   order through a FIFO per (replica, device pair, direction), as in
   placer.perf.pipeline.simulate_1f1b; a message arrives intra_site_latency + path latency
   after its last byte is through.
-* Each stage's sync starts when every replica has finished that stage's last backward
-  and sent its last gradient (`dp_buckets=0`, the evaluator's assumption: no overlap;
-  Megatron reduces after forward_backward_func returns, rank by rank, so the ranks' syncs
-  spread over the pipeline drain), or bucket by bucket during the last micro-batch's
-  backward (`dp_buckets=n`: bucket j is ready after (j+1)/n of it, buckets of a stage
-  reduce one after the other, as Megatron's --overlap-grad-reduce).
+* Sync inside a site: consecutive replicas of a stage share a node (Megatron's rank
+  order, dp next to tp), gpus_per_node // (tp cp ep) of them; the node's members
+  reduce-scatter over NVLink (a ring, tp cp ep x the GPU's per-direction NVLink rate,
+  no latency), then shard i rings over the i-th member of every node of the site on the
+  NICs ((n - 1) hop latencies a phase); a partial node's members carry its missing
+  members' shards. Differs: the closed form (intra_sync_s) rings over ceil(d/q) full
+  nodes of all d replicas, one coefficient per stage and GPU type: pessimistic when a
+  site holds fewer, optimistic when a site's count leaves a partial node (its lone
+  member's NIC moves all the node's shards).
+* Overlap (job.overlap, or SimOptions.dp_buckets: 0 none, n chunk 0 in n buckets):
+  without --overlap-grad-reduce each rank's sync starts when every replica has finished
+  its schedule and sent its last gradient (Megatron reduces after forward_backward_func
+  returns, rank by rank, so the ranks' syncs spread over the pipeline drain). With it,
+  each chunk's gradients reduce during that chunk's last backward in buckets (bucket j
+  ready after (j + 1)/n of it, a rank's buckets one after the other): chunk 0 in buckets
+  of Megatron-Core's default size, max(40M, 1M x dp) parameters per GPU, the later
+  chunks in one bucket each (Megatron disables their bucketing). Without ZeRO-1 a bucket
+  is an all-reduce; with it a reduce-scatter, and the parameter all-gather either
+  follows the optimizer step, exposed, or (--overlap-param-gather) runs from the start
+  of the step, each chunk's first forward consuming its buckets as they arrive.
+  Every bucket pays its collective's hop latencies. Differs: the closed form
+  (dp_pieces) prices a half f S in n buckets under the shortest stage window W of the
+  instance as max(f S / n, f S - (n - 1)/n W) up to 4 buckets and as the continuous
+  max(0, f S - W) beyond (optimistic by at most f S / n), charges the hop latencies once
+  (optimistic by (n - 1) of them), and lets no rank hide more under the pipeline drain
+  (pessimistic for the ranks that finish first).
+* Sync between sites: in each of the two WAN rounds every member of a hosting site sends
+  its share of the site's 1/K shard to the members of the other sites through its NIC
+  and the routed paths (max(n_a, n_b) flows a pair). Differs: the closed form charges
+  the busiest route with the sum of all ranks' WAN phases at once and no NIC term
+  (pessimistic when the ranks' syncs do not coincide, optimistic when a site has so few
+  members that their NICs are narrower than the route).
 * A device's NIC links carry all its traffic: activations out, gradients out, both
   inbound streams and its sync flows share them (max-min fair). Differs: the closed form
   gives each direction of each boundary a NIC of its own.
@@ -67,17 +94,22 @@ from placer.evaluate import Evaluation, evaluate
 from placer.io import Problem, plan_from_data
 from placer.network import PathUse
 from placer.perf.critical_path import interleaved_order
+from placer.perf.flops import BYTES_BF16, stage_params
 from placer.perf.pipeline import simulate_1f1b
-from placer.perf.step import Config, PerfModel
+from placer.perf.step import MEGATRON_BUCKET_MIN, MEGATRON_BUCKET_PER_DP, Config, PerfModel
 from placer.schema import Plan
 from placer.sim.fabric import Fabric
 
-__all__ = ["SimOptions", "SimulationResult", "Transfer", "schedule", "simulate"]
+__all__ = ["SimOptions", "SimulationResult", "Transfer", "schedule", "simulate", "simulate_chain"]
+
 
 
 @dataclass(frozen=True)
 class SimOptions:
-    dp_buckets: int = 0  # 0: each stage syncs after its last backward (no overlap)
+    # None: the plan's job.overlap with Megatron's bucket size; 0: no overlap at all (each
+    # stage syncs after its schedule, ZeRO-1's parameter all-gather before the first
+    # forward); n >= 1: overlap on, the first chunk's gradients in n buckets
+    dp_buckets: int | None = None
     virtual_stages: int | None = None  # None: the plan's parallelism.virtual_stages
 
 
@@ -197,7 +229,7 @@ def simulate(
 ) -> SimulationResult:
     """Simulate one step of `plan` and put the evaluator's closed form beside it."""
     options = options or SimOptions()
-    if options.dp_buckets < 0:
+    if options.dp_buckets is not None and options.dp_buckets < 0:
         raise InputError(f"dp_buckets must be >= 0, got {options.dp_buckets}")
     if options.virtual_stages is not None and options.virtual_stages < 1:
         raise InputError(f"virtual_stages must be >= 1, got {options.virtual_stages}")
@@ -226,9 +258,7 @@ def simulate(
         job.run_outer_sync() if ev.config.sync_mode != "synchronous" else (0.0, [])
     )
     h = problem.instance.job.sync.every_steps
-    # the optimizer step runs once gradients are reduced, on every GPU at once: the step
-    # waits for the slowest stage's (PerfModel.optimizer_step_s, as the closed form adds it)
-    opt = max(perf.optimizer_step_s(ev.config, chain) for chain in set(job.chains))
+    opt = job.opt_s
     full.pipe_s += opt
     step = max(full.pipe_s, *(t + opt for t in full.sync_end))
     if ev.config.sync_mode == "diloco":
@@ -329,6 +359,13 @@ class _Job:
             for s in range(k, self.p * self.v, self.p):
                 self.chunk_fwd[s][site], self.chunk_bwd[s][site] = chunks[s].fwd, chunks[s].bwd
         self.msg_bytes = perf.message_bytes(cfg)
+        # the optimizer step, on every GPU once gradients are reduced: the step waits for
+        # the slowest stage's (PerfModel.optimizer_step_s, as the closed form adds it)
+        self.opt_s = max(perf.optimizer_step_s(cfg, chain) for chain in set(self.chains))
+        # job.overlap (or the --dp-buckets override): what hides under compute
+        forced = options.dp_buckets
+        self.overlap_grad = cfg.overlap_grad_reduce if forced is None else forced > 0
+        self.overlap_param = cfg.overlap_param_gather if forced is None else forced > 0
         self.intra_lat = problem.catalog.network.intra_site_latency_s
         net = perf.net
         optic_of = {tuple(r["sites"]): r["optic"] for r in ev.links}
@@ -344,12 +381,18 @@ class _Job:
         # a replica stage's message leaves over its tp x cp x ep NICs (PerfModel.boundary)
         return self.perf.nic_Bps(self.problem.catalog.gpus[self.gpu_of[site]]) * self.cfg.width
 
+    def nvlink_Bps(self, site: str) -> float:
+        # the device's GPUs each reach their peers of the next replica over NVLink
+        return self.perf.nvlink_Bps(self.problem.catalog.gpus[self.gpu_of[site]]) * self.cfg.width
+
     def _fabric(self, env: simpy.Environment) -> Fabric:
         fab = Fabric(env)
         for r, chain in enumerate(self.chains):
             for k, site in enumerate(chain):
                 fab.add_link(("nic-out", r, k), self.nic_Bps(site))
                 fab.add_link(("nic-in", r, k), self.nic_Bps(site))
+                fab.add_link(("nvl-out", r, k), self.nvlink_Bps(site))
+                fab.add_link(("nvl-in", r, k), self.nvlink_Bps(site))
         for (a, b), cap in self.route_cap.items():
             if cap > 0:
                 fab.add_link(("route", a, b), cap)
@@ -391,6 +434,52 @@ class _Job:
             out = max(out, simulate_1f1b(f, b, zeros, zeros, self.m).makespan_s)
         return out
 
+    # ------------------------------------------------------------------ overlap plan
+
+    def _chunk_fractions(self, k: int) -> list[float]:
+        """Share of rank k's parameters (and gradients) in each of its v chunks (model
+        stages c pp + k; the embedding on model stage 0, the LM head on the last)."""
+        layers, n_stages = self.cfg.chunk_layers, self.p * self.v
+        params = [
+            stage_params(self.problem.model, layers[s], s == 0, s == n_stages - 1, sum(layers[:s]))
+            for s in range(k, n_stages, self.p)
+        ]
+        total = sum(params)
+        return [x / total for x in params] if total else [1.0 / self.v] * self.v
+
+    def _chunk_buckets(self, k: int, c: int, fraction: float) -> int:
+        """Buckets of chunk c of rank k under overlap: Megatron-Core buckets the first model
+        chunk at `bucket_size` parameters per GPU (default max(40M, 1M x dp),
+        DistributedDataParallelConfig.bucket_size) and disables bucketing for the later
+        chunks (training.get_model: disable_bucketing=model_chunk_idx > 0); --dp-buckets
+        gives chunk 0's count instead."""
+        if c > 0:
+            return 1
+        if self.opt.dp_buckets:
+            return self.opt.dp_buckets
+        per_gpu = self.perf.stage_grad_bytes(self.cfg, k) / BYTES_BF16 * fraction
+        size = max(MEGATRON_BUCKET_MIN, MEGATRON_BUCKET_PER_DP * self.cfg.dp)
+        return max(1, math.ceil(per_gpu / size))
+
+    def _pieces(self, k: int, kind: str) -> list[tuple[int, int, int, float]]:
+        """The sync pieces of rank k, in the order they are reduced ('B', the gradient
+        reduce: chunks by their last backward) or gathered ('F', ZeRO-1's parameter
+        all-gather: chunks by their first forward): (chunk, bucket, buckets of the chunk,
+        fraction of the rank's gradient). Without overlap one piece (chunk -1)."""
+        overlap = self.overlap_grad if kind == "B" else self.overlap_param
+        if not overlap:
+            return [(-1, 0, 1, 1.0)]
+        when: dict[int, int] = {}  # chunk -> index of its last backward / first forward
+        for i, (kd, _, s) in enumerate(schedule(self.p, self.m, self.v, k)):
+            if kd == kind and (kind == "B" or s // self.p not in when):
+                when[s // self.p] = i
+        fracs = self._chunk_fractions(k)
+        out = []
+        for c in sorted(when, key=when.get):
+            n = self._chunk_buckets(k, c, fracs[c])
+            out.extend((c, j, n, fracs[c] / n) for j in range(n))
+        return out
+
     # ------------------------------------------------------------------ one step
 
     def run(self, comm: bool) -> _Run:
@@ -400,12 +489,17 @@ class _Job:
         n_stages = p * v
         act: dict[tuple[int, int, int], simpy.Event] = {}
         grad: dict[tuple[int, int, int], simpy.Event] = {}
-        n_buckets = max(1, self.opt.dp_buckets)
+        syncs = comm and self.cfg.dp >= 2
+        red = {k: self._pieces(k, "B") for k in range(p)}
+        # ZeRO-1's parameter all-gather: overlapped, under the step's first forwards (the
+        # previous step's optimizer is done at its start); else after the optimizer step,
+        # in _stage_sync
+        overlap_gather = self.cfg.zero1 and self.overlap_param
+        gat = {k: self._pieces(k, "F") if overlap_gather else [] for k in range(p)}
         ready = {
-            (r, k): [env.event() for _ in range(n_buckets)]
-            for r in range(len(self.chains))
-            for k in range(p)
+            (r, k): [env.event() for _ in red[k]] for r in range(len(self.chains)) for k in range(p)
         }
+        gathered = {k: [env.event() for _ in gat[k]] for k in range(p)}
 
         def inbox(box: dict, key: tuple[int, int, int]) -> simpy.Event:
             if key not in box:
@@ -473,25 +567,43 @@ class _Job:
         def device(r: int, k: int) -> Generator:
             site = self.chains[r][k]
             ops = schedule(p, m, v, k)
+            # the op index of each chunk's last backward (grad reduce) and first forward
+            # (parameter gather), the pieces that hang on them
+            last_b = {s // p: i for i, (kd, _, s) in enumerate(ops) if kd == "B"}
+            first_f: dict[int, int] = {}
+            for i, (kd, _, s) in enumerate(ops):
+                if kd == "F":
+                    first_f.setdefault(s // p, i)
+            overlapped = self.overlap_grad and syncs
             for i, (kind, x, s) in enumerate(ops):
                 if kind == "F" and s > 0:
                     yield inbox(act, (r, s, x))
                 elif kind == "B" and s < n_stages - 1:
                     yield inbox(grad, (r, s, x))
                 dur = self.chunk_fwd[s][site] if kind == "F" else self.chunk_bwd[s][site]
+                c = s // p
                 last = i == len(ops) - 1
-                if last and self.opt.dp_buckets:
-                    env.process(_buckets(env, ready[(r, k)], dur, self.opt.dp_buckets))
-                yield env.timeout(dur)
+                if syncs and gat[k] and kind == "F" and first_f.get(c) == i:
+                    # ZeRO-1 with --overlap-param-gather: the chunk's first forward uses its
+                    # parameters bucket by bucket as their all-gather completes
+                    mine = [j for j, pc in enumerate(gat[k]) if pc[0] == c]
+                    for j in mine:
+                        if not gathered[k][j].processed:
+                            yield gathered[k][j]
+                        yield env.timeout(dur / len(mine))
+                    dur = 0.0
+                if overlapped and last_b.get(c) == i and kind == "B":
+                    mine = [j for j, pc in enumerate(red[k]) if pc[0] == c]
+                    env.process(_buckets(env, [ready[(r, k)][j] for j in mine], dur, len(mine)))
+                if dur > 0:
+                    yield env.timeout(dur)
                 if kind == "F" and s < n_stages - 1:
                     send("F", r, s, x)
                 elif kind == "B" and s > 0:
                     # without overlap the sync starts once the schedule's last send is out
                     # (Megatron reduces gradients after forward_backward_func returns)
-                    send(
-                        "B", r, s, x, ready[(r, k)][0] if last and not self.opt.dp_buckets else None
-                    )
-                elif last and not self.opt.dp_buckets:
+                    send("B", r, s, x, ready[(r, k)][0] if last and not overlapped else None)
+                elif last and not overlapped:
                     ready[(r, k)][0].succeed()
             run.pipe_s = max(run.pipe_s, env.now)
 
@@ -499,20 +611,48 @@ class _Job:
             for k in range(p):
                 env.process(device(r, k))
         run.sync_end = [0.0] * p
-        if comm and self.cfg.dp >= 2:
+        if syncs:
             wan = self.cfg.sync_mode == "synchronous"
             for k in range(p):
-                env.process(self._stage_sync(run, k, ready, n_buckets, wan))
+                env.process(self._stage_sync(run, k, ready, red[k], wan))
+                if gat[k]:
+                    env.process(self._stage_gather(run, k, gathered[k], gat[k], wan))
         env.run()
         return run
 
-    def _stage_sync(self, run: _Run, k: int, ready: dict, n_buckets: int, wan: bool) -> Generator:
+    def _stage_sync(
+        self, run: _Run, k: int, ready: dict, pieces: list[tuple[int, int, int, float]], wan: bool
+    ) -> Generator:
+        """Rank k's gradient reduce, piece by piece once every member has the piece ready:
+        an all-reduce, or under ZeRO-1 (the distributed optimizer) its reduce-scatter."""
         env = run.env
-        members = range(len(self.chains))
-        for j in range(n_buckets):
-            yield env.all_of([ready[(r, k)][j] for r in members])
-            yield from self._allreduce(run, k, 1.0 / n_buckets, wan=wan, intra=True)
+        for i, piece in enumerate(pieces):
+            yield env.all_of([ready[(r, k)][i] for r in range(len(self.chains))])
+            yield from self._allreduce(
+                run, k, piece[3], wan=wan, intra=True, gather=not self.cfg.zero1
+            )
+        if self.cfg.zero1 and not self.overlap_param:
+            # the parameter all-gather follows the optimizer step, exposed: the step ends
+            # optimizer_s after sync_end (simulate), so sync_end is its end minus that
+            yield env.timeout(self.opt_s)
+            yield from self._allreduce(run, k, 1.0, wan=wan, intra=True, scatter=False)
+            run.sync_end[k] = env.now - self.opt_s
+            return
         run.sync_end[k] = env.now
+
+    def _stage_gather(
+        self,
+        run: _Run,
+        k: int,
+        done: list[simpy.Event],
+        pieces: list[tuple[int, int, int, float]],
+        wan: bool,
+    ) -> Generator:
+        """ZeRO-1's parameter all-gather of rank k, from the start of the step (the previous
+        step's optimizer is done), piece by piece."""
+        for i, piece in enumerate(pieces):
+            yield from self._allreduce(run, k, piece[3], wan=wan, intra=True, scatter=False)
+            done[i].succeed()
 
     def _by_site(self, k: int) -> dict[str, list[int]]:
         out: dict[str, list[int]] = defaultdict(list)
@@ -520,23 +660,61 @@ class _Job:
             out[chain[k]].append(r)
         return dict(sorted(out.items()))
 
-    def _allreduce(self, run: _Run, k: int, fraction: float, wan: bool, intra: bool) -> Generator:
-        """Hierarchical all-reduce of `fraction` of rank k's gradient (see module doc)."""
+    def _nodes(self, site: str, members: list[int]) -> list[list[int]]:
+        """The scale-up domains of a site's members of one rank: Megatron's rank order puts
+        consecutive data-parallel replicas of a stage on consecutive TP groups, so
+        gpus_per_node // (tp cp ep) of them share a node (in replica order)."""
+        q = max(1, self.perf.site_gpus_per_node(site) // self.cfg.width)
+        return [members[i : i + q] for i in range(0, len(members), q)]
+
+    def _allreduce(
+        self,
+        run: _Run,
+        k: int,
+        fraction: float,
+        wan: bool,
+        intra: bool,
+        scatter: bool = True,
+        gather: bool = True,
+    ) -> Generator:
+        """Hierarchical all-reduce of `fraction` of rank k's gradient (see module doc); its
+        reduce-scatter half (`gather=False`) or all-gather half (`scatter=False`)."""
         env, fab = run.env, run.fabric
         by_site = self._by_site(k)
         grad = self.perf.stage_grad_bytes(self.cfg, k) * self.cfg.tp * fraction  # per device, bf16
         wan_bytes = self.perf.stage_wan_bytes(self.cfg, k) * fraction  # whole stage, at sync bits
 
-        def ring_phase() -> Generator:
+        def nvlink_phase() -> Generator:
+            """Reduce-scatter (or all-gather) inside each node: a ring over NVLink."""
             procs = []
-            for members in by_site.values():
-                n = len(members)
+            for site, members in by_site.items():
+                for node in self._nodes(site, members):
+                    n = len(node)
+                    for i, r in enumerate(node if n >= 2 else ()):
+                        nxt = node[(i + 1) % n]
+                        links = [("nvl-out", r, k), ("nvl-in", nxt, k)]
+                        procs.append(fab.transfer((n - 1) / n * grad, links))
+            if procs:
+                yield env.all_of(procs)
+
+        def nic_phase() -> Generator:
+            """Reduce-scatter (or all-gather) of the node shards between a site's nodes: q
+            rings over the NICs, ring i joining the i-th member of every node."""
+            procs = []
+            for site, members in by_site.items():
+                nodes = self._nodes(site, members)
+                n = len(nodes)
                 if n < 2:
                     continue
-                for i, r in enumerate(members):
-                    nxt = members[(i + 1) % n]
-                    f = fab.transfer((n - 1) / n * grad, [("nic-out", r, k), ("nic-in", nxt, k)])
-                    procs.append(env.process(_after(env, f, (n - 1) * self.intra_lat)))
+                q = len(nodes[0])
+                for i in range(q):
+                    ring = [node[i % len(node)] for node in nodes]
+                    for a, r in enumerate(ring):
+                        nxt = ring[(a + 1) % n]
+                        f = fab.transfer(
+                            (n - 1) / n * grad / q, [("nic-out", r, k), ("nic-in", nxt, k)]
+                        )
+                        procs.append(env.process(_after(env, f, (n - 1) * self.intra_lat)))
             if procs:
                 yield env.all_of(procs)
 
@@ -560,13 +738,19 @@ class _Job:
             if procs:
                 yield env.all_of(procs)
 
-        if intra:
-            yield from ring_phase()  # reduce-scatter inside each site
-        if wan and len(by_site) >= 2:
-            yield from wan_round()  # reduce-scatter of the site shards between sites
-            yield from wan_round()  # all-gather of the reduced shards
-        if intra:
-            yield from ring_phase()  # all-gather inside each site
+        cross = wan and len(by_site) >= 2
+        if scatter:
+            if intra:
+                yield from nvlink_phase()  # reduce-scatter inside each node
+                yield from nic_phase()  # ... and between the site's nodes
+            if cross:
+                yield from wan_round()  # reduce-scatter of the site shards between sites
+        if gather:
+            if cross:
+                yield from wan_round()  # all-gather of the reduced shards
+            if intra:
+                yield from nic_phase()  # all-gather between the site's nodes
+                yield from nvlink_phase()  # ... and inside each node
 
     def run_outer_sync(self) -> tuple[float, list[dict[str, Any]]]:
         """DiLoCo's outer exchange: every rank's WAN rounds at once on an idle network;
@@ -597,7 +781,59 @@ def _after(env: simpy.Environment, event: simpy.Event, delay: float) -> Generato
 
 
 def _buckets(env: simpy.Environment, events: list[simpy.Event], dur: float, n: int) -> Generator:
-    """Gradient buckets of the last backward: the j-th is ready after (j + 1) / n of it."""
+    """Gradient buckets of a chunk's last backward: the j-th is ready after (j + 1) / n of
+    it (the backward produces the chunk's gradients at an even rate, last layer first)."""
     for j in range(n):
         yield env.timeout(dur / n)
         events[j].succeed()
+
+
+def simulate_chain(
+    fwd: list[float], bwd: list[float], lat: list[float], tx: list[float], m: int, v: int
+) -> float:
+    """One replica chain's step as a simpy event simulation with fixed message times:
+    every rank runs its op order (schedule: 1F1B, or interleaved for v > 1) on its model
+    stages' times (fwd / bwd: v pp entries), every message leaves through the FIFO of its
+    physical boundary's direction (boundary j: rank j -> j + 1, for v > 1 boundary pp - 1
+    the wrap), is on the wire tx[j] and arrives lat[j] later. The event-driven check of
+    the closed form's ordered evaluation (placer.perf.critical_path) that `placer
+    evaluate --simulate` runs on the critical chain. Returns the makespan."""
+    p = len(fwd) // v
+    last_stage = p * v - 1
+    env = simpy.Environment()
+    boxes: dict[tuple[str, int, int], simpy.Event] = {}
+    fifo: dict[tuple[str, int], simpy.Event | None] = {}
+    end = [0.0]
+
+    def box(key: tuple[str, int, int]) -> simpy.Event:
+        if key not in boxes:
+            boxes[key] = env.event()
+        return boxes[key]
+
+    def message(kind: str, j: int, target: simpy.Event) -> Generator:
+        prev = fifo.get((kind, j))
+        out = fifo[(kind, j)] = env.event()
+        if prev is not None and not prev.processed:
+            yield prev
+        yield env.timeout(tx[j])
+        out.succeed()
+        yield env.timeout(lat[j])
+        target.succeed()
+
+    def rank(r: int) -> Generator:
+        for kind, x, s in schedule(p, m, v, r):
+            if kind == "F" and s > 0:
+                yield box(("F", x, s))
+            elif kind == "B" and s < last_stage:
+                yield box(("B", x, s))
+            yield env.timeout(fwd[s] if kind == "F" else bwd[s])
+            if kind == "F" and s < last_stage:
+                env.process(message("F", r, box(("F", x, s + 1))))
+            elif kind == "B" and s > 0:
+                env.process(message("B", r - 1 if r > 0 else p - 1, box(("B", x, s - 1))))
+        end[0] = max(end[0], env.now)
+
+    for r in range(p):
+        env.process(rank(r))
+    env.run()
+    return end[0]
