@@ -103,7 +103,6 @@ from placer.sim.fabric import Fabric
 __all__ = ["SimOptions", "SimulationResult", "Transfer", "schedule", "simulate", "simulate_chain"]
 
 
-
 @dataclass(frozen=True)
 class SimOptions:
     # None: the plan's job.overlap with Megatron's bucket size; 0: no overlap at all (each
