@@ -249,3 +249,14 @@ def crossings_on(
         if hit:
             out[c] = hit
     return out
+
+
+def sloped_chains(planes: list[ChainPlanes]) -> set[int]:
+    """The chain types with a plane that has a transmit or latency slope (added by an earlier
+    round's plan): only they need transmit variables in the formulations."""
+    return {c for c, cp in enumerate(planes) if any(any(pl.tau) or any(pl.lam) for pl in cp.planes)}
+
+
+def hops_crossed(planes: list[ChainPlanes], chains: set[int]) -> set[Hop]:
+    """The directed hops that the crossings of `chains` use: only they need tick variables."""
+    return {h for c in chains for x in planes[c].crossings for hops in x.hops for h in hops}

@@ -20,7 +20,7 @@ import pulp
 from placer import interrupt
 from placer.errors import SolverError
 from placer.network import route_key
-from placer.optimize.contention import crossings_on
+from placer.optimize.contention import crossings_on, hops_crossed, sloped_chains
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
 from placer.optimize.families import (
     FAMILIES,
@@ -279,14 +279,8 @@ class MilpInner:
             return
         # only chain types with a sloped plane (from an earlier round's plan) need transmit
         # variables, and only the hops they cross need tick variables
-        self.sloped = {
-            c
-            for c, cp in enumerate(d.planes)
-            if any(any(pl.tau) or any(pl.lam) for pl in cp.planes)
-        }
-        used_hops = {
-            h for c in self.sloped for x in d.planes[c].crossings for hops in x.hops for h in hops
-        }
+        self.sloped = sloped_chains(d.planes)
+        used_hops = hops_crossed(d.planes, self.sloped)
         self.tick_loads = {h: v for h, v in self._tick_loads().items() if h in used_hops}
         for h, load in self.tick_loads.items():
             self.theta[h] = t = pulp.LpVariable(_name("theta", *h), 0)

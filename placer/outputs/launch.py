@@ -461,18 +461,10 @@ def _mapping_comment(layout: Layout, framework: str) -> list[str]:
     lines += [
         "Replicas: dp_rank numbers replicas group by group, the plan's replica groups sorted by stage_sites:",  # noqa: E501
     ]
-    start = 0
-    groups = layout.plan.replica_groups
-    seen: list[int] = []
-    for g in layout.replica_group:
-        if g not in seen:
-            seen.append(g)
-    for g in seen:
-        n = groups[g].count
+    for g, start, n in _replica_runs(layout):
         lines.append(
-            f"  dp_rank {start}-{start + n - 1}: replica_groups[{g}] stages on {_chain(groups[g].stage_sites)}"  # noqa: E501
+            f"  dp_rank {start}-{start + n - 1}: replica_groups[{g}] stages on {_chain(layout.plan.replica_groups[g].stage_sites)}"  # noqa: E501
         )
-        start += n
     lines += [
         "Placement: TP group (pp_rank, dp_rank) sits at the site of that stage of that replica; each site's TP groups fill its",  # noqa: E501
         "  NVLink domains (gpus_per_node GPUs) gpus_per_node // tp at a time in rank order; GPU in the domain = slot * tp + tp_rank;",  # noqa: E501
@@ -497,6 +489,16 @@ def _mapping_comment(layout: Layout, framework: str) -> list[str]:
     return lines
 
 
+def _replica_runs(layout: Layout) -> list[tuple[int, int, int]]:
+    """(replica group, first replica, count) in replica order: the runs the comments list."""
+    out, start = [], 0
+    for g in dict.fromkeys(layout.replica_group):
+        n = layout.plan.replica_groups[g].count
+        out.append((g, start, n))
+        start += n
+    return out
+
+
 def _mapping_comment_5d(layout: Layout, framework: str) -> list[str]:
     """The rank order with context and expert parallelism (a replica stage is tp x cp x ep
     consecutive ranks; Megatron's data-parallel size is dp x ep)."""
@@ -515,18 +517,10 @@ def _mapping_comment_5d(layout: Layout, framework: str) -> list[str]:
         "  (do not pass --use-tp-pp-dp-mapping: it switches to order tp-cp-ep-pp-dp)",
         "Replicas, the plan's replica groups sorted by stage_sites:",
     ]
-    start = 0
-    groups = layout.plan.replica_groups
-    seen: list[int] = []
-    for g in layout.replica_group:
-        if g not in seen:
-            seen.append(g)
-    for g in seen:
-        n = groups[g].count
+    for g, start, n in _replica_runs(layout):
         lines.append(
-            f"  replicas {start}-{start + n - 1} (dp_rank {start * side}-{(start + n) * side - 1}): replica_groups[{g}] stages on {_chain(groups[g].stage_sites)}"  # noqa: E501
+            f"  replicas {start}-{start + n - 1} (dp_rank {start * side}-{(start + n) * side - 1}): replica_groups[{g}] stages on {_chain(layout.plan.replica_groups[g].stage_sites)}"  # noqa: E501
         )
-        start += n
     lines += [
         "Placement: each site's replica stages fill its NVLink domains in rank order, gpus_per_node // (tp cp ep) per domain,",  # noqa: E501
         "  or whole domains each when wider; a TP group never leaves its domain, CP and EP groups leave it only over the site's NICs.",  # noqa: E501
