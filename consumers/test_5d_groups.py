@@ -11,17 +11,13 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shlex
-import socket
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, require
-
-PROBE = ROOT / "consumers" / "probe.py"
+from torchrun_probe import groups, run_export
 
 
 @pytest.fixture(scope="module")
@@ -29,19 +25,6 @@ def export_5d() -> Path:
     d = Path(os.environ.get("PLACER_EXPORT_5D", ROOT / "build" / "consumers" / "export-5d"))
     require((d / "rankmap.csv").exists(), f"placer's 5D export in {d} (make test-consumers)")
     return d
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _groups(rows, key):
-    out = defaultdict(list)
-    for r in rows:
-        out[key(r)].append(int(r["rank"]))
-    return {rank: sorted(g) for g in out.values() for rank in g}
 
 
 def test_megatron_flags_of_the_5d_export(export_5d: Path) -> None:
@@ -67,56 +50,20 @@ def test_torchrun_5d_groups(export_5d: Path, tmp_path: Path) -> None:
     world = len(rankmap)
     par = json.loads((export_5d / "rankmap.json").read_text())["parallelism"]
     assert (par["tp"], par["cp"], par["ep"], par["pp"], par["dp"]) == (2, 2, 2, 2, 1)
-    hosts = defaultdict(set)
-    for r in rankmap:
-        hosts[r["site"]].add(r["host"])
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    env.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-        TRAIN_SCRIPT=str(PROBE),
-        PROBE_OUT=str(tmp_path),
-        PROBE_EXPORT=str(export_5d),
-        PROBE_TP=str(par["tp"]),
-        PROBE_PP=str(par["pp"]),
-        PROBE_CP=str(par["cp"]),
-        PROBE_EP=str(par["ep"]),
-        OMP_NUM_THREADS="1",
-    )
-    procs = []
-    for site, hs in sorted(hosts.items()):
-        for h in sorted(hs):
-            cmd = f"source {shlex.quote(str(export_5d / 'megatron_args.sh'))} && exec bash {shlex.quote(str(export_5d / f'torchrun_{site}.sh'))} {shlex.quote(h)}"  # noqa: E501
-            procs.append(
-                (
-                    h,
-                    subprocess.Popen(
-                        ["bash", "-c", cmd],
-                        env=env | {"PROBE_HOST": h},
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT,
-                        text=True,
-                    ),
-                )
-            )
-    for h, p in procs:
-        out, _ = p.communicate(timeout=900)
-        assert p.returncode == 0, f"torchrun on {h} failed:\n{out[-3000:]}"
-    recs = {int(f.stem[4:]): json.loads(f.read_text()) for f in tmp_path.glob("rank*.json")}
-    assert sorted(recs) == list(range(world))
+    probe = {f"PROBE_{k.upper()}": str(par[k]) for k in ("tp", "pp", "cp", "ep")}
+    recs = run_export(export_5d, rankmap, tmp_path, probe)
     i = {k: k for k in ("tp", "cp", "dp", "pp", "ep", "expert_dp")}
 
     def key(*names):
         return lambda r: tuple(r[i[n]] for n in names)
 
     want = {
-        "tp_group": _groups(rankmap, key("cp", "dp", "pp")),
-        "cp_group": _groups(rankmap, key("tp", "dp", "pp")),
-        "dp_group": _groups(rankmap, key("tp", "cp", "pp")),
-        "pp_group": _groups(rankmap, key("tp", "cp", "dp")),
-        "ep_group": _groups(rankmap, key("pp", "expert_dp")),
-        "expert_dp_group": _groups(rankmap, key("pp", "ep")),
+        "tp_group": groups(rankmap, key("cp", "dp", "pp")),
+        "cp_group": groups(rankmap, key("tp", "dp", "pp")),
+        "dp_group": groups(rankmap, key("tp", "cp", "pp")),
+        "pp_group": groups(rankmap, key("tp", "cp", "dp")),
+        "ep_group": groups(rankmap, key("pp", "expert_dp")),
+        "expert_dp_group": groups(rankmap, key("pp", "ep")),
     }
     sites_of = {int(r["rank"]): r["site"] for r in rankmap}
     for r in rankmap:

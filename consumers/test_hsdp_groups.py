@@ -17,18 +17,14 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shlex
-import socket
 import subprocess
 import sys
 import tomllib
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, require
-
-PROBE = ROOT / "consumers" / "probe.py"
+from torchrun_probe import groups, run_export
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +39,6 @@ def _rankmap(export: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _groups(rows, key) -> dict[int, list[int]]:
-    out = defaultdict(list)
-    for r in rows:
-        out[key(r)].append(int(r["rank"]))
-    return {rank: sorted(g) for g in out.values() for rank in g}
-
-
 def _want(rows, shard: int) -> dict[str, dict[int, list[int]]]:
     """placer's groups from its rank map alone: the shard group is the ranks of one replica
     (dp // dp_shard) with the same pp, tp, cp; the replicate group the same shard index."""
@@ -58,12 +47,12 @@ def _want(rows, shard: int) -> dict[str, dict[int, list[int]]]:
         return int(r[k])
 
     return {
-        "shard": _groups(rows, lambda r: (c(r, "pp"), c(r, "tp"), c(r, "cp"), c(r, "dp") // shard)),
-        "replicate": _groups(
+        "shard": groups(rows, lambda r: (c(r, "pp"), c(r, "tp"), c(r, "cp"), c(r, "dp") // shard)),
+        "replicate": groups(
             rows, lambda r: (c(r, "pp"), c(r, "tp"), c(r, "cp"), c(r, "dp") % shard)
         ),
-        "tp": _groups(rows, lambda r: (c(r, "pp"), c(r, "cp"), c(r, "dp"))),
-        "pp": _groups(rows, lambda r: (c(r, "tp"), c(r, "cp"), c(r, "dp"))),
+        "tp": groups(rows, lambda r: (c(r, "pp"), c(r, "cp"), c(r, "dp"))),
+        "pp": groups(rows, lambda r: (c(r, "tp"), c(r, "cp"), c(r, "dp"))),
     }
 
 
@@ -113,12 +102,6 @@ def test_torchtitan_02_loads_the_hsdp_toml() -> None:
     assert (rep, shard, policy) == (2, 2, "always")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_torchrun_hsdp_groups(export_hsdp: Path, tmp_path: Path) -> None:
     require(
         Path(sys.executable).parent.joinpath("torchrun").exists(), "torchrun (torch) in this venv"
@@ -133,43 +116,8 @@ def test_torchrun_hsdp_groups(export_hsdp: Path, tmp_path: Path) -> None:
     margs = parse_megatron_args((export_hsdp / "megatron_args.sh").read_text())
     instances = int(margs["--num-distributed-optimizer-instances"][0])
     assert instances == par["dp"] and "--use-megatron-fsdp" in margs
-    hosts = defaultdict(set)
-    for r in rows:
-        hosts[r["site"]].add(r["host"])
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    env.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-        TRAIN_SCRIPT=str(PROBE),
-        PROBE_OUT=str(tmp_path),
-        PROBE_EXPORT=str(export_hsdp),
-        PROBE_TP=str(par["tp"]),
-        PROBE_PP=str(par["pp"]),
-        PROBE_DIST_OPT=str(instances),
-        OMP_NUM_THREADS="1",
-    )
-    procs = []
-    for site, hs in sorted(hosts.items()):
-        for h in sorted(hs):
-            cmd = f"source {shlex.quote(str(export_hsdp / 'megatron_args.sh'))} && exec bash {shlex.quote(str(export_hsdp / f'torchrun_{site}.sh'))} {shlex.quote(h)}"  # noqa: E501
-            procs.append(
-                (
-                    h,
-                    subprocess.Popen(
-                        ["bash", "-c", cmd],
-                        env=env | {"PROBE_HOST": h},
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT,
-                        text=True,
-                    ),
-                )
-            )
-    for h, p in procs:
-        out, _ = p.communicate(timeout=900)
-        assert p.returncode == 0, f"torchrun on {h} failed:\n{out[-3000:]}"
-    recs = {int(f.stem[4:]): json.loads(f.read_text()) for f in tmp_path.glob("rank*.json")}
-    assert sorted(recs) == list(range(world))
+    probe = {"PROBE_TP": str(par["tp"]), "PROBE_PP": str(par["pp"])}
+    recs = run_export(export_hsdp, rows, tmp_path, probe | {"PROBE_DIST_OPT": str(instances)})
     want = _want(rows, par["dp_shard"])
     site = {int(r["rank"]): r["site"] for r in rows}
     for r in rows:

@@ -196,3 +196,47 @@ def test_milp_threads_change_between_solves() -> None:
         res = solve(_instance(name), backend="milp", time_limit_s=30, threads=threads)
         assert res.status == "optimal"
         assert res.objective == pytest.approx(true_optimum(name), rel=1e-6)
+
+
+def _drop_waves(monkeypatch: pytest.MonkeyPatch, optimal: bool) -> list[str]:
+    """Every backend answer with waves comes back without them (a plan whose traffic
+    crosses a route with no capacity: what a time-limited HiGHS incumbent, integral only
+    to tolerance, was seen to return), claimed `optimal` or not."""
+    import dataclasses
+
+    from placer.optimize.data import InnerSolution
+
+    real = driver._solve_inner
+    broken: list[str] = []
+
+    def solve_inner(problem, perf, data, *a, **k):
+        res = real(problem, perf, data, *a, **k)
+        if isinstance(res, InnerSolution) and any(res.waves.values()):
+            broken.append(data.cfg.label())
+            return dataclasses.replace(res, waves={}, optimal=optimal)
+        return res
+
+    monkeypatch.setattr(driver, "_solve_inner", solve_inner)
+    return broken
+
+
+@pytest.mark.parametrize("backend", ["milp", "cpsat"])
+def test_an_unproven_plan_the_evaluator_rejects_leaves_its_configuration_open(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opt = true_optimum("two-campus-100km")  # before the backends are broken
+    broken = _drop_waves(monkeypatch, optimal=False)
+    problem = _instance("two-campus-100km")
+    res = solve(problem, backend=backend, time_limit_s=60, threads=1)
+    assert broken, "the case must reach a configuration whose plan buys waves"
+    assert res.status != "optimal" and res.gap > 0  # the rejected configuration stays open
+    assert evaluate(problem, res.plan).feasible
+    assert res.objective > opt  # the broken configurations' optimum was never offered
+
+
+def test_an_optimal_plan_the_evaluator_rejects_is_a_model_mismatch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _drop_waves(monkeypatch, optimal=True)
+    with pytest.raises(driver.ModelMismatchError, match="evaluator rejects"):
+        solve(_instance("two-campus-100km"), backend="milp", time_limit_s=60, threads=1)
