@@ -44,3 +44,37 @@ def export_dir() -> Path:
 def rankmap(export_dir: Path) -> list[dict[str, str]]:
     with open(export_dir / "rankmap.csv") as f:
         return list(csv.DictReader(f))
+
+
+MEGATRON_VALIDATE = ROOT / "consumers" / "megatron_validate.py"
+
+
+def megatron_lm_src() -> str:
+    """The Megatron-LM checkout (MEGATRON_LM_SRC) whose argument checks judge an export;
+    the one check allowed to skip: megatron/training is on no package registry."""
+    src = os.environ.get("MEGATRON_LM_SRC")
+    if not src:
+        pytest.skip(
+            "MEGATRON_LM_SRC not set: Megatron-LM's megatron/training is not on any package registry"  # noqa: E501
+        )
+    return src
+
+
+def megatron_validate(export: Path, world: int, arch: int = 9) -> dict:
+    """Megatron-LM's parse_args + validate_args on the export's megatron_args.sh, sourced
+    first as a user would (consumers/megatron_validate.py); the arguments it settled on."""
+    import json
+    import subprocess
+    import sys
+
+    src = megatron_lm_src()
+    cmd = f"source {export / 'megatron_args.sh'} && exec {sys.executable} {MEGATRON_VALIDATE} {src} {export} {arch}"  # noqa: E501
+    ok = subprocess.run(
+        ["bash", "-c", cmd],
+        env=os.environ | {"WORLD_SIZE": str(world)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    return json.loads(ok.stdout.strip().splitlines()[-1])

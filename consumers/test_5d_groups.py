@@ -11,12 +11,11 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, require
+from conftest import ROOT, megatron_lm_src, megatron_validate, require
 from torchrun_probe import groups, run_export
 
 
@@ -131,24 +130,9 @@ def test_megatron_lm_validates_cp_ep_exports(which: str, request) -> None:
     """Megatron-LM's own parse_args + validate_args on the CP/EP export and on the DeepSeek-V3
     one (MLA, 256 experts, --moe-layer-freq, custom pipeline layout). Needs MEGATRON_LM_SRC
     (megatron/training of the release matching megatron-core; no package ships it)."""
-    src = os.environ.get("MEGATRON_LM_SRC")
-    if not src:
-        pytest.skip(
-            "MEGATRON_LM_SRC not set: Megatron-LM's megatron/training is not on any package registry"  # noqa: E501
-        )
+    megatron_lm_src()  # skips first, as before
     export = request.getfixturevalue("export_5d" if which == "5d" else "export_ds3")
-    world = sum(1 for _ in open(export / "rankmap.csv")) - 1
-    script = ROOT / "consumers" / "megatron_validate.py"
-    cmd = f"source {export / 'megatron_args.sh'} && exec {sys.executable} {script} {src} {export} 9"  # noqa: E501
-    ok = subprocess.run(
-        ["bash", "-c", cmd],
-        env=os.environ | {"WORLD_SIZE": str(world)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert ok.returncode == 0, ok.stderr[-3000:]
-    got = json.loads(ok.stdout.strip().splitlines()[-1])
+    got = megatron_validate(export, sum(1 for _ in open(export / "rankmap.csv")) - 1)
     if which == "5d":
         assert (got["context_parallel_size"], got["expert_model_parallel_size"]) == (2, 2)
         assert got["data_parallel_size"] == 2 and got["moe_layer_freq"] == [0, 1, 1, 1]

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, require
+from conftest import MEGATRON_VALIDATE, ROOT, megatron_lm_src, megatron_validate, require
 
 sys.path.insert(0, str(ROOT / "consumers"))
 from probe import torchtitan_args  # noqa: E402
@@ -153,23 +153,9 @@ def test_megatron_lm_parse_and_validate_args(export_dir: Path) -> None:
     """Megatron-LM's own parse_args + validate_args. megatron/training ships in no PyPI package
     (checked: megatron-core wheel and sdist, megatron-bridge, mcore-bridge), so this runs only
     with MEGATRON_LM_SRC = a Megatron-LM checkout of the release matching megatron-core."""
-    src = os.environ.get("MEGATRON_LM_SRC")
-    if not src:
-        pytest.skip(
-            "MEGATRON_LM_SRC not set: Megatron-LM's megatron/training is not on any package registry"  # noqa: E501
-        )
     world = sum(1 for _ in open(export_dir / "rankmap.csv")) - 1
-    script = ROOT / "consumers" / "megatron_validate.py"
-    cmd = f"source {export_dir / 'megatron_args.sh'} && exec {sys.executable} {script} {src} {export_dir} 9"  # noqa: E501
-    ok = subprocess.run(
-        ["bash", "-c", cmd],
-        env=os.environ | {"WORLD_SIZE": str(world)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert ok.returncode == 0, ok.stderr[-3000:]
-    got = json.loads(ok.stdout.strip().splitlines()[-1])
+    got = megatron_validate(export_dir, world)
+    src, script = megatron_lm_src(), MEGATRON_VALIDATE
     assert (
         got["sequence_parallel"]
         and got["normalization"] == "RMSNorm"

@@ -23,7 +23,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, require
+from conftest import ROOT, megatron_validate, require
 from torchrun_probe import groups, run_export
 
 
@@ -147,23 +147,7 @@ def test_megatron_lm_validates_the_hsdp_export(export_hsdp: Path) -> None:
     """Megatron-LM's parse_args + validate_args on the Megatron-FSDP flags (use-megatron-fsdp,
     optim_grads_params, num-distributed-optimizer-instances, fsdp_dtensor checkpoints, no
     CUDA_DEVICE_MAX_CONNECTIONS=1). Needs MEGATRON_LM_SRC, as test_5d_groups."""
-    src = os.environ.get("MEGATRON_LM_SRC")
-    if not src:
-        pytest.skip(
-            "MEGATRON_LM_SRC not set: Megatron-LM's megatron/training is not on any package registry"  # noqa: E501
-        )
-    world = len(_rankmap(export_hsdp))
-    script = ROOT / "consumers" / "megatron_validate.py"
-    cmd = f"source {export_hsdp / 'megatron_args.sh'} && exec {sys.executable} {script} {src} {export_hsdp} 9"  # noqa: E501
-    ok = subprocess.run(
-        ["bash", "-c", cmd],
-        env=os.environ | {"WORLD_SIZE": str(world)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert ok.returncode == 0, ok.stderr[-3000:]
-    got = json.loads(ok.stdout.strip().splitlines()[-1])
+    got = megatron_validate(export_hsdp, len(_rankmap(export_hsdp)))
     assert (
         got["use_megatron_fsdp"] and got["data_parallel_sharding_strategy"] == "optim_grads_params"
     )

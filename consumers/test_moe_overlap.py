@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, require
+from conftest import ROOT, megatron_lm_src, megatron_validate, require
 
 
 def _dir(name: str) -> Path:
@@ -113,18 +111,5 @@ def test_full_recompute_with_the_overlap_is_refused_by_megatron_core() -> None:
 def test_megatron_lm_parse_and_validate_args(name: str) -> None:
     """Megatron-LM's own parse_args + validate_args on the MoE exports (needs MEGATRON_LM_SRC,
     as consumers/test_configs.py): the generated flags exist and pass its checks."""
-    src = os.environ.get("MEGATRON_LM_SRC")
-    if not src:
-        pytest.skip("MEGATRON_LM_SRC not set: Megatron-LM's megatron/training is on no registry")
-    d = _dir(name)
-    world = 32  # consumers/case-moe: every plan uses the site's 32 GPUs
-    script = ROOT / "consumers" / "megatron_validate.py"
-    cmd = f"source {d / 'megatron_args.sh'} && exec {sys.executable} {script} {src} {d} 9"
-    ok = subprocess.run(
-        ["bash", "-c", cmd],
-        env=os.environ | {"WORLD_SIZE": str(world)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert ok.returncode == 0, ok.stderr[-3000:]
+    megatron_lm_src()  # skips first, as before
+    megatron_validate(_dir(name), 32)  # consumers/case-moe: every plan uses the site's 32 GPUs
