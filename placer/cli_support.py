@@ -55,6 +55,9 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             err.print(Text("interrupted", style="red"), highlight=False)
             raise typer.Exit(130) from None
         except Exception as exc:  # noqa: BLE001
+            if caused_by_interrupt(exc):  # e.g. Python 3.11 wraps it raised in __set_name__
+                err.print(Text("interrupted", style="red"), highlight=False)
+                raise typer.Exit(130) from None
             if os.environ.get("PLACER_DEBUG"):
                 raise
             err.print(
@@ -67,6 +70,21 @@ def guard(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether a Ctrl-C or SIGTERM (a KeyboardInterrupt) is behind this exception: an
+    interrupt that lands while a class is created (a lazy import of a pydantic model)
+    reaches the command as RuntimeError("Error calling __set_name__ ...") on Python 3.11,
+    the KeyboardInterrupt only as its __cause__."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def json_default(o: Any) -> Any:

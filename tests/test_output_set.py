@@ -261,6 +261,33 @@ def test_signal_during_start_up_is_exit_130_without_traceback(tmp_path: Path) ->
         assert not out.exists() or _consistent(out) == "two-campus-100km"
 
 
+def test_an_interrupt_wrapped_by_class_creation_is_exit_130() -> None:
+    """The CI failure of stop 19: SIGINT landed while a pydantic model class was created
+    (a lazy import after the command began); Python 3.11 re-raises it from __set_name__ as
+    RuntimeError, which the command reported as an internal error with exit 1."""
+    import typer
+
+    from placer.cli_support import guard
+
+    class Interrupts:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise KeyboardInterrupt("SIGINT")
+
+    def command() -> None:
+        type("InnerData", (), {"stage_sites": Interrupts()})
+
+    with pytest.raises(typer.Exit) as exc:
+        guard(command)()
+    assert exc.value.exit_code == 130
+
+    def broken() -> None:
+        raise RuntimeError("a real bug")
+
+    with pytest.raises(typer.Exit) as exc:
+        guard(broken)()
+    assert exc.value.exit_code == 1
+
+
 def test_every_file_placer_writes_is_known_as_its_own() -> None:
     """A name missing from fileset.OUTPUT_NAME would make placer's own folder look foreign
     (written in place, not swapped in as a set)."""
