@@ -278,6 +278,9 @@ def _failed(task: Task, exc: BaseException) -> dict[str, Any]:
     }
 
 
+POLL_S = 0.2  # how often the local pool's wait looks for a stop request (a point takes longer)
+
+
 def _run_local(
     tasks: list[Task], workers: int, scheduler: str | None, started: Callable[[], None]
 ) -> Iterator[dict[str, Any]]:
@@ -291,16 +294,27 @@ def _run_local(
     pool = cf.ProcessPoolExecutor(
         max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_ignore_sigint
     )
+    from placer import interrupt
+
     try:
-        futures = {
-            pool.submit(run_point, t): t for t in tasks
-        }  # processes start here (before the progress thread)
-        started()
-        for fut in cf.as_completed(futures):
-            try:
-                yield fut.result()
-            except Exception as exc:  # noqa: BLE001 - e.g. a worker killed by the OS
-                yield _failed(futures[fut], exc)
+        # Ctrl-C / SIGTERM only record a request here, polled between waits: raised as
+        # KeyboardInterrupt at an arbitrary bytecode it can be lost in a finalizer, or leave
+        # a future's lock held so that the pool's manager thread (joined at exit) never ends
+        with interrupt.handle_signals():
+            futures = {
+                pool.submit(run_point, t): t for t in tasks
+            }  # processes start here (before the progress thread)
+            started()
+            pending = set(futures)
+            while pending:
+                if stop := interrupt.requested():
+                    raise KeyboardInterrupt(stop)
+                done, pending = cf.wait(pending, timeout=POLL_S, return_when=cf.FIRST_COMPLETED)
+                for fut in sorted(done, key=lambda f: futures[f].id):
+                    try:
+                        yield fut.result()
+                    except Exception as exc:  # noqa: BLE001 - e.g. a worker killed by the OS
+                        yield _failed(futures[fut], exc)
     except BaseException:
         # Ctrl-C (or the consumer stopped): drop the queue and stop the running solves now;
         # finished points are already on disk
