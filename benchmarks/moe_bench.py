@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -291,10 +292,34 @@ PUBLISHED.append(
         published=round(1e12 / (180e3 * 3600)),
     )
 )
+# Qwen3-235B-A22B on 256 H100 with TP 2 x EP 32, PP 8: Megatron-Core folds EP over the
+# TP x DP ranks of a stage (32 GPUs), expert TP 1 (Megatron-Bridge recipes/qwen/h100/
+# qwen3_moe.py: expert_tensor_parallel_size = 1; perf_recipes/qwen/h100/qwen3_moe.py
+# fp8cs: alltoall dispatcher, overlap_moe_expert_parallel_comm = True, VP 4). placer's
+# folded layout (parallelism.etp = 1): a replica stage of lcm(2, 32) = 32 GPUs. VP 4 needs
+# Megatron-Bridge's account_for_embedding/loss_in_pipeline_split (96 = 94 layers + 2 over
+# 32 chunks), which placer cannot express: placer runs v = 2 (every rank's layers even).
+for _row, _gbs, _pub in (("25.11", 2048, 1575), ("26.02", 8192, 1633)):
+    PUBLISHED.append(
+        dict(
+            row=f"Qwen3-235B-A22B, {_row}",
+            src=MB + f", {_row}, DGX-H100 (FP8-CS; VP 4 in the run, placer v = 2)",
+            model="qwen3-235b-a22b",
+            gpu="h100-sxm",
+            gpus=256,
+            precision="fp8",
+            gbs=_gbs,
+            mbs=1,
+            tp=2,
+            pp=8,
+            ep=32,
+            etp=1,
+            v=2,
+            overlap=True,
+            published=_pub,
+        )
+    )
 NOT_EXPRESSIBLE = [
-    "Qwen3-235B-A22B on 256 H100, TP 2 x EP 32 with PP 8 (Megatron-Bridge 25.11 / 26.02, 1575 / "
-    "1633 tokens/s/GPU): Megatron-Core folds EP over the TP x DP ranks of a stage (32 GPUs); "
-    "placer's replica stage is tp x cp x ep = 64 GPUs, so the layout has no placer plan",
     "DeepSeek-V3 on GB200 (PP 4, VP 4, EP 64, 3139 / 3955 tokens/s/GPU) and Qwen3-235B on GB200 "
     "25.11 (PP 8, VP 3): 61 and 94 layers do not split into equal chunks per rank; Megatron-Bridge "
     "uses a custom pipeline layout, placer's interleaving needs stage_layers divisible by v",
@@ -319,8 +344,9 @@ def published_row(r: dict) -> tuple[float, float, dict]:
     if "catalog" in r:
         inst["catalog"] = r["catalog"]
     prob = problem_from_data(inst)
-    pp, tp, ep = r["pp"], r["tp"], r["ep"]
-    dp = r["gpus"] // (pp * tp * ep)
+    pp, tp, ep, etp = r["pp"], r["tp"], r["ep"], r.get("etp")
+    width = tp * ep if etp is None else math.lcm(tp, ep * etp)  # rules.Config.width, cp = 1
+    dp = r["gpus"] // (pp * width)
     layers = list(balanced_stage_layers(m.layers, pp))
     if v > 1:  # equal chunks: round each stage to a multiple of v, the remainder to the middle
         layers = [x - x % v for x in layers]
@@ -334,6 +360,7 @@ def published_row(r: dict) -> tuple[float, float, dict]:
             "pp": pp,
             "dp": dp,
             "ep": ep,
+            **({"etp": etp} if etp is not None else {}),
             "micro_batch": r["mbs"],
             "virtual_stages": v,
         },
@@ -347,7 +374,7 @@ def published_row(r: dict) -> tuple[float, float, dict]:
 def deepseek_ablation() -> None:
     """DeepSeek-V3 at DeepSeek's layout (PP 16, EP 64, 2048 GPUs), one change at a time from
     the old part-3 setting to the published run's settings."""
-    base = dict(PUBLISHED[-1])
+    base = dict(next(r for r in PUBLISHED if r["row"] == "DeepSeek-V3 pre-training"))
     steps = [
         ("part 3's setting: H100, full recompute, gbs 3840, alltoall, bf16 dispatch", {}),
         ("+ selective recompute", {"recompute": "selective"}),
@@ -388,7 +415,8 @@ def published_runs() -> None:
         tok, step, bd = published_row(r)
         err = tok / r["published"] - 1
         errs.append(abs(err))
-        lay = f"tp{r['tp']} pp{r['pp']} ep{r['ep']}" + (f" v{r['v']}" if r.get("v", 1) > 1 else "")
+        lay = f"tp{r['tp']} pp{r['pp']} ep{r['ep']}" + (f" etp{r['etp']}" if "etp" in r else "")
+        lay += f" v{r['v']}" if r.get("v", 1) > 1 else ""
         extra = ", ".join(
             x
             for x in (
