@@ -127,6 +127,8 @@ def enumerate_configs(
             why = cp_ep_problems(model, tp, cp, ep, job.sequence_parallel)
             why += dp_shard_problems(ep, f)
             why += etp_problems(model, tp, cp, ep, etp, f)
+            if etp == 1 and math.gcd(tp * cp, ep) == 1:
+                why.append(f"etp=1 folded at tp x cp = {tp * cp}, ep = {ep}: the unfolded layout")
             if why:
                 report.drop(why[0])
                 continue
