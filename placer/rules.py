@@ -223,7 +223,8 @@ def etp_problems(
 ) -> list[str]:
     """Why a folded expert layout cannot run (empty: it can, or it is not folded), as
     Megatron-LM's validate_args and the MoE layer would refuse it: expert TP needs an MoE
-    model whose expert FFN it divides; placer prices folding without FSDP; ep x etp must
+    model whose expert FFN it divides, and (above 1) no linear biases (placer exports them
+    for non-gated models); placer prices folding without FSDP; ep x etp must
     fit in the stage (checked by the world size)."""
     if etp is None:
         return []
@@ -233,6 +234,10 @@ def etp_problems(
         out.append(f"etp={etp} needs a mixture-of-experts model ('{model.name}' is dense)")
     elif e.expert_ffn_hidden % etp:
         out.append(f"etp={etp} does not divide the expert FFN width {e.expert_ffn_hidden}")
+    if e is not None and etp > 1 and not model.gated_ffn:
+        # placer exports linear biases for non-gated (GPT-style) models; Megatron-Core's
+        # TransformerConfig: "Bias in Moe is only supported when ETP==1"
+        out.append(f"etp={etp} with linear biases ('{model.name}' is not gated): Megatron-Core supports MoE biases only with expert TP 1")  # noqa: E501
     if dp_shard > 1:
         out.append(f"etp={etp} with dp_shard={dp_shard}: FSDP with folded experts is not modelled")
     return out

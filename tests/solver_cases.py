@@ -412,7 +412,7 @@ PARALLEL_5D = [
 
 
 # Megatron-Core's EP folding (issue 16 item 2, job.parallelism.etp): a wide MoE (128
-# experts of width 16384, 51.5B routed parameters) on two sites of 8 H100s: the unfolded
+# gated experts of width 12288, 58B routed parameters) on two sites of 8 H100s: the unfolded
 # tp 2 x ep 8 replica stage is 16 GPUs (no site has them) and the unfolded tp 2 x ep 4 one
 # holds 1/4 of the experts per GPU (over 80 GB); folded, tp 2 with ep 8 x etp 1 or ep 4 x
 # etp 2 is an 8-GPU stage with 1/8 of the experts per GPU, pipelined over both sites.
@@ -421,8 +421,8 @@ WIDE_MOE = {
     "layers": 4,
     "hidden": 4096,
     "heads": 32,
-    "gated_ffn": False,
-    "moe": {"experts": 128, "top_k": 2, "expert_ffn_hidden": 16384, "first_dense_layers": 1},
+    "gated_ffn": True,
+    "moe": {"experts": 128, "top_k": 2, "expert_ffn_hidden": 12288, "first_dense_layers": 1},
     "vocab": 1024,
     "seq_len": 256,
     "tied_embeddings": False,
