@@ -436,12 +436,113 @@ def published_runs() -> None:
         print("not expressible:", s)
 
 
+# Dense Llama 3 runs of the same Megatron-Bridge tables (25.11, FP8-CS), at placer's v = 1
+# (the runs use VP 8 / VP 5; Llama 3 70B on GB200 uses FSDP 64, run here as dp 64): does
+# the H100 efficiency fit copied to B200 / GB200 make dense Blackwell runs too fast as well?
+DENSE_CHECK = [
+    ("LLAMA3.1_405B", "llama3-405b", "h100-sxm", 1024, 512, 1, 8, 8, 2, 292),
+    ("LLAMA3_70B", "llama3-70b", "h100-sxm", 64, 128, 1, 4, 8, 1, 1602),
+    ("LLAMA3.1_405B", "llama3-405b", "b200", 128, 64, 1, 4, 8, 2, 661),
+    ("LLAMA3_70B", "llama3-70b", "gb200", 64, 256, 2, 1, 1, 1, 4312),
+]
+
+
+def dense_blackwell() -> None:
+    print("\nDense Llama 3 rows (Megatron-Bridge 25.11, FP8-CS, seq 8192), placer at v = 1")
+    print("| run | GPUs | layout | published | model | error |")
+    print("|---|---|---|---:|---:|---:|")
+    for name, model, gpu, gpus, gbs, mbs, tp, pp, cp, pub in DENSE_CHECK:
+        m = load_model(model)
+        inst = {
+            "name": "dense",
+            "sites": [{"name": "dc", "gpu": gpu, "gpus": gpus}],
+            "job": {"model": model, "global_batch": gbs, "precision": "fp8", "seq_len": 8192},
+        }
+        dp = gpus // (tp * pp * cp)
+        plan = {
+            "parallelism": {
+                "tp": tp,
+                "pp": pp,
+                "dp": dp,
+                "micro_batch": mbs,
+                **({"cp": cp} if cp > 1 else {}),
+            },
+            "stage_layers": list(balanced_stage_layers(m.layers, pp)),
+            "replica_groups": [{"count": dp, "stage_sites": ["dc"] * pp}],
+        }
+        ev = evaluate(problem_from_data(inst), plan)
+        tok = ev.tokens_per_s / gpus
+        print(
+            f"| {name} | {gpus} {gpu} | tp{tp} pp{pp} cp{cp} mb{mbs} gbs{gbs} | {pub} | "
+            f"{tok:.0f} | {tok / pub - 1:+.1%} |"
+        )
+
+
+# What-if scans of two candidate MoE terms (not in the model): the error of every published
+# row with each term added, fitted on the GPT-OSS H100 pair (rows 0 and 1) and reported on
+# the others (held out). grouped: each routed-expert GEMM of M tokens per expert at
+# e M / (M + M_half) (grouped GEMMs with few tokens per expert); overhead: a fixed time per
+# MoE layer forward (x3 with the backward: router, permutation, launch overhead).
+FIT_ROWS = (0, 1)
+
+
+def _scan(name: str, values: list[float], wrap) -> None:  # noqa: ANN001
+    from placer.perf import compute
+
+    orig = compute.moe_ffn_s
+    print(f"\nWhat-if: {name} (fit on rows {FIT_ROWS}, the GPT-OSS H100 pair; the rest held out)")
+    print("| value | " + " | ".join(str(i) for i in range(len(PUBLISHED))) + " | fit | held out |")
+    print("|---:|" + "---:|" * (len(PUBLISHED) + 2))
+    try:
+        for v in values:
+            compute.moe_ffn_s = wrap(orig, v)
+            errs = [published_row(r)[0] / r["published"] - 1 for r in PUBLISHED]
+            fit = [abs(e) for i, e in enumerate(errs) if i in FIT_ROWS]
+            held = [abs(e) for i, e in enumerate(errs) if i not in FIT_ROWS]
+            print(
+                f"| {v:g} | "
+                + " | ".join(f"{e:+.0%}" for e in errs)
+                + f" | {sum(fit) / len(fit):.1%} | {sum(held) / len(held):.1%} |"
+            )
+    finally:
+        compute.moe_ffn_s = orig
+
+
+def _grouped(orig, half: float):  # noqa: ANN001, ANN202
+    from placer.perf import compute
+
+    def f(gpu, m, tokens, tp, ep, imb, precision, etp=1):  # noqa: ANN001, ANN202
+        e = m.moe
+        n_tok = compute.moe_tokens_per_rank(tokens, tp)
+        local = max(1, e.experts // ep)
+        per = max(1, math.ceil(n_tok * e.top_k * imb * etp / local))
+        experts = sum(
+            compute.gemm_s(gpu, g, precision)
+            for g in compute.ffn_gemms(m, per, etp, e.expert_ffn_hidden)
+        )
+        return orig(gpu, m, tokens, tp, ep, imb, precision, etp) + local * experts * half / per
+
+    return f
+
+
+def _overhead(orig, seconds: float):  # noqa: ANN001, ANN202
+    return lambda *a, **k: orig(*a, **k) + seconds
+
+
+def term_scans() -> None:
+    print("\nrows: " + "; ".join(f"{i} {r['row']} {r['gpu']}" for i, r in enumerate(PUBLISHED)))
+    _scan("grouped-GEMM M_half (tokens per expert)", [0, 512, 1024, 2048], _grouped)
+    _scan("fixed time per MoE layer forward (s)", [0, 0.5e-3, 1e-3, 2e-3], _overhead)
+
+
 if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] == ["published"]:
         published_runs()
         deepseek_ablation()
+        dense_blackwell()
+        term_scans()
     else:
         params_table()
         shipped_instance()
@@ -449,3 +550,5 @@ if __name__ == "__main__":
         llama_cp()
         published_runs()
         deepseek_ablation()
+        dense_blackwell()
+        term_scans()
