@@ -37,6 +37,21 @@ NIC = 400e9 / 8 * CAT.network.nic_efficiency
 LAT = CAT.network.intra_site_latency_s
 
 
+# tiny-moe made gated (SwiGLU, exported without linear biases): Megatron-Core refuses MoE
+# biases with expert TP > 1, so placer does too (rules.etp_problems)
+TINY_MOE_GATED = {
+    "name": "tiny-moe-gated",
+    "layers": 4,
+    "hidden": 256,
+    "heads": 4,
+    "gated_ffn": True,
+    "moe": {"experts": 8, "top_k": 2, "expert_ffn_hidden": 256, "first_dense_layers": 1},
+    "vocab": 1024,
+    "seq_len": 256,
+    "tied_embeddings": False,
+}
+
+
 def _problem(model, gpus: int = 64, gpn: int | None = None, **job):
     site = {"name": "dc", "gpu": "h100-sxm", "gpus": gpus}
     if gpn:
@@ -110,7 +125,7 @@ def test_rank_map_matches_megatron_expert_generator(etp: int, dp: int) -> None:
             "name": "etp-map",
             "sites": [{"name": s, "gpu": "h100-sxm", "gpus": 8} for s in ("a", "b")],
             "routes": [{"sites": ["a", "b"], "km": 10, "fiber_pairs": 1}],
-            "job": {"model": "tiny-moe", "global_batch": 16},
+            "job": {"model": TINY_MOE_GATED, "global_batch": 16},
         }
     )
     chains = [["a", "b"], ["b", "a"]][:dp]
@@ -248,21 +263,30 @@ def test_gradients_and_optimizer_with_etp() -> None:
 
 
 def test_invalid_etp_is_named() -> None:
-    """A dense model, or an expert width etp does not divide, is a violation at
-    parallelism.etp; a plan whose batch does not match the folded DP names the fold."""
-    dense = _problem("tiny-gqa")
+    """A dense model, expert TP > 1 with linear biases (Megatron-Core's TransformerConfig
+    refuses it), or an expert width etp does not divide is a violation at parallelism.etp;
+    a batch that does not match the folded data-parallel size names the fold."""
     plan = {
         "parallelism": {"tp": 2, "pp": 1, "dp": 1, "etp": 2, "micro_batch": 1},
         "stage_layers": [4],
         "replica_groups": [{"count": 1, "stage_sites": ["dc"]}],
     }
-    ev = evaluate(dense, plan)
+    ev = evaluate(_problem("tiny-gqa"), plan)
     assert not ev.feasible
     assert any(v.where == "parallelism.etp" and "dense" in v.message for v in ev.violations)
-    moe = _problem("tiny-moe")
+    ev = evaluate(_problem("tiny-moe"), plan)
+    assert any(v.where == "parallelism.etp" and "biases" in v.message for v in ev.violations)
+    assert evaluate(_problem(TINY_MOE_GATED), plan).feasible
     plan["parallelism"] |= {"etp": 3, "tp": 1}
-    ev = evaluate(moe, plan)
+    ev = evaluate(_problem(TINY_MOE_GATED), plan)
     assert any(v.where == "parallelism.etp" and "256" in v.message for v in ev.violations)
+    # tp 2 x ep 8 x etp 1: lcm(2, 8) / 2 = 4 data-parallel ranks per replica, so 16
+    # micro-batches make the batch of 64 and 8 make 1 x 1 x 4 x 8 = 32
+    plan["parallelism"] |= {"tp": 2, "ep": 8, "etp": 1, "num_micro_batches": 16}
+    assert evaluate(_problem(TINY_MOE_GATED), plan).feasible
+    plan["parallelism"] |= {"num_micro_batches": 8}
+    ev = evaluate(_problem(TINY_MOE_GATED), plan)
+    assert any(v.kind == "batch" and "folded ep 8 x etp 1" in v.message for v in ev.violations)
 
 
 def test_export_flags_of_a_folded_plan() -> None:
@@ -271,7 +295,7 @@ def test_export_flags_of_a_folded_plan() -> None:
     from placer.errors import InputError
     from placer.outputs.export import render
 
-    prob = _problem("tiny-moe", gpus=16)
+    prob = _problem(TINY_MOE_GATED, gpus=16)
     for etp in (1, 2):
         plan = {
             "parallelism": {"tp": 2, "pp": 1, "dp": 2, "ep": 4, "etp": etp, "micro_batch": 1},
@@ -297,9 +321,9 @@ def test_candidates_keep_the_unfolded_space() -> None:
     """Without job.parallelism.etp the space is the unfolded one; with it the folded
     configurations are added (the etp 1 fold that equals the unfolded layout is not)."""
     par = {"tp": [1, 2], "pp": [1], "ep": [2, 4]}
-    base = enumerate_configs(_problem("tiny-moe", gpus=16, parallelism=par))
+    base = enumerate_configs(_problem(TINY_MOE_GATED, gpus=16, parallelism=par))
     assert all(c.etp is None for c in base)
-    more = enumerate_configs(_problem("tiny-moe", gpus=16, parallelism={**par, "etp": [1, 2]}))
+    more = enumerate_configs(_problem(TINY_MOE_GATED, gpus=16, parallelism={**par, "etp": [1, 2]}))
     assert {c.label() for c in base} <= {c.label() for c in more}
     folded = {(c.tp, c.ep, c.etp) for c in more if c.etp is not None}
     assert (1, 2, 1) not in folded and (2, 2, 1) in folded and (1, 4, 2) in folded
