@@ -237,7 +237,10 @@ def etp_problems(
     if e is not None and etp > 1 and not model.gated_ffn:
         # placer exports linear biases for non-gated (GPT-style) models; Megatron-Core's
         # TransformerConfig: "Bias in Moe is only supported when ETP==1"
-        out.append(f"etp={etp} with linear biases ('{model.name}' is not gated): Megatron-Core supports MoE biases only with expert TP 1")  # noqa: E501
+        out.append(
+            f"etp={etp} with linear biases ('{model.name}' is not gated): "
+            "Megatron-Core supports MoE biases only with expert TP 1"
+        )
     if dp_shard > 1:
         out.append(f"etp={etp} with dp_shard={dp_shard}: FSDP with folded experts is not modelled")
     return out
