@@ -65,6 +65,7 @@ consumer-exports: venv
 	$(BIN)/placer export consumers/case-hsdp/plan.json -i consumers/case-hsdp/instance.yaml -f torchtitan --torchtitan-version 0.2 -o $(CBUILD)/export-hsdp-0.2
 	rm -rf $(CBUILD)/export-moe
 	for p in pp1 vpp pp2; do $(BIN)/placer export consumers/case-moe/plan-$$p.json -i consumers/case-moe/instance.yaml -f megatron -o $(CBUILD)/export-moe/$$p || exit 1; done
+	for p in etp1 etp2; do $(BIN)/placer export consumers/case-moe/plan-$$p.json -i consumers/case-moe/instance-etp.yaml -f all -o $(CBUILD)/export-moe/$$p || exit 1; done
 	$(BIN)/python consumers/export_splits.py $(CBUILD)/megatron_splits.json
 
 test-consumers: venv $(CVENV)/.installed consumer-exports

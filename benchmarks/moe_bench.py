@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -291,10 +292,34 @@ PUBLISHED.append(
         published=round(1e12 / (180e3 * 3600)),
     )
 )
+# Qwen3-235B-A22B on 256 H100 with TP 2 x EP 32, PP 8: Megatron-Core folds EP over the
+# TP x DP ranks of a stage (32 GPUs), expert TP 1 (Megatron-Bridge recipes/qwen/h100/
+# qwen3_moe.py: expert_tensor_parallel_size = 1; perf_recipes/qwen/h100/qwen3_moe.py
+# fp8cs: alltoall dispatcher, overlap_moe_expert_parallel_comm = True, VP 4). placer's
+# folded layout (parallelism.etp = 1): a replica stage of lcm(2, 32) = 32 GPUs. VP 4 needs
+# Megatron-Bridge's account_for_embedding/loss_in_pipeline_split (96 = 94 layers + 2 over
+# 32 chunks), which placer cannot express: placer runs v = 2 (every rank's layers even).
+for _row, _gbs, _pub in (("25.11", 2048, 1575), ("26.02", 8192, 1633)):
+    PUBLISHED.append(
+        dict(
+            row=f"Qwen3-235B-A22B, {_row}",
+            src=MB + f", {_row}, DGX-H100 (FP8-CS; VP 4 in the run, placer v = 2)",
+            model="qwen3-235b-a22b",
+            gpu="h100-sxm",
+            gpus=256,
+            precision="fp8",
+            gbs=_gbs,
+            mbs=1,
+            tp=2,
+            pp=8,
+            ep=32,
+            etp=1,
+            v=2,
+            overlap=True,
+            published=_pub,
+        )
+    )
 NOT_EXPRESSIBLE = [
-    "Qwen3-235B-A22B on 256 H100, TP 2 x EP 32 with PP 8 (Megatron-Bridge 25.11 / 26.02, 1575 / "
-    "1633 tokens/s/GPU): Megatron-Core folds EP over the TP x DP ranks of a stage (32 GPUs); "
-    "placer's replica stage is tp x cp x ep = 64 GPUs, so the layout has no placer plan",
     "DeepSeek-V3 on GB200 (PP 4, VP 4, EP 64, 3139 / 3955 tokens/s/GPU) and Qwen3-235B on GB200 "
     "25.11 (PP 8, VP 3): 61 and 94 layers do not split into equal chunks per rank; Megatron-Bridge "
     "uses a custom pipeline layout, placer's interleaving needs stage_layers divisible by v",
@@ -319,8 +344,9 @@ def published_row(r: dict) -> tuple[float, float, dict]:
     if "catalog" in r:
         inst["catalog"] = r["catalog"]
     prob = problem_from_data(inst)
-    pp, tp, ep = r["pp"], r["tp"], r["ep"]
-    dp = r["gpus"] // (pp * tp * ep)
+    pp, tp, ep, etp = r["pp"], r["tp"], r["ep"], r.get("etp")
+    width = tp * ep if etp is None else math.lcm(tp, ep * etp)  # rules.Config.width, cp = 1
+    dp = r["gpus"] // (pp * width)
     layers = list(balanced_stage_layers(m.layers, pp))
     if v > 1:  # equal chunks: round each stage to a multiple of v, the remainder to the middle
         layers = [x - x % v for x in layers]
@@ -334,6 +360,7 @@ def published_row(r: dict) -> tuple[float, float, dict]:
             "pp": pp,
             "dp": dp,
             "ep": ep,
+            **({"etp": etp} if etp is not None else {}),
             "micro_batch": r["mbs"],
             "virtual_stages": v,
         },
@@ -347,7 +374,7 @@ def published_row(r: dict) -> tuple[float, float, dict]:
 def deepseek_ablation() -> None:
     """DeepSeek-V3 at DeepSeek's layout (PP 16, EP 64, 2048 GPUs), one change at a time from
     the old part-3 setting to the published run's settings."""
-    base = dict(PUBLISHED[-1])
+    base = dict(next(r for r in PUBLISHED if r["row"] == "DeepSeek-V3 pre-training"))
     steps = [
         ("part 3's setting: H100, full recompute, gbs 3840, alltoall, bf16 dispatch", {}),
         ("+ selective recompute", {"recompute": "selective"}),
@@ -388,7 +415,8 @@ def published_runs() -> None:
         tok, step, bd = published_row(r)
         err = tok / r["published"] - 1
         errs.append(abs(err))
-        lay = f"tp{r['tp']} pp{r['pp']} ep{r['ep']}" + (f" v{r['v']}" if r.get("v", 1) > 1 else "")
+        lay = f"tp{r['tp']} pp{r['pp']} ep{r['ep']}" + (f" etp{r['etp']}" if "etp" in r else "")
+        lay += f" v{r['v']}" if r.get("v", 1) > 1 else ""
         extra = ", ".join(
             x
             for x in (
@@ -408,12 +436,113 @@ def published_runs() -> None:
         print("not expressible:", s)
 
 
+# Dense Llama 3 runs of the same Megatron-Bridge tables (25.11, FP8-CS), at placer's v = 1
+# (the runs use VP 8 / VP 5; Llama 3 70B on GB200 uses FSDP 64, run here as dp 64): does
+# the H100 efficiency fit copied to B200 / GB200 make dense Blackwell runs too fast as well?
+DENSE_CHECK = [
+    ("LLAMA3.1_405B", "llama3-405b", "h100-sxm", 1024, 512, 1, 8, 8, 2, 292),
+    ("LLAMA3_70B", "llama3-70b", "h100-sxm", 64, 128, 1, 4, 8, 1, 1602),
+    ("LLAMA3.1_405B", "llama3-405b", "b200", 128, 64, 1, 4, 8, 2, 661),
+    ("LLAMA3_70B", "llama3-70b", "gb200", 64, 256, 2, 1, 1, 1, 4312),
+]
+
+
+def dense_blackwell() -> None:
+    print("\nDense Llama 3 rows (Megatron-Bridge 25.11, FP8-CS, seq 8192), placer at v = 1")
+    print("| run | GPUs | layout | published | model | error |")
+    print("|---|---|---|---:|---:|---:|")
+    for name, model, gpu, gpus, gbs, mbs, tp, pp, cp, pub in DENSE_CHECK:
+        m = load_model(model)
+        inst = {
+            "name": "dense",
+            "sites": [{"name": "dc", "gpu": gpu, "gpus": gpus}],
+            "job": {"model": model, "global_batch": gbs, "precision": "fp8", "seq_len": 8192},
+        }
+        dp = gpus // (tp * pp * cp)
+        plan = {
+            "parallelism": {
+                "tp": tp,
+                "pp": pp,
+                "dp": dp,
+                "micro_batch": mbs,
+                **({"cp": cp} if cp > 1 else {}),
+            },
+            "stage_layers": list(balanced_stage_layers(m.layers, pp)),
+            "replica_groups": [{"count": dp, "stage_sites": ["dc"] * pp}],
+        }
+        ev = evaluate(problem_from_data(inst), plan)
+        tok = ev.tokens_per_s / gpus
+        print(
+            f"| {name} | {gpus} {gpu} | tp{tp} pp{pp} cp{cp} mb{mbs} gbs{gbs} | {pub} | "
+            f"{tok:.0f} | {tok / pub - 1:+.1%} |"
+        )
+
+
+# What-if scans of two candidate MoE terms (not in the model): the error of every published
+# row with each term added, fitted on the GPT-OSS H100 pair (rows 0 and 1) and reported on
+# the others (held out). grouped: each routed-expert GEMM of M tokens per expert at
+# e M / (M + M_half) (grouped GEMMs with few tokens per expert); overhead: a fixed time per
+# MoE layer forward (x3 with the backward: router, permutation, launch overhead).
+FIT_ROWS = (0, 1)
+
+
+def _scan(name: str, values: list[float], wrap) -> None:  # noqa: ANN001
+    from placer.perf import compute
+
+    orig = compute.moe_ffn_s
+    print(f"\nWhat-if: {name} (fit on rows {FIT_ROWS}, the GPT-OSS H100 pair; the rest held out)")
+    print("| value | " + " | ".join(str(i) for i in range(len(PUBLISHED))) + " | fit | held out |")
+    print("|---:|" + "---:|" * (len(PUBLISHED) + 2))
+    try:
+        for v in values:
+            compute.moe_ffn_s = wrap(orig, v)
+            errs = [published_row(r)[0] / r["published"] - 1 for r in PUBLISHED]
+            fit = [abs(e) for i, e in enumerate(errs) if i in FIT_ROWS]
+            held = [abs(e) for i, e in enumerate(errs) if i not in FIT_ROWS]
+            print(
+                f"| {v:g} | "
+                + " | ".join(f"{e:+.0%}" for e in errs)
+                + f" | {sum(fit) / len(fit):.1%} | {sum(held) / len(held):.1%} |"
+            )
+    finally:
+        compute.moe_ffn_s = orig
+
+
+def _grouped(orig, half: float):  # noqa: ANN001, ANN202
+    from placer.perf import compute
+
+    def f(gpu, m, tokens, tp, ep, imb, precision, etp=1):  # noqa: ANN001, ANN202
+        e = m.moe
+        n_tok = compute.moe_tokens_per_rank(tokens, tp)
+        local = max(1, e.experts // ep)
+        per = max(1, math.ceil(n_tok * e.top_k * imb * etp / local))
+        experts = sum(
+            compute.gemm_s(gpu, g, precision)
+            for g in compute.ffn_gemms(m, per, etp, e.expert_ffn_hidden)
+        )
+        return orig(gpu, m, tokens, tp, ep, imb, precision, etp) + local * experts * half / per
+
+    return f
+
+
+def _overhead(orig, seconds: float):  # noqa: ANN001, ANN202
+    return lambda *a, **k: orig(*a, **k) + seconds
+
+
+def term_scans() -> None:
+    print("\nrows: " + "; ".join(f"{i} {r['row']} {r['gpu']}" for i, r in enumerate(PUBLISHED)))
+    _scan("grouped-GEMM M_half (tokens per expert)", [0, 512, 1024, 2048], _grouped)
+    _scan("fixed time per MoE layer forward (s)", [0, 0.5e-3, 1e-3, 2e-3], _overhead)
+
+
 if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] == ["published"]:
         published_runs()
         deepseek_ablation()
+        dense_blackwell()
+        term_scans()
     else:
         params_table()
         shipped_instance()
@@ -421,3 +550,5 @@ if __name__ == "__main__":
         llama_cp()
         published_runs()
         deepseek_ablation()
+        dense_blackwell()
+        term_scans()

@@ -56,6 +56,8 @@ def _config(a: dict[str, list[str]]):  # noqa: ANN202 - megatron.core Transforme
         pipeline_dtype=torch.bfloat16,
         bf16="--bf16" in a,
         params_dtype=torch.bfloat16,
+        add_bias_linear="--disable-bias-linear" not in a,
+        gated_linear_unit="--swiglu" in a,
         num_moe_experts=one("--num-experts"),
         moe_router_topk=one("--moe-router-topk"),
         moe_ffn_hidden_size=one("--moe-ffn-hidden-size"),
@@ -113,3 +115,59 @@ def test_megatron_lm_parse_and_validate_args(name: str) -> None:
     as consumers/test_configs.py): the generated flags exist and pass its checks."""
     megatron_lm_src()  # skips first, as before
     megatron_validate(_dir(name), 32)  # consumers/case-moe: every plan uses the site's 32 GPUs
+
+
+# ----------------------------------------------------------------------------- EP folding
+# consumers/case-moe/instance-etp.yaml (gated: no linear biases, which Megatron-Core refuses
+# in MoE layers with expert TP > 1); plan-etp1.json: tp 2 with ep 8 x etp 1 (a replica stage
+# of lcm(2, 8) = 8 GPUs, Megatron's data-parallel size 8); plan-etp2.json: tp 2 with ep 4 x
+# etp 2 (8 GPUs, data-parallel 8)
+
+
+@pytest.mark.parametrize("name, etp, ep", [("etp1", 1, 8), ("etp2", 2, 4)])
+def test_folded_export_accepted_by_megatron_core(name: str, etp: int, ep: int) -> None:
+    a = _export(name)
+    assert a["--expert-tensor-parallel-size"] == [str(etp)]
+    assert a["--expert-model-parallel-size"] == [str(ep)]
+    assert a["--tensor-model-parallel-size"] == ["2"]
+    cfg = _config(a)
+    assert (cfg.expert_tensor_parallel_size, cfg.expert_model_parallel_size) == (etp, ep)
+
+
+@pytest.mark.parametrize("name, etp, ep", [("etp1", 1, 8), ("etp2", 2, 4)])
+def test_folded_rank_map_is_megatron_cores_expert_groups(name: str, etp: int, ep: int) -> None:
+    """megatron-core's own RankGenerator (parallel_state, the expert generator of
+    initialize_model_parallel: tp = expert TP, cp = 1, dp = world / (etp ep pp)) builds
+    the EP and expert-DP groups placer's rank map states, and the dense one the TP groups."""
+    import csv
+
+    from megatron.core.parallel_state import RankGenerator
+
+    d = _dir(name)
+    require((d / "megatron_args.sh").exists(), f"placer's MoE export in {d} (make test-consumers)")
+    with open(d / "rankmap.csv") as f:
+        rows = list(csv.DictReader(f))
+    world, pp = len(rows), 2
+    expert = RankGenerator(
+        tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order="tp-cp-ep-dp-pp"
+    )
+    dense = RankGenerator(tp=2, ep=1, dp=world // (2 * pp), pp=pp, cp=1, order="tp-cp-ep-dp-pp")
+
+    def groups(key) -> list[list[int]]:  # noqa: ANN001
+        out: dict = {}
+        for r in rows:
+            out.setdefault(key(r), []).append(int(r["rank"]))
+        return sorted(sorted(g) for g in out.values())
+
+    etp_rank = {int(r["rank"]): int(r["rank"]) % (world // pp) % etp for r in rows}
+    ep_groups = groups(lambda r: (r["pp"], r["expert_dp"], etp_rank[int(r["rank"])]))
+    assert ep_groups == sorted(sorted(g) for g in expert.get_ranks("ep"))
+    edp = groups(lambda r: (r["pp"], r["ep"], etp_rank[int(r["rank"])]))
+    assert edp == sorted(sorted(g) for g in expert.get_ranks("dp"))
+    assert groups(lambda r: (r["pp"], r["dp"])) == sorted(sorted(g) for g in dense.get_ranks("tp"))
+
+
+@pytest.mark.parametrize("name", ["etp1", "etp2"])
+def test_megatron_lm_validates_folded_exports(name: str) -> None:
+    megatron_lm_src()
+    megatron_validate(_dir(name), 32)

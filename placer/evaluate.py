@@ -21,6 +21,7 @@ from placer.rules import (
     config_of,
     cp_ep_problems,
     dp_shard_problems,
+    etp_problems,
     nodes_for,
     replica_slots,
     site_gpus_per_node,
@@ -119,8 +120,10 @@ def evaluate(
         inst.job.global_batch
         != cfg.micro_batch * cfg.dp * cfg.ranks_per_replica * cfg.num_micro_batches
     ):  # noqa: E501
-        ep = f" x ep {cfg.ep}" if cfg.ep > 1 else ""
+        ep = f" x ep {cfg.ep}" if cfg.ep > 1 and cfg.etp is None else ""
         ep += f" x dp_shard {cfg.dp_shard}" if cfg.dp_shard > 1 else ""
+        if cfg.etp is not None and cfg.ranks_per_replica > 1:
+            ep += f" x {cfg.ranks_per_replica} (folded ep {cfg.ep} x etp {cfg.etp})"
         viol.append(
             Violation(
                 "batch",
@@ -132,6 +135,8 @@ def evaluate(
         viol.append(Violation("shape", "parallelism", why))
     for why in dp_shard_problems(cfg.ep, cfg.dp_shard):
         viol.append(Violation("shape", "parallelism.dp_shard", why))
+    for why in etp_problems(problem.model, cfg.tp, cfg.cp, cfg.ep, cfg.etp, cfg.dp_shard):
+        viol.append(Violation("shape", "parallelism.etp", why))
     if cfg.virtual_stages > 1 and cfg.num_micro_batches % cfg.pp:
         viol.append(
             Violation(

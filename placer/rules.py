@@ -57,13 +57,32 @@ class Config:
     overlap_ep_comm: bool = False  # job.overlap.ep_comm (where Megatron-Core accepts it)
     moe_dispatcher: str = "alltoall"  # job.moe_dispatcher: alltoall or deepep (node dedup)
     moe_dispatch_precision: str = "bf16"  # job.moe_dispatch_precision (forward dispatch)
+    # expert tensor parallel size (Megatron-Core --expert-tensor-parallel-size) when the plan
+    # folds EP over the stage's ranks (expert_fold); None: the unfolded layout, expert TP 1
+    # and a replica stage of tp x cp x ep GPUs (placer's layout before ETP)
+    etp: int | None = None
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor parallelism: etp when folded, else 1."""
+        return self.etp or 1
 
     @property
     def width(self) -> int:
-        """GPUs of one replica at one stage: tp x cp x ep x dp_shard, consecutive ranks
-        inside a site (Megatron's tp-cp-ep-dp-pp order, torchtitan's [dp_shard, cp, tp]
-        inner dims), so EP, CP and the FSDP shard group never cross a site."""
+        """GPUs of one replica at one stage, consecutive ranks inside a site (Megatron's
+        tp-cp-ep-dp-pp order, torchtitan's [dp_shard, cp, tp] inner dims), so EP, CP and
+        the FSDP shard group never cross a site: tp x cp x ep x dp_shard unfolded; folded
+        (etp set), the smallest block holding whole tp x cp groups of the dense layers and
+        whole ep x etp groups of the expert layers, lcm(tp cp, ep etp) (expert_fold)."""
+        if self.etp is not None:
+            return expert_fold_width(self.tp, self.cp, self.ep, self.etp)
         return self.tp * self.cp * self.ep * self.dp_shard
+
+    @property
+    def expert_dp_per_replica(self) -> int:
+        """Expert data-parallel ranks inside one replica stage (ranks holding the same expert
+        shard): width / (ep x etp); unfolded tp x cp x dp_shard."""
+        return self.width // (self.ep * self.expert_tp)
 
     @property
     def optimizer_shard_over_dp(self) -> int:
@@ -74,8 +93,9 @@ class Config:
 
     @property
     def ranks_per_replica(self) -> int:
-        """Data-parallel ranks of one replica: ep x dp_shard sequences side by side."""
-        return self.ep * self.dp_shard
+        """Data-parallel ranks of one replica (sequences side by side): width / (tp x cp),
+        ep x dp_shard unfolded."""
+        return self.width // (self.tp * self.cp)
 
     staggered: bool = False  # job.replica_schedule: replicas time-share the routes (Atlas)
     # interleaved 1F1B: model chunks per pipeline rank (Megatron's virtual pipeline size);
@@ -102,9 +122,9 @@ class Config:
 
     @property
     def data_parallel_size(self) -> int:
-        """Megatron's --data-parallel-size: the dense layers' replicas, ep x dp_shard per
-        replica."""
-        return self.dp * self.ep * self.dp_shard
+        """Megatron's --data-parallel-size: the dense layers' replicas, ranks_per_replica
+        (ep x dp_shard unfolded) per replica."""
+        return self.dp * self.ranks_per_replica
 
     @property
     def chunk_layers(self) -> tuple[int, ...]:
@@ -116,6 +136,8 @@ class Config:
         """tp[-cp][-ep][-fsdp]-pp-dp-mb[-v]-sync, and the layers per stage when they are not all
         equal."""
         extra = (f"-cp{self.cp}" if self.cp > 1 else "") + (f"-ep{self.ep}" if self.ep > 1 else "")
+        if self.etp is not None:
+            extra += f"-etp{self.etp}"
         if self.dp_shard > 1:
             extra += f"-fsdp{self.dp_shard}"
         v = f"-v{self.virtual_stages}" if self.virtual_stages > 1 else ""
@@ -147,6 +169,7 @@ def job_config(
     ep: int = 1,
     virtual_stages: int = 1,
     dp_shard: int = 1,
+    etp: int | None = None,
 ) -> Config:
     """A configuration with the job's recompute, precision, ZeRO and sync settings."""
     return Config(
@@ -176,7 +199,51 @@ def job_config(
         virtual_stages=virtual_stages,
         dp_shard=dp_shard,
         reshard_after_forward=job.fsdp.reshard_after_forward,
+        etp=etp,
     )
+
+
+def expert_fold_width(tp: int, cp: int, ep: int, etp: int) -> int:
+    """GPUs of a folded replica stage: lcm(tp x cp, ep x etp).
+
+    Megatron-Core builds two rank generators over the same world (parallel_state.
+    initialize_model_parallel, megatron-core 0.16): the decoder one in order tp-cp-ep-dp-pp
+    with ep = 1 and the expert one in order tp-ep-dp-pp with tp = expert_tensor_parallel_size
+    and cp = 1 (RankGenerator(tp=expert_tensor_parallel_size, ep=expert_model_parallel_size,
+    dp=expert_data_parallel_size, pp=pipeline_model_parallel_size, cp=1, order=order),
+    expert_data_parallel_size = world / (etp ep pp)); pp is the outermost dimension of both,
+    so the expert model-parallel group of ep x etp consecutive ranks is drawn from a
+    pipeline stage's tp x cp x dp ranks. The smallest block of consecutive ranks holding
+    whole groups of both is this lcm."""
+    return math.lcm(tp * cp, ep * etp)
+
+
+def etp_problems(
+    model: ModelSpec, tp: int, cp: int, ep: int, etp: int | None, dp_shard: int
+) -> list[str]:
+    """Why a folded expert layout cannot run (empty: it can, or it is not folded), as
+    Megatron-LM's validate_args and the MoE layer would refuse it: expert TP needs an MoE
+    model whose expert FFN it divides, and (above 1) no linear biases (placer exports them
+    for non-gated models); placer prices folding without FSDP; ep x etp must
+    fit in the stage (checked by the world size)."""
+    if etp is None:
+        return []
+    out = []
+    e = model.moe
+    if e is None:
+        out.append(f"etp={etp} needs a mixture-of-experts model ('{model.name}' is dense)")
+    elif e.expert_ffn_hidden % etp:
+        out.append(f"etp={etp} does not divide the expert FFN width {e.expert_ffn_hidden}")
+    if e is not None and etp > 1 and not model.gated_ffn:
+        # placer exports linear biases for non-gated (GPT-style) models; Megatron-Core's
+        # TransformerConfig: "Bias in Moe is only supported when ETP==1"
+        out.append(
+            f"etp={etp} with linear biases ('{model.name}' is not gated): "
+            "Megatron-Core supports MoE biases only with expert TP 1"
+        )
+    if dp_shard > 1:
+        out.append(f"etp={etp} with dp_shard={dp_shard}: FSDP with folded experts is not modelled")
+    return out
 
 
 def dp_shard_problems(ep: int, dp_shard: int) -> list[str]:
@@ -207,6 +274,15 @@ def cp_ep_problems(
     return out
 
 
+def plan_side(plan: Plan) -> int:
+    """Data-parallel ranks of one replica of a plan (Config.ranks_per_replica)."""
+    par = plan.parallelism
+    tp, cp, ep = par.tp, par.cp or 1, par.ep or 1
+    if par.etp is not None:
+        return expert_fold_width(tp, cp, ep, par.etp) // (tp * cp)
+    return ep * (par.dp_shard or 1)
+
+
 def sync_mode_of(problem: Problem, plan: Plan) -> str:
     return plan.sync_mode or problem.instance.job.sync.modes[0]
 
@@ -215,7 +291,8 @@ def config_of(problem: Problem, plan: Plan) -> Config:
     """The configuration a plan runs (micro-batches derived when the plan leaves them out)."""
     job, par = problem.instance.job, plan.parallelism
     shard = par.dp_shard or 1
-    m = par.num_micro_batches or num_micro_batches(job, par.micro_batch, par.dp, par.ep or 1, shard)
+    etp = par.etp
+    m = par.num_micro_batches or num_micro_batches(job, par.micro_batch, par.dp, plan_side(plan))
     return job_config(
         job,
         par.tp,
@@ -229,6 +306,7 @@ def config_of(problem: Problem, plan: Plan) -> Config:
         par.ep or 1,
         virtual_stages=par.virtual_stages,
         dp_shard=shard,
+        etp=etp,
     )
 
 

@@ -592,6 +592,10 @@ class Parallelism(Strict):
         default=None,
         description="expert-parallel degrees (inside a site); null = [1] for a dense model, the powers of two dividing the expert count up to the largest scale-up domain for an MoE model",  # noqa: E501
     )
+    etp: Candidates | None = Field(
+        default=None,
+        description="expert tensor-parallel sizes (Megatron-Core --expert-tensor-parallel-size) of folded expert layouts the optimizer may choose besides the unfolded ones: the expert layers run expert TP etp and the ep x etp expert group is drawn from a pipeline stage's tp x cp x dp ranks (Megatron-Core MoE parallel folding), a replica stage of lcm(tp x cp, ep x etp) GPUs; null = no folded layouts (the unfolded replica stage of tp x cp x ep GPUs, expert TP 1)",  # noqa: E501
+    )
     dp_shard: Candidates = Field(
         default=[1],
         description="FSDP / ZeRO-3 shard-group sizes the optimizer may choose (torchtitan data_parallel_shard_degree): each replica is dp_shard data-parallel ranks inside one site that shard parameters, gradients and optimizer state (per-layer all-gather and reduce-scatter, overlapped with compute); the dp replicas form the replicate group (data_parallel_replicate_degree), across sites: HSDP. default [1]: no FSDP; needs ep = 1",  # noqa: E501
@@ -615,7 +619,9 @@ class Parallelism(Strict):
         "bubble against v times the pipeline messages and more in-flight activations",
     )
 
-    @field_validator("tp", "pp", "dp", "micro_batch", "cp", "ep", "virtual_stages", "dp_shard")
+    @field_validator(
+        "tp", "pp", "dp", "micro_batch", "cp", "ep", "etp", "virtual_stages", "dp_shard"
+    )
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:
         if v is not None:
@@ -860,7 +866,13 @@ class PlanParallelism(Strict):
         default=None,
         ge=1,
         le=hi("parallel_degree"),
-        description="expert parallel, null = 1; a replica is tp x cp x ep GPUs per stage and Megatron's data-parallel size is dp x ep",  # noqa: E501
+        description="expert parallel, null = 1; a replica is tp x cp x ep GPUs per stage and Megatron's data-parallel size is dp x ep (unless etp is set)",  # noqa: E501
+    )
+    etp: Int | None = Field(
+        default=None,
+        ge=1,
+        le=hi("parallel_degree"),
+        description="expert tensor parallel (Megatron-Core --expert-tensor-parallel-size) of a folded expert layout; null = unfolded (expert TP 1, a replica stage of tp x cp x ep GPUs). Set: the ep x etp expert group is drawn from the stage's tp x cp x dp ranks, a replica stage is lcm(tp x cp, ep x etp) GPUs and Megatron's data-parallel size is dp x lcm(tp x cp, ep x etp) / (tp x cp)",  # noqa: E501
     )
     dp_shard: Int | None = Field(
         default=None,

@@ -411,6 +411,54 @@ PARALLEL_5D = [
 ]
 
 
+# Megatron-Core's EP folding (issue 16 item 2, job.parallelism.etp): a wide MoE (128
+# gated experts of width 12288, 58B routed parameters) on two sites of 8 H100s: the unfolded
+# tp 2 x ep 8 replica stage is 16 GPUs (no site has them) and the unfolded tp 2 x ep 4 one
+# holds 1/4 of the experts per GPU (over 80 GB); folded, tp 2 with ep 8 x etp 1 or ep 4 x
+# etp 2 is an 8-GPU stage with 1/8 of the experts per GPU, pipelined over both sites.
+WIDE_MOE = {
+    "name": "wide-moe",
+    "layers": 4,
+    "hidden": 4096,
+    "heads": 32,
+    "gated_ffn": True,
+    "moe": {"experts": 128, "top_k": 2, "expert_ffn_hidden": 12288, "first_dense_layers": 1},
+    "vocab": 1024,
+    "seq_len": 256,
+    "tied_embeddings": False,
+}
+ETP_CASES = [
+    Case(
+        "etp-fold",
+        {
+            "name": "case-etp",
+            "sites": [
+                {"name": s, "gpu": "h100-sxm", "gpus": 8, "gpus_per_node": 8, "pue": 1.2}
+                for s in ("a", "b")
+            ],
+            "routes": [{"sites": ["a", "b"], "km": 100, "fiber_pairs": 1, "max_waves": 2}],
+            "job": {
+                "model": WIDE_MOE,
+                "global_batch": 16,
+                "recompute": "selective",
+                "gpus": 16,
+                "parallelism": {
+                    "micro_batch": [1],
+                    "tp": [2],
+                    "pp": [1, 2],
+                    "ep": [2, 4, 8],
+                    "etp": [1, 2],
+                    "dp": [1, 2],
+                },
+                "sync": {"mode": "synchronous"},
+            },
+            "objective": {"minimize": "step_time"},
+        },
+    )
+]
+BY_ID_5D = {c.id: c for c in ETP_CASES}
+
+
 def hsdp_instance(sync: dict[str, Any], pp: list[int], dp_shard: list[int]) -> dict[str, Any]:
     """An 18.4B model (SC21) on two sites of 16 H100s: at tp 1 its ZeRO-1 state over 32
     ranks (4.375 B/param, 80 GB) does not fit one GPU, so a replica either pipelines over
@@ -444,7 +492,7 @@ HSDP_CASES = [
 
 def cases() -> list[Case]:
     out = [Case(f"gen-{seed}", random_instance(seed)) for seed in range(N_GENERATED)]
-    out += PARALLEL_5D + HSDP_CASES
+    out += PARALLEL_5D + HSDP_CASES + ETP_CASES
     for flavor in FLAVORS:
         for seed in range(N_PER_FLAVOR):
             out.append(

@@ -404,7 +404,8 @@ def config_plan(
     routing: list[dict[str, Any]],
 ) -> Plan:
     """The plan of a configuration with these replica groups, links and routing (cp, ep,
-    dp_shard and virtual_stages written only when not 1, as CONTRACT plans leave them out)."""
+    dp_shard and virtual_stages written only when not 1, etp only when folded, as CONTRACT
+    plans leave them out)."""
     return Plan.model_validate(
         {
             "instance": problem.name,
@@ -414,6 +415,7 @@ def config_plan(
                 "dp": cfg.dp,
                 **({"cp": cfg.cp} if cfg.cp > 1 else {}),
                 **({"ep": cfg.ep} if cfg.ep > 1 else {}),
+                **({"etp": cfg.etp} if cfg.etp is not None else {}),
                 **({"dp_shard": cfg.dp_shard} if cfg.dp_shard > 1 else {}),
                 "micro_batch": cfg.micro_batch,
                 "num_micro_batches": cfg.num_micro_batches,

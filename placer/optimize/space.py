@@ -28,6 +28,8 @@ from placer.perf.step import Chain, Config, PerfModel, balanced_stage_layers
 from placer.rules import (
     cp_ep_problems,
     dp_shard_problems,
+    etp_problems,
+    expert_fold_width,
     job_config,
     num_micro_batches,
     replica_slots,
@@ -114,18 +116,23 @@ def enumerate_configs(
     cps = sorted(set(par.cp or [1]))
     eps = ep_candidates(problem, max_gpn)
     shards = sorted(set(par.dp_shard))
+    # the unfolded layout always, and each listed expert TP folded (rules.expert_fold_width)
+    etps: list[int | None] = [None, *sorted(set(par.etp or []))]
     out: list[Config] = []
     for tp in sorted(set(tps)):
         if model.heads % tp or model.kv % tp and tp % model.kv:
             report.drop(f"tp={tp} does not divide the attention heads")
             continue
-        for cp, ep, f in itertools.product(cps, eps, shards):
+        for cp, ep, f, etp in itertools.product(cps, eps, shards, etps):
             why = cp_ep_problems(model, tp, cp, ep, job.sequence_parallel)
             why += dp_shard_problems(ep, f)
+            why += etp_problems(model, tp, cp, ep, etp, f)
+            if etp == 1 and math.gcd(tp * cp, ep) == 1:
+                why.append(f"etp=1 folded at tp x cp = {tp * cp}, ep = {ep}: the unfolded layout")
             if why:
                 report.drop(why[0])
                 continue
-            out += _configs_for(problem, perf, report, tp, cp, ep, pps, mbs, listed, f)
+            out += _configs_for(problem, perf, report, tp, cp, ep, pps, mbs, listed, f, etp)
     return out
 
 
@@ -140,21 +147,23 @@ def _configs_for(
     mbs: list[int],
     listed: list[list[int]] | None,
     dp_shard: int = 1,
+    etp: int | None = None,
 ) -> list[Config]:
-    """The configurations of one (tp, cp, ep, dp_shard): every pp, micro-batch, dp, interleaving and
-    sync policy, with the layer splits placer.optimize.splits searches (v = 1) or the
-    balanced split into v equal chunks per rank (v > 1: uneven interleaved splits are not
-    searched)."""
+    """The configurations of one (tp, cp, ep, dp_shard, etp): every pp, micro-batch, dp,
+    interleaving and sync policy, with the layer splits placer.optimize.splits searches
+    (v = 1) or the balanced split into v equal chunks per rank (v > 1: uneven interleaved
+    splits are not searched)."""
     inst, model = problem.instance, problem.model
     job = inst.job
     par = job.parallelism
-    width = tp * cp * ep * dp_shard
-    side = ep * dp_shard  # data-parallel ranks (sequences side by side) per replica
+    width = tp * cp * ep * dp_shard if etp is None else expert_fold_width(tp, cp, ep, etp)
+    side = width // (tp * cp)  # data-parallel ranks (sequences side by side) per replica
     f = dp_shard
     out: list[Config] = []
     groups = sum(site_group_capacity(problem, s.name, tp, width) for s in inst.sites)
     if groups == 0:
         extra = f" x cp={cp} x ep={ep}" + (f" x dp_shard={f}" if f > 1 else "")
+        extra += f" (etp={etp}: {width} GPUs)" if etp is not None else ""
         report.drop(f"tp={tp}" + (extra if width > tp else "") + " fits no node")
         return out
     gpus = sorted({s.gpu for s in inst.sites if site_group_capacity(problem, s.name, tp, width)})
@@ -181,11 +190,22 @@ def _configs_for(
                 if job.gpus is not None and width * pp * dp != job.gpus:
                     report.drop("tp x cp x ep x dp_shard x pp x dp differs from job.gpus")
                     continue
-                m = num_micro_batches(job, b, dp, ep, f)
+                m = num_micro_batches(job, b, dp, side)
                 for v in sorted(set(par.virtual_stages)):
                     if v == 1:
                         base = job_config(
-                            job, tp, pp, dp, b, m, layers, job.sync.modes[0], cp, ep, dp_shard=f
+                            job,
+                            tp,
+                            pp,
+                            dp,
+                            b,
+                            m,
+                            layers,
+                            job.sync.modes[0],
+                            cp,
+                            ep,
+                            dp_shard=f,
+                            etp=etp,
                         )
                         space = split_space(problem, perf, base, gpus)
                         report.split_sources.add(space.source)
@@ -211,11 +231,12 @@ def _configs_for(
                                     ep,
                                     virtual_stages=v,
                                     dp_shard=f,
+                                    etp=etp,
                                 )
                             )
                         if not complete:
                             rest = job_config(
-                                job, tp, pp, dp, b, m, layers, mode, cp, ep, dp_shard=f
+                                job, tp, pp, dp, b, m, layers, mode, cp, ep, dp_shard=f, etp=etp
                             )
                             report.unsearched.append(rest)
     return out

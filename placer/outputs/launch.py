@@ -64,7 +64,9 @@ from placer.network import PHASES, Network, resolve_routing
 from placer.outputs.model_flags import megatron_env, megatron_model_args, model_notes
 from placer.rules import (
     config_of,
+    expert_fold_width,
     nodes_for,
+    plan_side,
     replica_slots,
     site_gpus_per_host,
     site_gpus_per_node,
@@ -121,13 +123,15 @@ def megatron_coords_5d(rank: int, tp: int, cp: int, dp: int) -> tuple[int, int, 
     return rank % tp, (rank // tp) % cp, (rank // (tp * cp)) % dp, rank // (tp * cp * dp)
 
 
-def expert_coords(rank: int, stage_size: int, ep: int) -> tuple[int, int]:
+def expert_coords(rank: int, stage_size: int, ep: int, etp: int = 1) -> tuple[int, int]:
     """(ep_rank, expert_dp_rank) under Megatron-Core's expert order 'tp-cp-ep-dp-pp' with
-    expert tensor parallelism 1 (--expert-tensor-parallel-size 1): ep consecutive ranks of
-    a pipeline stage form an EP group. torchtitan's sparse mesh ['pp', 'dp_replicate',
-    'efsdp', 'ep'] (EP borrowed from FSDP and TP, rightmost fastest) gives the same."""
+    tp = expert tensor parallelism and cp = 1 (parallel_state's expert RankGenerator): the
+    etp x ep consecutive ranks of a pipeline stage form an expert model-parallel group, EP
+    ranks at stride etp. With etp = 1 (the unfolded layout) torchtitan's sparse mesh
+    ['pp', 'dp_replicate', 'efsdp', 'ep'] (EP borrowed from FSDP and TP, rightmost
+    fastest) gives the same."""
     i = rank % stage_size
-    return i % ep, i // ep
+    return (i // etp) % ep, i // (etp * ep)
 
 
 def torchtitan_coords(
@@ -153,10 +157,10 @@ def torchtitan_dp_split(plan: Plan, zero1: bool) -> tuple[int, int]:
     FSDP shard group (parallelism.dp_shard > 1) is exported as it is: its replicas are the
     replicate group, its dp_shard ranks the shard group."""
     dp = plan.parallelism.dp
-    ep = plan.parallelism.ep or 1
+    ep = plan_side(plan)  # data-parallel ranks per replica: ep unfolded
     if (plan.parallelism.dp_shard or 1) > 1:
         # the plan's FSDP shard group (HSDP): dp_shard ranks per replica, replicas replicate
-        return dp, plan.parallelism.dp_shard * ep
+        return dp, ep
     if not zero1:
         # EP borrows its ranks from FSDP in torchtitan (efsdp = dp_shard cp tp / ep): shard
         # over the ep data-parallel ranks of each replica, replicate the replicas
@@ -183,8 +187,9 @@ class RankRow:
     local_rank: int
     domain: int  # NVLink domain within the site (the evaluator's "node")
     cp: int = 0  # context-parallel rank
-    ep: int = 0  # expert-parallel rank (expert TP 1)
+    ep: int = 0  # expert-parallel rank
     expert_dp: int = 0  # expert data-parallel rank
+    etp: int = 0  # expert tensor-parallel rank (0 unless folded with etp > 1)
 
 
 @dataclass(frozen=True)
@@ -227,17 +232,26 @@ class Layout:
     cp: int = 1
     ep: int = 1
     dp_shard: int = 1  # FSDP shard group: data-parallel ranks per replica (ep = 1)
+    etp: int | None = None  # folded expert layout's expert TP (rules.expert_fold_width)
 
     @property
     def width(self) -> int:
-        """GPUs of one replica at one stage: tp x cp x ep x dp_shard consecutive ranks."""
+        """GPUs of one replica at one stage, consecutive ranks: tp x cp x ep x dp_shard;
+        folded (etp set) lcm(tp x cp, ep x etp)."""
+        if self.etp is not None:
+            return expert_fold_width(self.tp, self.cp, self.ep, self.etp)
         return self.tp * self.cp * self.ep * self.dp_shard
 
     @property
+    def side(self) -> int:
+        """Data-parallel ranks of one replica: width / (tp x cp)."""
+        return self.width // (self.tp * self.cp)
+
+    @property
     def dp_size(self) -> int:
-        """Megatron's data-parallel size: dp replicas of ep x dp_shard data-parallel ranks
-        each."""
-        return self.dp * self.ep * self.dp_shard
+        """Megatron's data-parallel size: dp replicas of `side` (ep x dp_shard unfolded)
+        data-parallel ranks each."""
+        return self.dp * self.side
 
     @property
     def world_size(self) -> int:
@@ -280,8 +294,9 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
     par = plan.parallelism
     tp, pp, dp = par.tp, par.pp, par.dp
     cp, ep, shard = par.cp or 1, par.ep or 1, par.dp_shard or 1
-    side = ep * shard  # data-parallel ranks of one replica
-    width = tp * cp * side
+    etp = par.etp
+    width = expert_fold_width(tp, cp, ep, etp) if etp is not None else tp * cp * ep * shard
+    side = width // (tp * cp)  # data-parallel ranks of one replica
     inst = problem.instance
     known = {s.name for s in inst.sites}
     groups = plan.replica_groups
@@ -350,7 +365,7 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
                     close()
                     cur, cur_gpus, cur_first = (site, node), [], rank
                 cur_gpus.append(gpu)
-                ep_r, edp_r = expert_coords(rank, width * dp, ep)
+                ep_r, edp_r = expert_coords(rank, width * dp, ep, etp or 1)
                 rows.append(
                     RankRow(
                         rank,
@@ -368,6 +383,7 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
                         cp_r,
                         ep_r,
                         edp_r,
+                        (rank % (width * dp)) % (etp or 1),
                     )
                 )
     close()
@@ -400,6 +416,7 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
                     "cp",
                     "ep",
                     "expert_dp",
+                    "etp",
                 )
             ],
         )
@@ -429,6 +446,7 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
         cp,
         ep,
         shard,
+        etp,
     )
 
 
@@ -503,15 +521,27 @@ def _mapping_comment_5d(layout: Layout, framework: str) -> list[str]:
     """The rank order with context and expert parallelism (a replica stage is tp x cp x ep
     consecutive ranks; Megatron's data-parallel size is dp x ep)."""
     tp, cp, ep, pp, dp = layout.tp, layout.cp, layout.ep, layout.pp, layout.dp
-    side = ep * layout.dp_shard  # data-parallel ranks per replica
+    side = layout.side  # data-parallel ranks per replica
     fsdp = f" dp_shard={layout.dp_shard}" if layout.dp_shard > 1 else ""
     per = "ep x dp_shard" if layout.dp_shard > 1 else "ep"
+    etp = layout.etp
+    if etp is not None:
+        fsdp += f" etp={etp}"
+        per = f"lcm(tp x cp, ep x etp) / (tp x cp) = {side}"
+    experts = [
+        "  experts (expert tensor parallelism 1): ep_rank = rank-in-stage % ep, expert_dp = rank-in-stage // ep,",  # noqa: E501
+        "  i.e. ep consecutive ranks form an EP group (Megatron's expert order; torchtitan's sparse mesh [pp, dp_replicate, efsdp, ep]).",  # noqa: E501
+    ]
+    if etp is not None:
+        experts = [
+            f"  experts (folded, --expert-tensor-parallel-size {etp}): etp_rank = rank-in-stage % {etp}, ep_rank = (rank-in-stage // {etp}) % ep,",  # noqa: E501
+            f"  expert_dp = rank-in-stage // ({etp} x ep): etp x ep consecutive ranks form an expert group drawn from the stage's tp x cp x dp ranks (Megatron-Core's expert RankGenerator, order tp-ep-dp-pp).",  # noqa: E501
+        ]
     lines = [
         f"placer launch layout for instance '{layout.problem.name}': tp={tp} cp={cp} ep={ep}{fsdp} pp={pp}, {dp} replicas (data-parallel size {layout.dp_size} = replicas x {per}), world size {layout.world_size}, {len(layout.node_ranks)} node ranks on {layout.host_count} hosts ({sum(layout.nodes_by_site.values())} NVLink domains)",  # noqa: E501
         f"Rank order: Megatron-Core '{MEGATRON_ORDER}' (leftmost fastest) = torchtitan mesh ['pp', 'dp_replicate', 'dp_shard', 'cp', 'tp'] (rightmost fastest):",  # noqa: E501
         "  rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp_size * pp_rank))",
-        "  experts (expert tensor parallelism 1): ep_rank = rank-in-stage % ep, expert_dp = rank-in-stage // ep,",  # noqa: E501
-        "  i.e. ep consecutive ranks form an EP group (Megatron's expert order; torchtitan's sparse mesh [pp, dp_replicate, efsdp, ep]).",  # noqa: E501
+        *experts,
         f"Replica r of the plan is dp_rank r*{side} .. r*{side}+{side - 1}: its {layout.width} GPUs per stage (tp x cp x {per}) are consecutive ranks at",  # noqa: E501
         "  one site, so every TP, CP, EP and FSDP shard group stays inside the site; only DP (replicate) and PP groups cross sites.",  # noqa: E501
         "  (do not pass --use-tp-pp-dp-mapping: it switches to order tp-cp-ep-pp-dp)",
@@ -875,7 +905,7 @@ def megatron_5d_args(layout: Layout) -> list[tuple[list[str], str]]:
             "--expert-model-parallel-size",
             str(layout.ep),
             "--expert-tensor-parallel-size",
-            "1",
+            str(layout.etp or 1),
             *_dispatcher_args(layout.problem.instance.job.moe_dispatcher),
             "--moe-grouped-gemm",
             "--moe-router-score-function",
@@ -891,7 +921,9 @@ def megatron_5d_args(layout: Layout) -> list[tuple[list[str], str]]:
         out.append(
             (
                 moe,
-                f"EP {layout.ep} inside a site, expert TP 1: the plan's all-to-all and expert memory model",  # noqa: E501
+                f"EP {layout.ep} inside a site, expert TP {layout.etp or 1}"
+                + (" (EP folded over the stage's TP x DP ranks)" if layout.etp is not None else "")
+                + ": the plan's all-to-all and expert memory model",
             )
         )
     return out
@@ -905,12 +937,12 @@ def _dispatcher_args(dispatcher: str) -> list[str]:
 
 
 def ep_nodes(layout: Layout) -> int:
-    """Nodes one EP group spans (ep consecutive ranks, node-sized blocks)."""
+    """Nodes one EP group spans (ep ranks at stride etp, node-sized blocks)."""
     gpn = min(
         layout.problem.catalog.gpus[layout.problem.instance.site(s).gpu].gpus_per_node
         for s in {x for g in layout.plan.replica_groups for x in g.stage_sites}
     )
-    return max(1, layout.ep // max(1, min(layout.ep, gpn)))
+    return max(1, layout.ep // max(1, min(layout.ep, gpn // (layout.etp or 1))))
 
 
 def _node_limited_args(layout: Layout) -> list[str]:
@@ -1011,6 +1043,12 @@ def torchtitan_settings(layout: Layout, version: str) -> list[tuple[str, str, An
     ]
     if layout.ep > 1:
         out.append(("parallelism", "expert_parallel_degree", layout.ep))
+    if layout.etp is not None:
+        if layout.etp not in (1, layout.tp):
+            raise InputError(
+                f"parallelism.etp: torchtitan's expert_tensor_parallel_degree is 1 or tp ({layout.tp}), the plan has etp {layout.etp}; export it for Megatron-LM (-f megatron)"  # noqa: E501
+            )
+        out.append(("parallelism", "expert_tensor_parallel_degree", layout.etp))
     if layout.dp_shard > 1:  # the plan's FSDP memory and exposure assume this policy
         policy = "always" if problem.instance.job.fsdp.reshard_after_forward else "never"
         out.append(("parallelism", "fsdp_reshard_after_forward", policy))

@@ -486,6 +486,8 @@ def _cp_ep(cfg: Any, sep: str = " ") -> str:
         out += f" x context {cfg.cp}" if sep == " " else f" cp={cfg.cp}"
     if cfg.ep > 1:
         out += f" x expert {cfg.ep}" if sep == " " else f" ep={cfg.ep}"
+    if getattr(cfg, "etp", None) is not None:  # folded: ep x etp drawn from the stage's ranks
+        out += f" (folded, expert TP {cfg.etp})" if sep == " " else f" etp={cfg.etp}"
     if getattr(cfg, "dp_shard", 1) > 1:  # FSDP shard group (HSDP with the dp replicas)
         out += f" x fsdp {cfg.dp_shard}" if sep == " " else f" dp_shard={cfg.dp_shard}"
     return out

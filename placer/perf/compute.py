@@ -21,18 +21,19 @@ operators"; Calculon, Isaev et al. SC'23, does the same):
   unless full recompute already replays them. A catalog fraction of it hides under
   compute when the job overlaps TP communication (Transformer Engine userbuffers).
 
-Mixture-of-experts layers (expert parallelism `ep`, expert tensor parallelism 1 as the
-DeepSeek-V3 / Qwen3 Megatron recipes run): the router and the routed experts see the
-rank's sequence-parallel share of the tokens (b s / (cp t)); each routed token-expert pair
-lands on one EP rank, E/ep experts per rank, and the busiest rank gets `load_imbalance` x
-the mean (a grouped GEMM per local expert); shared experts run tensor-parallel like the
-dense FFN. Token dispatch and combine are an all-to-all each, forward and backward (and in
-the recomputed forward under full recompute), exposed by default (Megatron-Core's default).
-Under job.overlap.ep_comm (--overlap-moe-expert-parallel-comm, Megatron-Core's combined 1F1B:
-the forward of one micro-batch runs with the backward of another, layer by layer) the
-forward all-to-alls of an MoE layer hide under the backward compute of that layer of the
-other micro-batch and the backward all-to-alls under its forward compute; only the excess
-is exposed (ep_exposed_s). Context parallelism `cp` splits each
+Mixture-of-experts layers (expert parallelism `ep`, expert tensor parallelism `etp`, 1
+as the DeepSeek-V3 / Qwen3 Megatron recipes run): the router sees the rank's
+sequence-parallel share of the tokens (b s / (cp t)); each routed token-expert pair lands
+on one EP rank (a group of etp GPUs that gathers the pairs its members received and splits
+each expert's FFN etp ways), E/ep experts per rank, and the busiest rank gets
+`load_imbalance` x the mean (a grouped GEMM per local expert); shared experts run
+tensor-parallel like the dense FFN. Token dispatch and combine are an all-to-all each,
+forward and backward (and in the recomputed forward under full recompute), exposed by default
+(Megatron-Core's default). Under job.overlap.ep_comm (--overlap-moe-expert-parallel-comm,
+Megatron-Core's combined 1F1B: the forward of one micro-batch runs with the backward of another,
+layer by layer) the forward all-to-alls of an MoE layer hide under the backward compute of that
+layer of the other micro-batch and the backward all-to-alls under its forward compute; only the
+excess is exposed (ep_exposed_s). Context parallelism `cp` splits each
 sequence over cp ranks: every operator sees b s / cp tokens while the attention core keeps
 the full key length, and ring attention passes KV chunks around the cp ring (cp - 1 steps
 forward, KV and its gradient backward), hidden under the attention core of the same layer
@@ -208,18 +209,27 @@ def moe_tokens_per_rank(tokens: int, tp: int) -> float:
 
 
 def moe_ffn_s(
-    gpu: GpuSpec, m: ModelSpec, tokens: int, tp: int, ep: int, load_imbalance: float, precision: str
+    gpu: GpuSpec,
+    m: ModelSpec,
+    tokens: int,
+    tp: int,
+    ep: int,
+    load_imbalance: float,
+    precision: str,
+    etp: int = 1,
 ) -> float:
     """Forward time of an MoE layer's FFN on one rank: router, routed experts (E/ep local
-    experts, the busiest rank's load), shared experts (tensor-parallel)."""
+    experts, the busiest rank's load; with expert TP etp the rank's GPU computes the pairs
+    of all etp GPUs of its EP rank on 1/etp of each expert's FFN: etp x the pairs, GEMMs
+    of N = ffn / etp, the same FLOPs), shared experts (tensor-parallel)."""
     e = m.moe
     assert e is not None
     n_tok = moe_tokens_per_rank(tokens, tp)
     t = gemm_s(gpu, Gemm("router", max(1, round(n_tok)), e.experts, m.hidden), precision)
     local = max(1, e.experts // ep)
-    pairs = n_tok * e.top_k * load_imbalance
+    pairs = n_tok * e.top_k * load_imbalance * etp
     per_expert = max(1, math.ceil(pairs / local))
-    for g in ffn_gemms(m, per_expert, 1, e.expert_ffn_hidden):
+    for g in ffn_gemms(m, per_expert, etp, e.expert_ffn_hidden):
         t += local * gemm_s(gpu, g, precision)
     if e.shared_ffn:
         t += sum(gemm_s(gpu, g, precision) for g in ffn_gemms(m, tokens, tp, e.shared_ffn))
@@ -270,12 +280,14 @@ def moe_node_dispatch_bytes(
     ep: int,
     gpus_per_node: int,
     value_bytes: float = BYTES_BF16,
+    etp: int = 1,
 ) -> tuple[float, float]:
     """(NVLink bytes, NIC bytes) one rank sends in one dispatch (or combine) with per-node
     deduplication (DeepEP, arXiv 2412.19437 section 3.2.2): a token crosses the NICs once
     per remote node that hosts one of its experts, to the GPU of the same local index, which
-    forwards the copies over NVLink to the GPUs holding the experts. With q = min(ep, node)
-    GPUs per node and N = ep / q nodes, per token of the rank:
+    forwards the copies over NVLink to the GPUs holding the experts. With q = min(ep,
+    node / etp) EP ranks per node (they sit at stride etp) and N = ep / q nodes, per token
+    of the rank:
 
         NIC    = D (N - 1) / N x h x value bytes   (D = expected_token_nodes; a remote
                  destination node with probability (N - 1)/N)
@@ -286,7 +298,7 @@ def moe_node_dispatch_bytes(
     node, one copy back per node), the same bytes."""
     e = m.moe
     assert e is not None
-    q = max(1, min(ep, gpus_per_node))
+    q = max(1, min(ep, gpus_per_node // etp))
     nodes = max(1, ep // q)
     per_token = m.hidden * value_bytes * load_imbalance * moe_tokens_per_rank(tokens, tp)
     nvlink = e.top_k * (q - 1) / q * per_token
@@ -353,6 +365,7 @@ def layer_memory_bytes(
     rotary: bool,
     moe: bool = False,
     load_imbalance: float = 1.0,
+    etp: int = 1,
 ) -> float:
     """Forward bytes the memory-bound operators of one block read and write on one rank.
 
@@ -364,14 +377,15 @@ def layer_memory_bytes(
     the activation and rotary act on the rank's head / ffn slice. An MoE layer's
     activation runs on top_k x load_imbalance expert widths per token plus the shared
     experts', and the dispatcher permutes and un-permutes top_k copies of each token
-    (read + write h each way)."""
+    (read + write h each way). With expert TP each GPU holds the gathered copies of its
+    etp GPUs: etp x the permuted bytes, 1/etp of each copy's expert width."""
     h, kv_dim = m.hidden, m.kv * m.hd
     per_seq_token = 2 * 2 * h * BYTES_BF16 + 2 * (3 * h * BYTES_BF16 + h * BYTES_MASK)
     width = m.ffn
     permute = 0.0
     if moe and m.moe is not None:
         width = m.moe.top_k * load_imbalance * m.moe.expert_ffn_hidden + m.moe.shared_ffn
-        permute = 2 * 2 * m.moe.top_k * load_imbalance * h * BYTES_BF16
+        permute = 2 * 2 * m.moe.top_k * load_imbalance * h * BYTES_BF16 * etp
     act = (3 if m.gated_ffn else 2) * width * BYTES_BF16 + permute
     rot = 2 * (q_dim(m) + kv_dim) * BYTES_BF16 if rotary else 0  # read + write
     return tokens * (per_seq_token / (tp if sequence_parallel else 1) + (act + rot) / tp)
@@ -411,6 +425,7 @@ def stage_ops(
     load_imbalance: float = 1.0,
     a2a_dispatch_s: float | None = None,
     ep_overlap: bool = False,
+    etp: int = 1,
 ) -> StageOps:
     """Operator times of one micro-batch on a stage of `layers` blocks starting at block
     `first_layer`; `tp_allreduce_s` is one all-reduce of the rank's b s h / cp activations
@@ -419,20 +434,22 @@ def stage_ops(
     layer (bf16), `a2a_dispatch_s` its forward token dispatch when that is sent in another
     precision (None: a2a_s), `ep_overlap` whether the MoE all-to-all hides under the other
     micro-batch's compute (ep_exposed_s), `cp_ring_s` one forward pass of ring attention's
-    KV around the cp ring."""
+    KV around the cp ring, `etp` the expert tensor parallelism (moe_ffn_s)."""
     tokens = micro_batch * m.seq_len // cp
     n_moe = m.moe_layers_in(first_layer, layers)
     n_dense = layers - n_moe
     attn_gemm = sum(gemm_s(gpu, g, precision) for g in attention_gemms(m, tokens, tp))
     dense_ffn = sum(gemm_s(gpu, g, precision) for g in ffn_gemms(m, tokens, tp, m.ffn))
-    moe_ffn = moe_ffn_s(gpu, m, tokens, tp, ep, load_imbalance, precision) if n_moe else 0.0
+    moe_ffn = moe_ffn_s(gpu, m, tokens, tp, ep, load_imbalance, precision, etp) if n_moe else 0.0
     gemm_blocks = layers * attn_gemm + n_dense * dense_ffn + n_moe * moe_ffn
     attn_layer = attention_core_s(gpu, m, tokens, tp)
     mem_dense = hbm_s(gpu, layer_memory_bytes(m, tokens, tp, sequence_parallel, m.rotary))
     mem_moe = (
         hbm_s(
             gpu,
-            layer_memory_bytes(m, tokens, tp, sequence_parallel, m.rotary, True, load_imbalance),
+            layer_memory_bytes(
+                m, tokens, tp, sequence_parallel, m.rotary, True, load_imbalance, etp
+            ),
         )
         if n_moe
         else 0.0

@@ -8,6 +8,7 @@ reduce to Megatron's SC21 count `72 B s l h^2 (1 + s/(6h) + V/(12 l h))`
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,13 +228,15 @@ def activation_bytes_per_layer(
     cp: int = 1,
     moe: bool = False,
     load_imbalance: float = 1.0,
+    etp: int = 1,
 ) -> float:
     """Korthikanti et al. 2022 (arXiv 2205.05198), tensor + sequence parallel; context
     parallelism divides every term by cp (each rank keeps s/cp tokens, and its attention
     scores are (s/cp) x s). An MoE layer replaces the MLP's 19 s b h / t of the 34 (input 2,
     fc1 out 8, GELU out 8, mask 1, per token for the 4h GELU MLP) by the same terms of its
     shared experts and of top_k x load_imbalance routed copies (each with its permuted 2h
-    input), all on the rank's s / t tokens."""
+    input), all on the rank's s / t tokens; with expert TP etp a GPU keeps the gathered
+    copies of its etp GPUs (etp x the permuted input, 1/etp of each copy's FFN width)."""
     s, b, h, a = m.seq_len, micro_batch, m.hidden, m.heads
     if recompute == "full":
         return 2.0 * s * b * h / cp  # only the block input is checkpointed
@@ -245,7 +248,7 @@ def activation_bytes_per_layer(
         def width_bytes(f: float) -> float:
             return 2.0 * gate * f + 2.0 * f  # fc1 output + activation output, bf16
 
-        routed = e.top_k * load_imbalance * (2.0 * h + width_bytes(e.expert_ffn_hidden))
+        routed = e.top_k * load_imbalance * (2.0 * h * etp + width_bytes(e.expert_ffn_hidden))
         per_token += -19.0 * h + 3.0 * h + routed + width_bytes(e.shared_ffn)
     out = s * b * per_token / tp
     if recompute == "none":
@@ -272,6 +275,7 @@ def stage_memory_bytes(
     virtual_stages: int = 1,
     dp_shard: int = 1,
     reshard_after_forward: bool = True,
+    etp: int | None = None,
 ) -> dict[str, float]:
     """Per-GPU memory of a stage; 1F1B keeps min(pp - stage, m) micro-batches in flight.
 
@@ -281,15 +285,23 @@ def stage_memory_bytes(
     the dense weights are split over tp and replicated over the dp x cp x ep others (ZeRO-1
     shards their optimizer state over those), the routed experts are split over ep and
     replicated over dp x tp x cp (Megatron-Core's expert data-parallel group, expert
-    TP = 1). The activations are those of the chunk micro-batches the schedule holds at
+    TP = 1). Folded (etp set, placer.rules.expert_fold_width): a replica stage of
+    W = lcm(tp cp, ep etp) GPUs, the dense weights replicated over dp W / tp ranks and the
+    routed experts split over ep x etp and replicated over dp W / (ep etp). The activations are
+    those of the chunk micro-batches the schedule holds at
     once (in_flight_chunks), each of layers / virtual_stages layers."""
     first, last = stage == 0, stage == pp - 1
     total = stage_params(m, layers, first, last, first_layer)
     experts = expert_layer_params(m, first_layer, layers)
     dense = (total - experts) / tp
-    routed = experts / ep
+    e_tp = etp or 1
+    routed = experts / (ep * e_tp)
     if dp_shard > 1:
         state = fsdp_state_bytes(m, layers, total / tp, dp_shard * cp, reshard_after_forward)
+    elif etp is not None:
+        w = math.lcm(tp * cp, ep * etp)
+        state = dense * model_state_bytes_per_param(dp * w // tp, zero1)
+        state += routed * model_state_bytes_per_param(dp * w // (ep * etp), zero1)
     else:
         state = dense * model_state_bytes_per_param(dp * cp * ep, zero1)
         state += routed * model_state_bytes_per_param(dp * tp * cp, zero1)
@@ -297,12 +309,12 @@ def stage_memory_bytes(
     n_moe = m.moe_layers_in(first_layer, layers)
     per_mb = (layers - n_moe) * activation_bytes_per_layer(m, micro_batch, tp, recompute, cp)
     per_mb += n_moe * activation_bytes_per_layer(
-        m, micro_batch, tp, recompute, cp, True, load_imbalance
+        m, micro_batch, tp, recompute, cp, True, load_imbalance, e_tp
     )
     act = chunks * per_mb / virtual_stages
     if recompute == "full":
         act += activation_bytes_per_layer(
-            m, micro_batch, tp, "selective", cp, n_moe > 0, load_imbalance
+            m, micro_batch, tp, "selective", cp, n_moe > 0, load_imbalance, e_tp
         )  # the block being recomputed
     if last:
         act += 4.0 * micro_batch * m.seq_len * m.vocab / (tp * cp)  # fp32 logits of one micro-batch
@@ -375,4 +387,5 @@ def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, f
         virtual_stages=getattr(cfg, "virtual_stages", 1),
         dp_shard=getattr(cfg, "dp_shard", 1),
         reshard_after_forward=getattr(cfg, "reshard_after_forward", True),
+        etp=getattr(cfg, "etp", None),
     )

@@ -65,7 +65,7 @@ from placer.perf.flops import (
     stage_params,
 )
 from placer.perf.pipeline import one_f_one_b_time
-from placer.rules import Config
+from placer.rules import Config, expert_fold_width
 from placer.schema import GpuSpec
 
 Chain = tuple[str, ...]
@@ -193,6 +193,7 @@ class PerfModel:
             cfg.ep_overlap,
             cfg.moe_dispatcher,
             cfg.moe_dispatch_precision,
+            cfg.etp,
         )
 
     def ep_all_to_all_s(
@@ -205,9 +206,11 @@ class PerfModel:
         imb: float,
         dispatcher: str = "alltoall",
         precision: str = "bf16",
+        etp: int = 1,
     ) -> float:
-        """One token dispatch (or combine) of an MoE layer over the EP group: ep consecutive
-        ranks (expert TP 1), min(ep, node) of them on one NVLink domain. The alltoall
+        """One token dispatch (or combine) of an MoE layer over the EP group: ep ranks at
+        stride etp (Megatron-Core's expert order tp-ep-dp-pp with tp = etp; etp = 1 unless
+        folded), min(ep, node / etp) of them on one NVLink domain. The alltoall
         dispatcher sends every token-expert copy to its rank, the NIC share over the NICs
         (comm.two_level_all_to_all_s); deepep sends one copy per destination node over the
         NICs and fans out over NVLink (compute.moe_node_dispatch_bytes,
@@ -216,11 +219,11 @@ class PerfModel:
             return 0.0
         tokens = b * self.model.seq_len // cp
         vb = compute.token_value_bytes(precision)
-        q = min(ep, gpu.gpus_per_node)
+        q = min(ep, max(1, gpu.gpus_per_node // etp))
         lat = self.catalog.network.intra_site_latency_s
         if dispatcher == "deepep":
             nvl, nic = compute.moe_node_dispatch_bytes(
-                self.model, tokens, tp, imb, ep, gpu.gpus_per_node, vb
+                self.model, tokens, tp, imb, ep, gpu.gpus_per_node, vb, etp
             )
             return comm.node_dedup_all_to_all_s(
                 ep // q, nvl, nic, self.nvlink_Bps(gpu), self.nic_Bps(gpu), lat
@@ -229,6 +232,22 @@ class PerfModel:
         return comm.two_level_all_to_all_s(
             ep, q, nbytes, self.nvlink_Bps(gpu), self.nic_Bps(gpu), 0.0, lat
         )
+
+    def etp_gather_s(self, gpu: GpuSpec, tp: int, cp: int, etp: int, b: int, imb: float) -> float:
+        """One all-gather (or its mirror reduce-scatter) of the dispatched tokens over the
+        expert tensor-parallel group (Megatron-Core's alltoall / flex dispatchers gather the
+        tokens an EP rank received over its etp GPUs before the experts and reduce-scatter
+        the experts' output after them): etp members, each holding the top_k x imbalance
+        copies of its own s b / (cp tp) tokens (compute.moe_dispatch_bytes), a ring over
+        NVLink when etp fits a node, else over the NICs. 0 without expert TP."""
+        if etp <= 1 or self.model.moe is None:
+            return 0.0
+        tokens = b * self.model.seq_len // cp
+        total = etp * compute.moe_dispatch_bytes(self.model, tokens, tp, imb)
+        if etp <= gpu.gpus_per_node:
+            return comm.all_gather_s(etp, total, self.nvlink_Bps(gpu))
+        lat = self.catalog.network.intra_site_latency_s
+        return comm.all_gather_s(etp, total, self.nic_Bps(gpu), lat)
 
     def cp_ring_s(self, gpu: GpuSpec, tp: int, cp: int, b: int) -> float:
         """One forward ring of KV chunks over the CP group (ranks at stride tp): on NVLink
@@ -270,17 +289,24 @@ class PerfModel:
         ep_overlap: bool = False,
         dispatcher: str = "alltoall",
         dispatch_precision: str = "bf16",
+        fold_etp: int | None = None,
     ) -> tuple[StageTime, ...]:
         """Operator-level times (placer.perf.compute) of one micro-batch per stage, with
-        the FSDP collectives a shard group does not hide (fsdp_exposed)."""
+        the FSDP collectives a shard group does not hide (fsdp_exposed). With expert TP the
+        gather before and the reduce-scatter after the experts (etp_gather_s) go with the
+        dispatch and the combine: exposed, or hidden with them under ep_overlap. `fold_etp`
+        is Config.etp (None: unfolded, expert TP 1)."""
         gpu = self.catalog.gpus[gpu_key]
+        etp = fold_etp or 1
         ar = comm.ring_allreduce_s(
             tp, b * self.model.seq_len // cp * self.model.hidden * BYTES_BF16, self.nvlink_Bps(gpu)
         )
         overlap = gpu.tp_comm_overlap if tp_overlap and sequence_parallel else 0.0  # TE needs SP
-        a2a = self.ep_all_to_all_s(gpu, tp, cp, ep, b, imbalance, dispatcher)
+        gather = self.etp_gather_s(gpu, tp, cp, etp, b, imbalance)
+        a2a = self.ep_all_to_all_s(gpu, tp, cp, ep, b, imbalance, dispatcher, etp=etp) + gather
         a2a_disp = (
-            self.ep_all_to_all_s(gpu, tp, cp, ep, b, imbalance, dispatcher, dispatch_precision)
+            self.ep_all_to_all_s(gpu, tp, cp, ep, b, imbalance, dispatcher, dispatch_precision, etp)
+            + gather
             if dispatch_precision != "bf16"
             else None
         )
@@ -307,12 +333,13 @@ class PerfModel:
                 load_imbalance=imbalance,
                 a2a_dispatch_s=a2a_disp,
                 ep_overlap=ep_overlap,
+                etp=etp,
             )
             fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
             bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
             if dp_shard > 1:
                 ops = self._with_fsdp(ops, gpu, tp, cp, dp_shard, reshard, pp, k, stage_layers)
-            opt = self._optimizer_s(gpu, tp, pp, k, stage_layers, cp, ep, zero1, dp_shard)
+            opt = self._optimizer_s(gpu, tp, pp, k, stage_layers, cp, ep, zero1, dp_shard, fold_etp)
             out.append(StageTime(ops.fwd, ops.bwd, fc, bc, ops, opt))
         return tuple(out)
 
@@ -386,6 +413,7 @@ class PerfModel:
         ep: int = 1,
         zero1: bool = True,
         dp_shard: int = 1,
+        fold_etp: int | None = None,
     ) -> float:
         """Adam over the parameters one GPU of stage k updates. Under ZeRO-1 that is its
         1/d shard; d is not an argument of the stage-time cache, so the ZeRO-1 division by
@@ -393,18 +421,22 @@ class PerfModel:
         tp x cp x ep GPUs the dense weights are split over tp and (ZeRO-1) sharded over
         cp x ep, the routed experts split over ep and sharded over tp x cp: either way
         1/(tp cp ep) of the stage per GPU; without ZeRO-1 a GPU updates dense/tp +
-        experts/ep. Under FSDP (dp_shard > 1, ep = 1) a GPU updates its 1/(tp cp dp_shard)
-        shard whatever job.zero1 says (ZeRO-3 shards the optimizer state with the
-        parameters)."""
+        experts/ep (experts/(ep etp) with expert TP; ZeRO-1 folded: every GPU of the
+        replica stage holds 1/width of it either way, the dense 1/tp over width/tp ranks and
+        the experts' 1/(ep etp) over width/(ep etp)). Under FSDP (dp_shard > 1, ep = 1) a GPU
+        updates its 1/(tp cp dp_shard) shard whatever job.zero1 says (ZeRO-3 shards the optimizer
+        state with the parameters)."""
         first = sum(stage_layers[:k])
         total = stage_params(self.model, stage_layers[k], k == 0, k == pp - 1, first)
         if dp_shard > 1:
             n = total / (tp * cp * dp_shard)
         elif zero1:
             n = total / (tp * cp * ep)
+            if fold_etp is not None:  # the folded replica stage (rules.expert_fold_width)
+                n = total / expert_fold_width(tp, cp, ep, fold_etp)
         else:
             experts = expert_layer_params(self.model, first, stage_layers[k])
-            n = (total - experts) / tp + experts / ep
+            n = (total - experts) / tp + experts / (ep * (fold_etp or 1))
         return compute.optimizer_step_s(gpu, n)
 
     def optimizer_step_s(self, cfg: Config, chain: Chain) -> float:
@@ -428,7 +460,7 @@ class PerfModel:
         first = sum(layers[:k])
         total = stage_params(self.model, layers[k], k == 0, k == n_stages - 1, first)
         experts = expert_layer_params(self.model, first, layers[k])
-        per_gpu = (total - experts) / cfg.tp + experts / cfg.ep
+        per_gpu = (total - experts) / cfg.tp + experts / (cfg.ep * cfg.expert_tp)
         size = max(MEGATRON_BUCKET_MIN, MEGATRON_BUCKET_PER_DP * cfg.dp)
         return max(1, math.ceil(per_gpu / size))
 
@@ -740,9 +772,9 @@ class PerfModel:
         return n - e, e
 
     def stage_grad_bytes(self, cfg: Config, k: int) -> float:
-        """Gradient bytes of stage k per GPU (bf16): dense / tp + routed experts / ep."""
+        """Gradient bytes of stage k per GPU (bf16): dense / tp + routed experts / (ep etp)."""
         dense, experts = self._stage_split(cfg, k)
-        return (dense / cfg.tp + experts / cfg.ep) * BYTES_BF16
+        return (dense / cfg.tp + experts / (cfg.ep * cfg.expert_tp)) * BYTES_BF16
 
     def stage_wan_bytes(self, cfg: Config, k: int) -> float:
         """S_k: the full stage's gradient (all tp ranks) at the sync's bits per value."""
@@ -776,9 +808,13 @@ class PerfModel:
             out += comm.ring_allreduce_s(q, shard, self.nvlink_Bps(gpu))
             out += comm.ring_allreduce_s(math.ceil(cfg.dp / q), shard / q, self.nic_Bps(gpu), lat)
             return out
-        parts = [(dense / cfg.tp * BYTES_BF16, cfg.dp * cfg.cp * cfg.ep, cfg.tp)]
+        # dense over dp x cp x ranks_per_replica (dp x cp x ep unfolded) at stride tp; experts
+        # over dp x expert_dp_per_replica (dp x tp x cp unfolded) at stride ep x etp
+        dense_n = cfg.dp * cfg.cp * cfg.ranks_per_replica
+        parts = [(dense / cfg.tp * BYTES_BF16, dense_n, cfg.tp)]
         if experts:
-            parts.append((experts / cfg.ep * BYTES_BF16, cfg.dp * cfg.tp * cfg.cp, cfg.ep))
+            e_shard = experts / (cfg.ep * cfg.expert_tp) * BYTES_BF16
+            parts.append((e_shard, cfg.dp * cfg.expert_dp_per_replica, cfg.ep * cfg.expert_tp))
         for g, n, stride in parts:
             q = max(1, min(n, gpn // stride))
             out += comm.ring_allreduce_s(q, g, self.nvlink_Bps(gpu))
