@@ -455,7 +455,7 @@ def cases() -> list[Case]:
         Case("interleave-two-sites-20km", interleave_instance(20.0)),
         Case("interleave-two-sites-200km", interleave_instance(200.0)),
     ]
-    return out + UNEVEN_SPLIT_CASES
+    return out + UNEVEN_SPLIT_CASES + PART_FILLED_CASES
 
 
 # 8 layers of h = 2048 at s = 2048: ~1 ms per stage forward, 8 MB pipeline messages, so that
@@ -609,4 +609,36 @@ UNEVEN_SPLIT_CASES = [
         "split-h200-a100-8l-mb2",
         mixed_gpu_pair("case-split-3", ("h200", "a100-80g"), "tiny-8l", 16, micro_batch=2),
     ),
+]
+
+
+# ----------------------------------------------------------------------------- part-filled nodes
+
+
+def part_filled_instance(km: float = 100.0, dp: int = 6) -> dict[str, Any]:
+    """Two sites of three 4-GPU nodes, a tp 1 pp 2 job of dp replicas: q = 4 replicas a
+    node. With dp 6 at one site each stage's 6 members leave a node of 2, whose 2 NICs
+    carry that node's 4 shard rings (PerfModel.node_fill: 2x the NIC phase); split 3 / 3
+    each site's members fit one node (no NIC phase) and the sync crosses the route
+    instead. Priced as full nodes, the optimum keeps both stages at one site; priced by
+    the fill it splits them (test_solver_library checks that the pricing decides)."""
+    return {
+        "name": "case-part-filled",
+        "sites": [
+            {"name": s, "gpu": "h100-sxm", "gpus": 12, "gpus_per_node": 4} for s in ("a", "b")
+        ],
+        "routes": [{"sites": ["a", "b"], "km": km, "max_waves": 2}],
+        "job": {
+            "model": dict(INTERLEAVE_MODEL),
+            "global_batch": 8 * dp,
+            "gpus": 2 * dp,
+            "parallelism": {"tp": [1], "pp": [2], "dp": [dp], "micro_batch": [1]},
+        },
+        "objective": {"minimize": "step_time"},
+    }
+
+
+PART_FILLED_CASES = [
+    Case("part-filled-100km", part_filled_instance()),
+    Case("part-filled-20km", part_filled_instance(20.0)),
 ]

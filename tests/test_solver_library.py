@@ -180,3 +180,26 @@ def test_backends_agree_on_shipped_instances(path: Path) -> None:
         ev = evaluate(problem, json.loads(r.plan.model_dump_json()))
         assert ev.feasible, ev.violations
     assert res["cpsat"].objective == pytest.approx(res["milp"].objective, rel=REL["cpsat"])
+
+
+@pytest.mark.parametrize("case", sc.PART_FILLED_CASES, ids=lambda c: c.id)
+def test_part_filled_node_pricing_decides_the_optimum(case: sc.Case, monkeypatch) -> None:
+    """Brute force with the NIC phase priced as whole nodes (node_fill off) keeps all six
+    replicas of both stages at one site, a count that leaves a node of 2 of 4; with the
+    fill priced (test_backends_agree_with_brute_force: brute = CP-SAT = MILP) no site's
+    count of a stage leaves a part-filled node, and that plan is slower under the
+    whole-node price: the pricing, not a tie, moves the optimum."""
+    from placer.perf.step import PerfModel
+
+    res = outcome(case.id, "brute")
+    counts = [[0, 0] for _ in range(2)]  # stage -> members at (a, b)
+    for g in res.plan.replica_groups:
+        for k, s in enumerate(g.stage_sites):
+            counts[k][s == "b"] += g.count
+    assert all(n <= 4 or n % 4 == 0 for c in counts for n in c), counts
+    monkeypatch.setattr(PerfModel, "node_fill_q", lambda self, cfg, site: 0)
+    problem = problem_from_data(case.instance)
+    old = solve(problem, backend="brute", time_limit_s=60)
+    assert [(g.count, g.stage_sites) for g in old.plan.replica_groups] == [(6, ["a", "a"])]
+    assert old.objective < evaluate(problem, json.loads(res.plan.model_dump_json())).step_time_s
+    assert old.objective < res.objective

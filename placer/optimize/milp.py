@@ -352,6 +352,36 @@ class MilpInner:
             + pulp.lpSum(k * self.lam[(c, i)] for i, k in enumerate(pl.lam) if k)
         )
 
+    def _define_node_fill(self, cls: list[int], s: str, k: int, hv: Any) -> None:
+        """The site's NIC phase by its member count x = q a + r (PerfModel.node_fill): a
+        one-hot over "fits one node" (x <= q: w) and each remainder r of a count above q
+        (z_r: x = q a + r with a >= 1, or a >= 2 for r = 0), the sync's seconds of that
+        state a lower bound on T_intra."""
+        d, add, x, ts, T_intra = self.d, self.add, self.x, self.ts, self.T_intra
+        q, D = d.fill_q[s], d.cfg.dp
+        times = d.class_intra_fill(cls, s)
+        if times["one"] > 0:
+            add(T_intra >= (times["one"] / ts) * hv, row("dp.intra", s, k))
+            self._intra_terms.append(IntraTerm(hv, x[(s, k)], times["one"] / ts))
+        rems = [r for r in times if r != "one"]
+        if not rems:
+            return  # dp <= q: the members always fit one node
+        w = pulp.LpVariable(_name("fill_one", s, k), cat="Binary")
+        z = {r: pulp.LpVariable(_name("fill_r", s, k, r), cat="Binary") for r in rems}
+        a = pulp.LpVariable(_name("fill_nodes", s, k), 0, D // q, cat="Integer")
+        m = pulp.LpVariable(_name("fill_rest", s, k), 0, q)
+        add(w + pulp.lpSum(z.values()) == 1, row("dp.fill_onehot", s, k))
+        add(x[(s, k)] == q * a + pulp.lpSum(r * z[r] for r in rems) + m, row("dp.fill_count", s, k))
+        add(m <= q * w, row("dp.fill_rest", s, k))
+        add(a <= (D // q) * (1 - w), row("dp.fill_nodes_ub", s, k))
+        add(
+            a >= pulp.lpSum(z[r] for r in rems if r) + 2 * z.get(0, 0),
+            row("dp.fill_nodes_lb", s, k),
+        )
+        for r in rems:
+            add(T_intra >= (times[r] / ts) * z[r], row("dp.intra_fill", s, k, r))
+            self._intra_terms.append(IntraTerm(z[r], x[(s, k)], times[r] / ts))
+
     def define_dp_hosting(self) -> None:
         d, add, x, ts = self.d, self.add, self.x, self.ts
         D = d.cfg.dp
@@ -373,7 +403,9 @@ class MilpInner:
                 h[(s, k)] = hv = pulp.LpVariable(_name("h", s, k), cat="Binary")
                 add(x[(s, k)] <= D * hv, row("dp.host_ub", s, k))
                 add(x[(s, k)] >= hv, row("dp.host_lb", s, k))
-                if D >= 2 and d.class_intra(cls, s) > 0:
+                if D >= 2 and d.fill_q.get(s):
+                    self._define_node_fill(cls, s, k, hv)
+                elif D >= 2 and d.class_intra(cls, s) > 0:
                     # every member's NIC carries the data-parallel volume of a flat ring
                     add(T_intra >= (d.class_intra(cls, s) / ts) * hv, row("dp.intra", s, k))
                     self._intra_terms.append(IntraTerm(hv, x[(s, k)], d.class_intra(cls, s) / ts))

@@ -40,7 +40,9 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on the plan's paths),
   all-gather inside. The NIC phases (T_intra) run over NVLink among the replicas that
   share a node and over the NICs between nodes (intra_sync_s), at the slowest site
-  hosting the stage. The WAN phase pays the bandwidth of its busiest route plus two
+  hosting the stage; a site's member count prices a part-filled node, whose fewer NICs
+  carry the node's whole share of the ring, and a site whose members fit one node pays
+  no NIC phase (node_fill). The WAN phase pays the bandwidth of its busiest route plus two
   one-way path latencies, on top. The per-step sync hides partly under the backward of
   the last micro-batch and the forward of the first (Megatron's --overlap-grad-reduce and
   --overlap-param-gather): X above.
@@ -749,7 +751,7 @@ class PerfModel:
         dense, experts = self._stage_split(cfg, k)
         return (dense + experts) * cfg.sync_bits / 8
 
-    def intra_sync_s(self, cfg: Config, k: int, site: str) -> float:
+    def intra_sync_s(self, cfg: Config, k: int, site: str, members: int | None = None) -> float:
         """The NIC phases of stage k's data-parallel sync for a member at `site`,
         hierarchical inside the site as NCCL runs it: Megatron's rank order puts the dp
         ranks of a stage on consecutive TP groups, so q = min(dp, node / tp) of them share
@@ -757,6 +759,13 @@ class PerfModel:
         the node groups all-reduce their 1/q shards over the NICs: 2 (d/q - 1)/(d/q) G/q
         through each member's NIC (with q = 1, the flat ring's 2 (d-1)/d G). The WAN phase
         of the sync is charged on top, by route.
+
+        `members`: the site's replica count of stage k (None: d in whole nodes). Where
+        node_fill applies, its NIC bandwidth term is scaled by node_fill(members): a site
+        whose members fit one node has no NIC phase; one whose count leaves a node with r
+        < q members has that node's q shard rings on its r NICs, ceil(q / r) each (NCCL's
+        rings enter and leave every node once whatever its member count: NVIDIA/nccl#687,
+        #569). The node count stays ceil(d / q) (pessimistic for a site with fewer).
 
         With CP and EP the dense gradients are reduced over the dp x cp x ep ranks that
         hold the same tp slice (at stride tp), the routed experts' over the dp x tp x cp
@@ -776,14 +785,40 @@ class PerfModel:
             out += comm.ring_allreduce_s(q, shard, self.nvlink_Bps(gpu))
             out += comm.ring_allreduce_s(math.ceil(cfg.dp / q), shard / q, self.nic_Bps(gpu), lat)
             return out
+        fill = 1.0
+        if members is not None and self.node_fill_q(cfg, site):
+            fill = node_fill(members, self.node_fill_q(cfg, site))
         parts = [(dense / cfg.tp * BYTES_BF16, cfg.dp * cfg.cp * cfg.ep, cfg.tp)]
         if experts:
             parts.append((experts / cfg.ep * BYTES_BF16, cfg.dp * cfg.tp * cfg.cp, cfg.ep))
         for g, n, stride in parts:
             q = max(1, min(n, gpn // stride))
             out += comm.ring_allreduce_s(q, g, self.nvlink_Bps(gpu))
-            out += comm.ring_allreduce_s(math.ceil(n / q), g / q, self.nic_Bps(gpu), lat)
+            nodes = math.ceil(n / q)
+            if fill == 1.0:
+                out += comm.ring_allreduce_s(nodes, g / q, self.nic_Bps(gpu), lat)
+            elif fill and nodes > 1:
+                # ring_allreduce_s's bandwidth term scaled by the fill, its hop latencies not
+                out += fill * comm.ring_allreduce_s(nodes, g / q, self.nic_Bps(gpu))
+                out += comm.ring_allreduce_s(nodes, 0.0, self.nic_Bps(gpu), lat)
         return out
+
+    def node_fill_q(self, cfg: Config, site: str) -> int:
+        """Replicas of a stage per node at `site` where the NIC phase depends on the site's
+        member count (intra_sync_s), 0 where it does not: with CP, EP or HSDP a stage's
+        sync groups span more than the replicas (one coefficient per stage, as before)."""
+        if cfg.cp > 1 or cfg.ep > 1 or cfg.dp_shard > 1 or cfg.dp < 2:
+            return 0
+        return self.dp_per_node(cfg, site)
+
+    def intra_sync_floor_s(self, cfg: Config, k: int, site: str, n_hosts: int) -> float:
+        """A lower bound on intra_sync_s at a site when stage k has n_hosts hosting sites:
+        some site then holds at least ceil(d / n_hosts) members, and a site with more than
+        q pays the NIC phase at a fill of at least 1."""
+        q = self.node_fill_q(cfg, site)
+        if not q or math.ceil(cfg.dp / max(1, n_hosts)) > q:
+            return self.intra_sync_s(cfg, k, site)
+        return self.intra_sync_s(cfg, k, site, members=1)
 
     def site_gpus_per_node(self, site: str) -> int:
         s = self.problem.instance.site(site)
@@ -844,7 +879,9 @@ class PerfModel:
         for k in range(cfg.pp):
             h = hosts[k]
             if cfg.dp >= 2:
-                t_intra = max(t_intra, max(self.intra_sync_s(cfg, k, s) for s in h))
+                t_intra = max(
+                    t_intra, max(self.intra_sync_s(cfg, k, s, members=n) for s, n in h.items())
+                )
             sites = sorted(h)
             if len(sites) >= 2:
                 demand = 2 * self.stage_wan_bytes(cfg, k) / len(sites)
@@ -944,6 +981,17 @@ class PerfModel:
         if step_time_s <= 0 or peak <= 0 or math.isinf(step_time_s):
             return 0.0
         return model_flops_per_step(self.model, self.global_batch) / (step_time_s * peak)
+
+
+def node_fill(members: int, q: int) -> float:
+    """The NIC-phase bandwidth factor of a site holding `members` replicas of a stage, q
+    per node in rank order (placer.outputs.launch): 0 when they fit one node, 1 in whole
+    nodes, ceil(q / r) when the last node holds r < q of them (its r NICs carry the q
+    shard rings). Both formulations encode it by the remainder members mod q."""
+    if members <= q:
+        return 0.0
+    r = members % q
+    return float(math.ceil(q / r)) if r else 1.0
 
 
 def wan_part_s(sync_mode: str, every_steps: int, t_wan: float, t_pipe: float) -> float:
