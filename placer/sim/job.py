@@ -40,11 +40,13 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   leave every node once, through that node's NICs, whatever its member count:
   NVIDIA/nccl#687, #569). The closed form prices the same partial node (intra_sync_s at
   the site's member count: node_fill, ceil(q / r) on the NIC bandwidth, none when the
-  members fit one node). Differs: the closed form's node count is ceil(d/q) of all d
-  replicas, not the site's ceil(n/q): pessimistic when a site holds fewer (its (N-1)/N
-  and 2 (N-1) hop latencies are those of the larger ring); it takes the max over sites of
-  NVLink + NIC phase where the simulation runs each phase at every site before the next
-  (the same when one site is the slowest in both, as with one site).
+  members fit one node; at q = 1 a site's lone member pays the ring's NIC phase: the
+  closed form pessimistic by it, PerfModel.node_fill_q). Differs: the closed form's
+  node count is ceil(d/q) of all d replicas, not the site's ceil(n/q): pessimistic when
+  a site holds fewer (its (N-1)/N and 2 (N-1) hop latencies are those of the larger
+  ring); it takes the max over sites of NVLink + NIC phase where the simulation runs
+  each phase at every site before the next (the same when one site is the slowest in
+  both, as with one site).
 * Overlap (job.overlap, or SimOptions.dp_buckets: 0 none, n chunk 0 in n buckets):
   without --overlap-grad-reduce each rank's sync starts when every replica has finished
   its schedule and sent its last gradient (Megatron reduces after forward_backward_func
