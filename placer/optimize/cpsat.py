@@ -376,30 +376,21 @@ class CpsatInner:
 
     def _define_node_fill(self, cls: list[int], s: str, k: int, hv: Any) -> None:
         """The site's NIC phase by its member count x = q a + r (PerfModel.node_fill), as
-        MilpInner._define_node_fill: w (x <= q) or one remainder state z_r of a count
-        above q, each state's seconds a lower bound on T_intra."""
+        MilpInner._define_node_fill: whole nodes pay the class's coefficient, a one-hot
+        z_r over the remainders r >= 1 the sync's seconds at that remainder."""
         d, M, add, x, T_intra = self.d, self.m, self.add, self.x, self.T_intra
         q, D = d.fill_q[s], d.cfg.dp
-        times = d.class_intra_fill(cls, s)
-        if times["one"] > 0:
-            add(M.Add(T_intra >= self.ticks(times["one"])), row("dp.intra", s, k)).OnlyEnforceIf(hv)
-            self._intra_terms.append(IntraTerm(hv, x[(s, k)], self.ticks(times["one"])))
-        rems = [r for r in times if r != "one"]
-        if not rems:
-            return  # dp <= q: the members always fit one node
-        w = M.NewBoolVar(f"fill_one[{s}][{k}]")
-        z = {r: M.NewBoolVar(f"fill_r[{s}][{k}][{r}]") for r in rems}
+        base, times = d.class_intra(cls, s), d.class_intra_fill(cls, s)
+        if base > 0:
+            add(M.Add(T_intra >= self.ticks(base)), row("dp.intra", s, k)).OnlyEnforceIf(hv)
+            self._intra_terms.append(IntraTerm(hv, x[(s, k)], self.ticks(base)))
+        if not any(t > base for t in times.values()):
+            return  # dp <= q: one node, no NIC phase at any count
+        z = {r: M.NewBoolVar(f"fill_r[{s}][{k}][{r}]") for r in times}
         a = M.NewIntVar(0, D // q, f"fill_nodes[{s}][{k}]")
-        m = M.NewIntVar(0, q, f"fill_rest[{s}][{k}]")
-        add(M.AddExactlyOne([w, *z.values()]), row("dp.fill_onehot", s, k))
-        add(M.Add(x[(s, k)] == q * a + sum(r * z[r] for r in rems) + m), row("dp.fill_count", s, k))
-        add(M.Add(m <= q * w), row("dp.fill_rest", s, k))
-        add(M.Add(a <= (D // q) * (1 - w)), row("dp.fill_nodes_ub", s, k))
-        add(
-            M.Add(a >= sum(z[r] for r in rems if r) + 2 * z.get(0, 0)),
-            row("dp.fill_nodes_lb", s, k),
-        )
-        for r in rems:
+        add(M.AddAtMostOne(list(z.values())), row("dp.fill_onehot", s, k))
+        add(M.Add(x[(s, k)] == q * a + sum(r * z[r] for r in z)), row("dp.fill_count", s, k))
+        for r in z:
             add(
                 M.Add(T_intra >= self.ticks(times[r])), row("dp.intra_fill", s, k, r)
             ).OnlyEnforceIf(z[r])

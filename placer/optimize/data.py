@@ -84,11 +84,10 @@ class InnerData:
     stage_classes: list[list[int]] = field(default_factory=list)
     # part-filled nodes (PerfModel.node_fill): replicas per node of a site whose NIC phase
     # depends on its member count (0: one coefficient, intra), and per (stage, site) the
-    # intra-site sync seconds by fill state: "one" (the members fit one node) or the
-    # remainder r = members mod q of a site with more than q (only the reachable states)
+    # intra-site sync seconds by remainder r = members mod q, 1 <= r < min(q, dp + 1)
+    # (r = 0, whole nodes, is intra)
     fill_q: dict[str, int] = field(default_factory=dict)
-    intra_fill: dict[tuple[int, str], dict[Any, float]] = field(default_factory=dict)
-    intra_floor: dict[tuple[int, str], float] = field(default_factory=dict)
+    intra_fill: dict[tuple[int, str], dict[int, float]] = field(default_factory=dict)
     # multi-commodity routing: pairs with several candidate paths get flow variables
     pair_paths: dict[PairKey, list[Path]] = field(
         default_factory=dict
@@ -133,19 +132,18 @@ class InnerData:
     def class_intra(self, cls: list[int], site: str) -> float:
         return max(self.intra[(k, site)] for k in cls)
 
-    def class_intra_fill(self, cls: list[int], site: str) -> dict[Any, float]:
-        """The class's intra-site sync seconds by fill state (see intra_fill)."""
+    def class_intra_fill(self, cls: list[int], site: str) -> dict[int, float]:
+        """The class's intra-site sync seconds by remainder (see intra_fill)."""
         states = self.intra_fill[(cls[0], site)]
         return {st: max(self.intra_fill[(k, site)][st] for k in cls) for st in states}
 
     @property
     def intra_lower_bound(self) -> float:
-        """Every stage is hosted somewhere and, with dp >= 2, pays its NIC phases there
-        (at a fill no lower than PerfModel.intra_sync_floor_s allows)."""
+        """Every stage is hosted somewhere and, with dp >= 2, pays its NIC phases there."""
         lb = 0.0
         for k, hosts in enumerate(self.stage_sites):
             if self.cfg.dp >= 2 and hosts:
-                lb = max(lb, min(self.intra_floor.get((k, s), self.intra[(k, s)]) for s in hosts))
+                lb = max(lb, min(self.intra[(k, s)] for s in hosts))
         return lb
 
     @property
@@ -287,11 +285,6 @@ def build_inner(
         stage_classes=list(classes.values()),
         fill_q=fill_q,
         intra_fill=intra_fill,
-        intra_floor={
-            (k, s): perf.intra_sync_floor_s(cfg, k, s, len(stage_sites[k]))
-            for k in range(cfg.pp)
-            for s in stage_sites[k]
-        },
         pair_paths=pair_paths,
         chain_pairs=chain_pairs,
         chain_level_time=chain_level_time,
@@ -306,16 +299,10 @@ def build_inner(
     )
 
 
-def _fill_states(perf: PerfModel, cfg: Config, k: int, site: str, q: int) -> dict[Any, float]:
-    """intra_sync_s by fill state at a site with q replicas per node: "one" (1..q members)
-    and each remainder r of a count above q that dp allows (q + r, or 2 q for r = 0), each
-    priced by the evaluator at a count in that state."""
-    out: dict[Any, float] = {"one": perf.intra_sync_s(cfg, k, site, members=1)}
-    for r in range(q):
-        n = q + r if r else 2 * q
-        if n <= cfg.dp:
-            out[r] = perf.intra_sync_s(cfg, k, site, members=n)
-    return out
+def _fill_states(perf: PerfModel, cfg: Config, k: int, site: str, q: int) -> dict[int, float]:
+    """intra_sync_s by remainder r of the site's member count (1 <= r < q, r <= dp),
+    priced by the evaluator at r members."""
+    return {r: perf.intra_sync_s(cfg, k, site, members=r) for r in range(1, min(q, cfg.dp + 1))}
 
 
 def _contention(

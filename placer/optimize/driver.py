@@ -664,7 +664,6 @@ def _pipe_intra_bound(
     if hosts is None:
         return None
     memo: dict[tuple[Any, ...], float] = {}
-    n_hosts = [len(h) for h in hosts]  # sites that may host each stage (node_fill's bound)
     hosts = [_one_per_kind(kinds, h, reduced) for h in hosts]
     plain = lb_pipe = perf.pipeline_lower_bound(cfg, host_cover(hosts))
     if caps is not None:
@@ -672,8 +671,7 @@ def _pipe_intra_bound(
     lb_intra = 0.0
     if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
         lb_intra = max(
-            min(_intra(problem, perf, cfg, k, s, memo, n_hosts[k]) for s in hosts[k])
-            for k in range(cfg.pp)
+            min(_intra(problem, perf, cfg, k, s, memo) for s in hosts[k]) for k in range(cfg.pp)
         )
         lb_intra = perf.dp_exposed_s(cfg, lb_intra)  # what the overlap windows cannot hide
     return plain, lb_pipe, lb_intra
@@ -824,22 +822,19 @@ def _intra(
     k: int,
     site: str,
     memo: dict[tuple[Any, ...], float],
-    n_hosts: int,
 ) -> float:
-    """PerfModel.intra_sync_floor_s, once per (stage shape, GPU type, node size, hosting
-    sites): it reads the stage's gradient bytes (its layers, embedding or head) and the
-    site's GPU and node, and 8 sites x 160 stages x 200 configurations called it 90,000
-    times (2.8 s)."""
+    """PerfModel.intra_sync_s, once per (stage shape, GPU type, node size): it reads the
+    stage's gradient bytes (its layers, embedding or head) and the site's GPU and node,
+    and 8 sites x 160 stages x 200 configurations called it 90,000 times (2.8 s)."""
     key = (
         cfg.stage_layers[k],
         k == 0,
         k == cfg.pp - 1,
         problem.instance.site(site).gpu,
         site_gpus_per_node(problem, site),
-        n_hosts,
     )
     if key not in memo:
-        memo[key] = perf.intra_sync_floor_s(cfg, k, site, n_hosts)
+        memo[key] = perf.intra_sync_s(cfg, k, site)
     return memo[key]
 
 

@@ -353,32 +353,22 @@ class MilpInner:
         )
 
     def _define_node_fill(self, cls: list[int], s: str, k: int, hv: Any) -> None:
-        """The site's NIC phase by its member count x = q a + r (PerfModel.node_fill): a
-        one-hot over "fits one node" (x <= q: w) and each remainder r of a count above q
-        (z_r: x = q a + r with a >= 1, or a >= 2 for r = 0), the sync's seconds of that
-        state a lower bound on T_intra."""
+        """The site's NIC phase by its member count x = q a + r (PerfModel.node_fill): whole
+        nodes pay the class's coefficient (dp.intra), a one-hot z_r over the remainders
+        r >= 1 (none: r = 0) the sync's seconds at that remainder."""
         d, add, x, ts, T_intra = self.d, self.add, self.x, self.ts, self.T_intra
         q, D = d.fill_q[s], d.cfg.dp
-        times = d.class_intra_fill(cls, s)
-        if times["one"] > 0:
-            add(T_intra >= (times["one"] / ts) * hv, row("dp.intra", s, k))
-            self._intra_terms.append(IntraTerm(hv, x[(s, k)], times["one"] / ts))
-        rems = [r for r in times if r != "one"]
-        if not rems:
-            return  # dp <= q: the members always fit one node
-        w = pulp.LpVariable(_name("fill_one", s, k), cat="Binary")
-        z = {r: pulp.LpVariable(_name("fill_r", s, k, r), cat="Binary") for r in rems}
+        base, times = d.class_intra(cls, s), d.class_intra_fill(cls, s)
+        if base > 0:
+            add(T_intra >= (base / ts) * hv, row("dp.intra", s, k))
+            self._intra_terms.append(IntraTerm(hv, x[(s, k)], base / ts))
+        if not any(t > base for t in times.values()):
+            return  # dp <= q: one node, no NIC phase at any count
+        z = {r: pulp.LpVariable(_name("fill_r", s, k, r), cat="Binary") for r in times}
         a = pulp.LpVariable(_name("fill_nodes", s, k), 0, D // q, cat="Integer")
-        m = pulp.LpVariable(_name("fill_rest", s, k), 0, q)
-        add(w + pulp.lpSum(z.values()) == 1, row("dp.fill_onehot", s, k))
-        add(x[(s, k)] == q * a + pulp.lpSum(r * z[r] for r in rems) + m, row("dp.fill_count", s, k))
-        add(m <= q * w, row("dp.fill_rest", s, k))
-        add(a <= (D // q) * (1 - w), row("dp.fill_nodes_ub", s, k))
-        add(
-            a >= pulp.lpSum(z[r] for r in rems if r) + 2 * z.get(0, 0),
-            row("dp.fill_nodes_lb", s, k),
-        )
-        for r in rems:
+        add(pulp.lpSum(z.values()) <= 1, row("dp.fill_onehot", s, k))
+        add(x[(s, k)] == q * a + pulp.lpSum(r * z[r] for r in z), row("dp.fill_count", s, k))
+        for r in z:
             add(T_intra >= (times[r] / ts) * z[r], row("dp.intra_fill", s, k, r))
             self._intra_terms.append(IntraTerm(z[r], x[(s, k)], times[r] / ts))
 

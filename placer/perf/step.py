@@ -41,11 +41,10 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   all-gather inside. The NIC phases (T_intra) run over NVLink among the replicas that
   share a node and over the NICs between nodes (intra_sync_s), at the slowest site
   hosting the stage; a site's member count prices a part-filled node, whose fewer NICs
-  carry the node's whole share of the ring, and a site whose members fit one node pays
-  no NIC phase (node_fill). The WAN phase pays the bandwidth of its busiest route plus two
-  one-way path latencies, on top. The per-step sync hides partly under the backward of
-  the last micro-batch and the forward of the first (Megatron's --overlap-grad-reduce and
-  --overlap-param-gather): X above.
+  carry the node's whole share of the ring (node_fill). The WAN phase pays the bandwidth
+  of its busiest route plus two one-way path latencies, on top. The per-step sync hides
+  partly under the backward of the last micro-batch and the forward of the first
+  (Megatron's --overlap-grad-reduce and --overlap-param-gather): X above.
 """
 
 from __future__ import annotations
@@ -762,10 +761,10 @@ class PerfModel:
 
         `members`: the site's replica count of stage k (None: d in whole nodes). Where
         node_fill applies, its NIC bandwidth term is scaled by node_fill(members): a site
-        whose members fit one node has no NIC phase; one whose count leaves a node with r
-        < q members has that node's q shard rings on its r NICs, ceil(q / r) each (NCCL's
-        rings enter and leave every node once whatever its member count: NVIDIA/nccl#687,
-        #569). The node count stays ceil(d / q) (pessimistic for a site with fewer).
+        whose count leaves a node with r < q members has that node's q shard rings on its
+        r NICs, ceil(q / r) each (NCCL's rings enter and leave every node once whatever its
+        member count: NVIDIA/nccl#687, #569). The node count stays ceil(d / q)
+        (pessimistic for a site with fewer; with d <= q there is no NIC phase).
 
         With CP and EP the dense gradients are reduced over the dp x cp x ep ranks that
         hold the same tp slice (at stride tp), the routed experts' over the dp x tp x cp
@@ -797,7 +796,7 @@ class PerfModel:
             nodes = math.ceil(n / q)
             if fill == 1.0:
                 out += comm.ring_allreduce_s(nodes, g / q, self.nic_Bps(gpu), lat)
-            elif fill and nodes > 1:
+            elif nodes > 1:
                 # ring_allreduce_s's bandwidth term scaled by the fill, its hop latencies not
                 out += fill * comm.ring_allreduce_s(nodes, g / q, self.nic_Bps(gpu))
                 out += comm.ring_allreduce_s(nodes, 0.0, self.nic_Bps(gpu), lat)
@@ -807,23 +806,11 @@ class PerfModel:
         """Replicas of a stage per node at `site` where the NIC phase depends on the site's
         member count (intra_sync_s), 0 where it does not: with CP, EP or HSDP a stage's
         sync groups span more than the replicas (one coefficient per stage, as before);
-        with one replica a node (q = 1: no node is part-filled) a site holding a single
-        member of a stage still pays the ring's NIC phase, pessimistic by at most that
-        phase (with that state's one-hot, CP-SAT had not finished four-site-metro-longhaul
-        after 7 minutes, against 2.4 s without)."""
+        with one replica a node (q = 1) no node is part-filled."""
         if cfg.cp > 1 or cfg.ep > 1 or cfg.dp_shard > 1 or cfg.dp < 2:
             return 0
         q = self.dp_per_node(cfg, site)
         return q if q >= 2 else 0
-
-    def intra_sync_floor_s(self, cfg: Config, k: int, site: str, n_hosts: int) -> float:
-        """A lower bound on intra_sync_s at a site when stage k has n_hosts hosting sites:
-        some site then holds at least ceil(d / n_hosts) members, and a site with more than
-        q pays the NIC phase at a fill of at least 1."""
-        q = self.node_fill_q(cfg, site)
-        if not q or math.ceil(cfg.dp / max(1, n_hosts)) > q:
-            return self.intra_sync_s(cfg, k, site)
-        return self.intra_sync_s(cfg, k, site, members=1)
 
     def site_gpus_per_node(self, site: str) -> int:
         s = self.problem.instance.site(site)
@@ -990,11 +977,12 @@ class PerfModel:
 
 def node_fill(members: int, q: int) -> float:
     """The NIC-phase bandwidth factor of a site holding `members` replicas of a stage, q
-    per node in rank order (placer.outputs.launch): 0 when they fit one node, 1 in whole
-    nodes, ceil(q / r) when the last node holds r < q of them (its r NICs carry the q
-    shard rings). Both formulations encode it by the remainder members mod q."""
-    if members <= q:
-        return 0.0
+    per node in rank order (placer.outputs.launch): 1 in whole nodes, ceil(q / r) when the
+    last node holds r < q of them (its r NICs carry the q shard rings), also when that is
+    the site's only node. There the simulation has no NIC phase but sends the site's WAN
+    shard through those r NICs, which the closed form's WAN phase does not price (no NIC
+    term): charging 0 let a free WAN undercut one site (tests/test_solver_properties.py
+    test_free_wan_equals_one_site). Both formulations encode it by members mod q."""
     r = members % q
     return float(math.ceil(q / r)) if r else 1.0
 

@@ -39,9 +39,10 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   members' shards (ring i through member i mod r of a node of r: NCCL's rings enter and
   leave every node once, through that node's NICs, whatever its member count:
   NVIDIA/nccl#687, #569). The closed form prices the same partial node (intra_sync_s at
-  the site's member count: node_fill, ceil(q / r) on the NIC bandwidth, none when the
-  members fit one node; at q = 1 a site's lone member pays the ring's NIC phase: the
-  closed form pessimistic by it, PerfModel.node_fill_q). Differs: the closed form's
+  the site's member count: node_fill, ceil(q / r) on the NIC bandwidth). Differs: a site
+  whose members fit one node has no NIC phase here; the closed form charges it as a
+  partial node of the ring (ceil(q / r), q = 1: the ring's phase), pessimistic, in lieu
+  of the NIC term its WAN phase lacks (next item). And the closed form's
   node count is ceil(d/q) of all d replicas, not the site's ceil(n/q): pessimistic when
   a site holds fewer (its (N-1)/N and 2 (N-1) hop latencies are those of the larger
   ring); it takes the max over sites of NVLink + NIC phase where the simulation runs
