@@ -97,9 +97,9 @@ def wave_sweep(prob, plan, waves=(1, 2, 3, 4, 8)) -> None:
 
 
 def _partial_nodes(prob, tp: int, groups) -> bool:
-    """Whether some site's members of some stage leave a node part-filled (the
-    simulator's lone members carry their node's missing shards; the closed form's
-    intra-site ring assumes full nodes)."""
+    """Whether some site's members of some stage leave a node part-filled (its members
+    carry the node's missing shards, in the simulator and, by PerfModel.node_fill, in
+    the closed form)."""
     q = max(1, prob.catalog.gpus["h100-sxm"].gpus_per_node // tp)
     pp = len(groups[0][1])
     for k in range(pp):

@@ -503,7 +503,7 @@ def cases() -> list[Case]:
         Case("interleave-two-sites-20km", interleave_instance(20.0)),
         Case("interleave-two-sites-200km", interleave_instance(200.0)),
     ]
-    return out + UNEVEN_SPLIT_CASES
+    return out + UNEVEN_SPLIT_CASES + PART_FILLED_CASES
 
 
 # 8 layers of h = 2048 at s = 2048: ~1 ms per stage forward, 8 MB pipeline messages, so that
@@ -658,3 +658,39 @@ UNEVEN_SPLIT_CASES = [
         mixed_gpu_pair("case-split-3", ("h200", "a100-80g"), "tiny-8l", 16, micro_batch=2),
     ),
 ]
+
+
+# ----------------------------------------------------------------------------- part-filled nodes
+
+
+def part_filled_instance(km: float = 100.0, dp: int = 5) -> dict[str, Any]:
+    """Two sites of three 4-GPU nodes, a tp 1 pp 2 job of dp replicas: q = 4 replicas a
+    node. dp 5 at one site leaves each stage a node of 1, whose one NIC carries that
+    node's 4 shard rings (PerfModel.node_fill: 4x the NIC phase); split 3 / 2 the worst
+    node holds 2 (2x) and the sync crosses the route. Priced as whole nodes the optimum
+    keeps all 5 at one site; priced by the fill it splits them (test_solver_library
+    checks that the pricing decides). dp 6: the fill (2x) is priced, the layout stays."""
+    return {
+        "name": "case-part-filled",
+        "sites": [
+            {"name": s, "gpu": "h100-sxm", "gpus": 12, "gpus_per_node": 4} for s in ("a", "b")
+        ],
+        "routes": [{"sites": ["a", "b"], "km": km, "fiber_pairs": 1, "max_waves": 2}],
+        "job": {
+            "model": dict(INTERLEAVE_MODEL),
+            "global_batch": 8 * dp,
+            "gpus": 2 * dp,
+            "sync": {"mode": "synchronous"},
+            "parallelism": {"tp": [1], "pp": [2], "dp": [dp], "micro_batch": [1]},
+        },
+        "objective": {"minimize": "step_time"},
+    }
+
+
+PART_FILLED_CASES = [
+    Case("part-filled-100km", part_filled_instance()),
+    Case("part-filled-20km", part_filled_instance(20.0)),
+    Case("part-filled-100km-dp6", part_filled_instance(dp=6)),
+]
+PART_FILLED_MOVES = [c for c in PART_FILLED_CASES if c.instance["job"]["gpus"] == 10]
+

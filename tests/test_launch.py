@@ -389,16 +389,18 @@ def test_mixed_plan_shares_nodes_between_node_ranks():
     lay = build_layout(problem, plan)
     # hand count: replicas sorted by chain: 0-2 (A,A), 3-4 (A,B), 5-6 (B,B); TP group t = dp + 7 * pp.  # noqa: E501
     # A hosts t=0..4 (stage 0) and t=7..9 (stage 1), 4 per node: A0 = t0-3, A1 = t4 | t7-9.
-    # B hosts t=5,6 and t=10..13: B0 = t5-6 | t10-11, B1 = t12-13.
+    # B hosts t=5,6 (stage 0) and t=10..13 (stage 1): stage 1's four fill a node, B0 =
+    # t10-13, and stage 0's remainder of 2 sits in one, B1 = t5-6 (each stage's members in
+    # whole nodes plus one part-filled node, as PerfModel.node_fill prices; in rank order
+    # B0 = t5-6 | t10-11 would split stage 1 over two half nodes)
     assert lay.nodes_by_site == {"A": 2, "B": 2}
     units = [(u.site, u.node, u.gpus) for u in lay.node_ranks]
     assert units == [
         ("A", 0, (0, 1, 2, 3, 4, 5, 6, 7)),
         ("A", 1, (0, 1)),
-        ("B", 0, (0, 1, 2, 3)),
-        ("A", 1, (2, 3, 4, 5, 6, 7)),
-        ("B", 0, (4, 5, 6, 7)),
         ("B", 1, (0, 1, 2, 3)),
+        ("A", 1, (2, 3, 4, 5, 6, 7)),
+        ("B", 0, (0, 1, 2, 3, 4, 5, 6, 7)),
     ]
 
 
@@ -623,9 +625,14 @@ def test_nvl72_rack_is_18_hosts_of_4_gpus():
     assert all(u.nproc == 4 for u in g_units)  # never --nproc_per_node=40 or 72
     files = render(problem, plan, "all")
     assert all(int(n.split("=")[1]) <= 4 for n in re.findall(r"slots=\d+", files["hosts_G.txt"]))
-    # G holds 5 + 3 + 3 = 11 TP groups of 8; a rack takes 72 // 8 = 9 of them (2 hosts each)
+    # G holds 5 + 3 + 3 = 11 TP groups of 8; a rack takes 72 // 8 = 9 of them (2 hosts each).
+    # Each stage's groups stay in one rack (PerfModel.node_fill's layout, first-fit
+    # decreasing): rack 0 takes the 5 and a 3 (hosts 0-15), rack 1 the other 3 (hosts 18-23)
     rows = [r for r in lay.ranks if r.site == "G"]
-    assert lay.hosts_by_site["G"] == list(range(22)) and {r.domain for r in rows} == {0, 1}
+    assert lay.hosts_by_site["G"] == [*range(16), *range(18, 24)]
+    assert {r.domain for r in rows} == {0, 1}
+    for p in {r.pp for r in rows}:
+        assert len({r.domain for r in rows if r.pp == p}) == 1
     assert all(r.node // 18 == r.domain for r in rows)
     for p, d in {(r.pp, r.dp) for r in rows}:
         group = [r for r in rows if (r.pp, r.dp) == (p, d)]
@@ -845,3 +852,39 @@ def test_torchrun_script_fails_when_one_of_its_torchruns_fails(tmp_path):
     assert r.returncode == 3, r.stderr
     ok = next(u.host for u in lay.node_ranks if u.site == "A" and u.host != host)
     assert subprocess.run(["bash", str(script), ok], env=env).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [
+        [(2, ["B", "B"]), (3, ["A", "A"]), (2, ["A", "B"])],
+        [(5, ["A", "B"]), (6, ["B", "A"])],
+        [(3, ["A", "A"]), (3, ["B", "B"])],
+        [(7, ["A", "A"]), (2, ["A", "B"]), (1, ["B", "B"])],
+    ],
+)
+def test_rank_map_packs_each_stage_as_the_sync_is_priced(groups):
+    """tp 2 on 8-GPU nodes: q = 4 TP groups a node. At every site each stage's members
+    sit in ceil(n / q) nodes, all of them full but the last, which holds n mod q (the
+    layout PerfModel.node_fill prices: a part-filled node's r NICs carry its q shard
+    rings), and the site uses the evaluator's node count, ceil(its groups / q)."""
+    from collections import Counter
+
+    dp = sum(c for c, _ in groups)
+    prob = _problem([{"name": "A", **H100}, {"name": "B", **H100}], AB, global_batch=dp)
+    plan = _plan(2, 2, groups, [5, 3], [{"sites": ["A", "B"], "waves": 1}])
+    lay = build_layout(prob, plan)
+    on_node: Counter = Counter()  # (site, stage, node) -> TP groups
+    for r in lay.ranks:
+        if r.tp == 0:
+            on_node[(r.site, r.pp, r.domain)] += 1
+    for site in ("A", "B"):
+        groups_here = sum(n for (s, _, _), n in on_node.items() if s == site)
+        assert lay.nodes_by_site[site] == -(-groups_here // 4)
+        for k in range(2):
+            counts = sorted(
+                (n for (s, p, _), n in on_node.items() if (s, p) == (site, k)), reverse=True
+            )
+            n = sum(counts)
+            assert len(counts) == -(-n // 4), (site, k, counts)
+            assert all(c == 4 for c in counts[:-1]), (site, k, counts)

@@ -180,3 +180,30 @@ def test_backends_agree_on_shipped_instances(path: Path) -> None:
         ev = evaluate(problem, json.loads(r.plan.model_dump_json()))
         assert ev.feasible, ev.violations
     assert res["cpsat"].objective == pytest.approx(res["milp"].objective, rel=REL["cpsat"])
+
+
+@pytest.mark.parametrize("case", sc.PART_FILLED_MOVES, ids=lambda c: c.id)
+def test_part_filled_node_pricing_decides_the_optimum(case: sc.Case, monkeypatch) -> None:
+    """Brute force with the NIC phase priced as whole nodes (node_fill off) keeps all five
+    replicas of both stages at one site, a count that leaves a node of 1 of 4; with the
+    fill priced (test_backends_agree_with_brute_force: brute = CP-SAT = MILP) the optimum
+    splits a stage over both sites (at 100 km both: 3 / 2), and the whole-node optimum is
+    slower under the fill's price than the new optimum: the pricing, not a tie, moves the
+    optimum."""
+    from placer.perf.step import PerfModel
+
+    res = outcome(case.id, "brute")
+    counts = [[0, 0] for _ in range(2)]  # stage -> members at (a, b)
+    for g in res.plan.replica_groups:
+        for k, s in enumerate(g.stage_sites):
+            counts[k][s == "b"] += g.count
+    assert any(min(c) > 0 for c in counts), counts
+    if case.instance["routes"][0]["km"] == 100.0:
+        assert all(n % 4 != 1 for c in counts for n in c), counts
+    problem = problem_from_data(case.instance)
+    with monkeypatch.context() as mp:
+        mp.setattr(PerfModel, "node_fill_q", lambda self, cfg, site: 0)
+        old = solve(problem, backend="brute", time_limit_s=60)
+    assert [(g.count, g.stage_sites) for g in old.plan.replica_groups] == [(5, ["a", "a"])]
+    priced = evaluate(problem, json.loads(old.plan.model_dump_json())).step_time_s
+    assert old.objective < res.objective < priced

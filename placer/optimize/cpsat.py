@@ -374,6 +374,28 @@ class CpsatInner:
             + sum(k * self.lam[(c, i)] for i, k in enumerate(pl.lam) if k)
         )
 
+    def _define_node_fill(self, cls: list[int], s: str, k: int, hv: Any) -> None:
+        """The site's NIC phase by its member count x = q a + r (PerfModel.node_fill), as
+        MilpInner._define_node_fill: whole nodes pay the class's coefficient, a one-hot
+        z_r over the remainders r >= 1 the sync's seconds at that remainder."""
+        d, M, add, x, T_intra = self.d, self.m, self.add, self.x, self.T_intra
+        q, D = d.fill_q[s], d.cfg.dp
+        base, times = d.class_intra(cls, s), d.class_intra_fill(cls, s)
+        if base > 0:
+            add(M.Add(T_intra >= self.ticks(base)), row("dp.intra", s, k)).OnlyEnforceIf(hv)
+            self._intra_terms.append(IntraTerm(hv, x[(s, k)], self.ticks(base)))
+        if not any(t > base for t in times.values()):
+            return  # dp <= q: one node, no NIC phase at any count
+        z = {r: M.NewBoolVar(f"fill_r[{s}][{k}][{r}]") for r in times}
+        a = M.NewIntVar(0, D // q, f"fill_nodes[{s}][{k}]")
+        add(M.AddAtMostOne(list(z.values())), row("dp.fill_onehot", s, k))
+        add(M.Add(x[(s, k)] == q * a + sum(r * z[r] for r in z)), row("dp.fill_count", s, k))
+        for r in z:
+            add(
+                M.Add(T_intra >= self.ticks(times[r])), row("dp.intra_fill", s, k, r)
+            ).OnlyEnforceIf(z[r])
+            self._intra_terms.append(IntraTerm(z[r], x[(s, k)], self.ticks(times[r])))
+
     def define_dp_hosting(self) -> None:
         d, M, add, x = self.d, self.m, self.add, self.x
         D, TT = d.cfg.dp, self.TT
@@ -402,7 +424,9 @@ class CpsatInner:
                 h[(s, k)] = hv = M.NewBoolVar(f"h[{s}][{k}]")
                 add(M.Add(x[(s, k)] <= D * hv), row("dp.host_ub", s, k))
                 add(M.Add(x[(s, k)] >= hv), row("dp.host_lb", s, k))
-                if D >= 2 and d.class_intra(cls, s) > 0:
+                if D >= 2 and d.fill_q.get(s):
+                    self._define_node_fill(cls, s, k, hv)
+                elif D >= 2 and d.class_intra(cls, s) > 0:
                     # every member's NIC carries the data-parallel volume of a flat ring
                     add(
                         M.Add(T_intra >= self.ticks(d.class_intra(cls, s))), row("dp.intra", s, k)

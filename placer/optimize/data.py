@@ -82,6 +82,12 @@ class InnerData:
     energy_usd_per_j: float = 0.0
     resilience: ResilienceData | None = None
     stage_classes: list[list[int]] = field(default_factory=list)
+    # part-filled nodes (PerfModel.node_fill): replicas per node of a site whose NIC phase
+    # depends on its member count (0: one coefficient, intra), and per (stage, site) the
+    # intra-site sync seconds by remainder r = members mod q, 1 <= r < min(q, dp + 1)
+    # (r = 0, whole nodes, is intra)
+    fill_q: dict[str, int] = field(default_factory=dict)
+    intra_fill: dict[tuple[int, str], dict[int, float]] = field(default_factory=dict)
     # multi-commodity routing: pairs with several candidate paths get flow variables
     pair_paths: dict[PairKey, list[Path]] = field(
         default_factory=dict
@@ -125,6 +131,11 @@ class InnerData:
 
     def class_intra(self, cls: list[int], site: str) -> float:
         return max(self.intra[(k, site)] for k in cls)
+
+    def class_intra_fill(self, cls: list[int], site: str) -> dict[int, float]:
+        """The class's intra-site sync seconds by remainder (see intra_fill)."""
+        states = self.intra_fill[(cls[0], site)]
+        return {st: max(self.intra_fill[(k, site)][st] for k in cls) for st in states}
 
     @property
     def intra_lower_bound(self) -> float:
@@ -182,6 +193,13 @@ def build_inner(
                 )
         options[r] = opts
     intra = {(k, s): perf.intra_sync_s(cfg, k, s) for k in range(cfg.pp) for s in sites}
+    fill_q = {s: perf.node_fill_q(cfg, s) for s in sites}
+    intra_fill = {
+        (k, s): _fill_states(perf, cfg, k, s, fill_q[s])
+        for k in range(cfg.pp)
+        for s in sites
+        if fill_q[s]
+    }
     pairs, pair_routes, pair_lat, disconnected = [], {}, {}, []
     k_paths = inst.solver.paths_per_pair
     pair_paths: dict[PairKey, list[Path]] = {}
@@ -265,6 +283,8 @@ def build_inner(
         max_cost_usd=budget,
         stage_sites=stage_sites,
         stage_classes=list(classes.values()),
+        fill_q=fill_q,
+        intra_fill=intra_fill,
         pair_paths=pair_paths,
         chain_pairs=chain_pairs,
         chain_level_time=chain_level_time,
@@ -277,6 +297,12 @@ def build_inner(
         message_bytes=perf.message_bytes(cfg),
         tick_fraction=perf.message_bytes(cfg) / perf.pp_bytes_per_crossing(cfg),
     )
+
+
+def _fill_states(perf: PerfModel, cfg: Config, k: int, site: str, q: int) -> dict[int, float]:
+    """intra_sync_s by remainder r of the site's member count (1 <= r < q, r <= dp),
+    priced by the evaluator at r members."""
+    return {r: perf.intra_sync_s(cfg, k, site, members=r) for r in range(1, min(q, cfg.dp + 1))}
 
 
 def _contention(

@@ -1136,7 +1136,10 @@ def _upper_bound_time(data: InnerData) -> float:
     if data.max_step_time_s is not None:
         return data.max_step_time_s
     t_pipe = max([*data.chain_time, *(t for lt in data.chain_level_time for t in lt.values())])
-    t_intra = max(data.intra.values(), default=0.0)
+    t_intra = max(
+        [*data.intra.values(), *(t for st in data.intra_fill.values() for t in st.values())],
+        default=0.0,
+    )
     # a chain crosses each of its pairs once; however split, a crossing puts at most its
     # bytes on a route
     crossings = max((len(q) for q in data.chain_pairs), default=0)

@@ -26,7 +26,9 @@ Families, in build order:
               T_pipe >= every plane of every chain type in use (they replace pipeline's
               per-chain rows unless job.replica_schedule is staggered)
 * dp_hosting: sites hosting each stage class, number of hosts (one-hot), per-pair WAN
-              demand, intra-site NIC phases (T_intra), pair latencies (T_lat), the routed
+              demand, intra-site NIC phases (T_intra; where they depend on a site's
+              member count, a one-hot over its fill state: PerfModel.node_fill), pair
+              latencies (T_lat), the routed
               data-parallel flows, and T_dpbw >= data-parallel bytes / route capacity
 * step:       T = T_pipe + T_intra + the sync policy's WAN part (`SYNC`)
 * limits:     max_step_time_s, the frontier walk's caps, the incumbent cutoff

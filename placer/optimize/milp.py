@@ -352,6 +352,26 @@ class MilpInner:
             + pulp.lpSum(k * self.lam[(c, i)] for i, k in enumerate(pl.lam) if k)
         )
 
+    def _define_node_fill(self, cls: list[int], s: str, k: int, hv: Any) -> None:
+        """The site's NIC phase by its member count x = q a + r (PerfModel.node_fill): whole
+        nodes pay the class's coefficient (dp.intra), a one-hot z_r over the remainders
+        r >= 1 (none: r = 0) the sync's seconds at that remainder."""
+        d, add, x, ts, T_intra = self.d, self.add, self.x, self.ts, self.T_intra
+        q, D = d.fill_q[s], d.cfg.dp
+        base, times = d.class_intra(cls, s), d.class_intra_fill(cls, s)
+        if base > 0:
+            add(T_intra >= (base / ts) * hv, row("dp.intra", s, k))
+            self._intra_terms.append(IntraTerm(hv, x[(s, k)], base / ts))
+        if not any(t > base for t in times.values()):
+            return  # dp <= q: one node, no NIC phase at any count
+        z = {r: pulp.LpVariable(_name("fill_r", s, k, r), cat="Binary") for r in times}
+        a = pulp.LpVariable(_name("fill_nodes", s, k), 0, D // q, cat="Integer")
+        add(pulp.lpSum(z.values()) <= 1, row("dp.fill_onehot", s, k))
+        add(x[(s, k)] == q * a + pulp.lpSum(r * z[r] for r in z), row("dp.fill_count", s, k))
+        for r in z:
+            add(T_intra >= (times[r] / ts) * z[r], row("dp.intra_fill", s, k, r))
+            self._intra_terms.append(IntraTerm(z[r], x[(s, k)], times[r] / ts))
+
     def define_dp_hosting(self) -> None:
         d, add, x, ts = self.d, self.add, self.x, self.ts
         D = d.cfg.dp
@@ -373,7 +393,9 @@ class MilpInner:
                 h[(s, k)] = hv = pulp.LpVariable(_name("h", s, k), cat="Binary")
                 add(x[(s, k)] <= D * hv, row("dp.host_ub", s, k))
                 add(x[(s, k)] >= hv, row("dp.host_lb", s, k))
-                if D >= 2 and d.class_intra(cls, s) > 0:
+                if D >= 2 and d.fill_q.get(s):
+                    self._define_node_fill(cls, s, k, hv)
+                elif D >= 2 and d.class_intra(cls, s) > 0:
                     # every member's NIC carries the data-parallel volume of a flat ring
                     add(T_intra >= (d.class_intra(cls, s) / ts) * hv, row("dp.intra", s, k))
                     self._intra_terms.append(IntraTerm(hv, x[(s, k)], d.class_intra(cls, s) / ts))

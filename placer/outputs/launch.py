@@ -278,6 +278,66 @@ class Layout:
         return self.problem.instance.site(site).hosts is not None
 
 
+def _stage_aligned_slots(
+    replica_sites: list[tuple[str, ...]], per_node: dict[str, int], pp: int, dp: int
+) -> dict[tuple[int, int], int]:
+    """The slot (TP-group position at its site, per_node to a domain) of every (pp_rank,
+    dp_rank), so that each stage's members at a site fill whole domains in dp order and
+    its remainder (count mod per_node) sits in one domain, as the data-parallel price
+    assumes (PerfModel.node_fill: a domain of r < q members carries the node's whole
+    share of the ring on its r NICs). A site's domains are the evaluator's count,
+    ceil(its TP groups / per_node): the remainders of its stages are packed first-fit
+    decreasing into the domains left; where they do not fit unsplit, the site keeps the
+    contiguous order (rank order; then a stage can start inside its predecessor's last
+    domain). Inside a shared domain the stages keep rank order. With every count a
+    multiple of per_node (always with per_node 1) this is the contiguous order."""
+    members: dict[str, list[list[int]]] = {}
+    for pp_r in range(pp):
+        for dp_r in range(dp):
+            site = replica_sites[dp_r][pp_r]
+            members.setdefault(site, [[] for _ in range(pp)])[pp_r].append(dp_r)
+    out: dict[tuple[int, int], int] = {}
+    for site, stages in members.items():
+        q = per_node[site]
+        total = sum(len(m) for m in stages)
+        domains = -(-total // q)
+        full = sum(len(m) // q for m in stages)
+        free = [q] * (domains - full)
+        home: dict[int, int] = {}  # stage -> index into free of its remainder's domain
+        order = sorted(range(pp), key=lambda k: (-(len(stages[k]) % q), k))
+        for k in order:
+            r = len(stages[k]) % q
+            if r == 0:
+                continue
+            fit = next((i for i, cap in enumerate(free) if cap >= r), None)
+            if fit is None:
+                home = {}
+                break
+            free[fit] -= r
+            home[k] = fit
+        if any(len(m) % q for m in stages) and not home:
+            slot = 0  # contiguous: the rank order
+            for pp_r, m in enumerate(stages):
+                for dp_r in m:
+                    out[(pp_r, dp_r)] = slot
+                    slot += 1
+            continue
+        d = 0
+        for pp_r, m in enumerate(stages):  # whole domains first, in rank order
+            for j in range(len(m) // q * q):
+                out[(pp_r, m[j])] = (d + j // q) * q + j % q
+            d += len(m) // q
+        used = [0] * len(free)
+        for pp_r, m in enumerate(stages):  # remainders, rank order inside each domain
+            if pp_r not in home:
+                continue
+            i = home[pp_r]
+            for dp_r in m[len(m) // q * q :]:
+                out[(pp_r, dp_r)] = (full + i) * q + used[i]
+                used[i] += 1
+    return out
+
+
 def host_name(site: str, node: int) -> str:
     """Placeholder name of host `node` of `site`, used when the instance names no hosts."""
     return f"{site}-node{node}"
@@ -344,10 +404,11 @@ def build_layout(problem: Problem, plan: Plan | dict[str, Any]) -> Layout:
                 )
             )
 
+    slot_of = _stage_aligned_slots(replica_sites, per_node, pp, dp)
     for pp_r in range(pp):
         for dp_r in range(dp):
             site = replica_sites[dp_r][pp_r]
-            slot_index = filled[site]
+            slot_index = slot_of[(pp_r, dp_r)]
             filled[site] += 1
             first_domain, slot = divmod(slot_index, per_node[site])
             first_domain *= block[site]

@@ -40,10 +40,11 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   of hosting sites exchanges 2 S_k / K_k bytes per direction, routed on the plan's paths),
   all-gather inside. The NIC phases (T_intra) run over NVLink among the replicas that
   share a node and over the NICs between nodes (intra_sync_s), at the slowest site
-  hosting the stage. The WAN phase pays the bandwidth of its busiest route plus two
-  one-way path latencies, on top. The per-step sync hides partly under the backward of
-  the last micro-batch and the forward of the first (Megatron's --overlap-grad-reduce and
-  --overlap-param-gather): X above.
+  hosting the stage; a site's member count prices a part-filled node, whose fewer NICs
+  carry the node's whole share of the ring (node_fill). The WAN phase pays the bandwidth
+  of its busiest route plus two one-way path latencies, on top. The per-step sync hides
+  partly under the backward of the last micro-batch and the forward of the first
+  (Megatron's --overlap-grad-reduce and --overlap-param-gather): X above.
 """
 
 from __future__ import annotations
@@ -781,7 +782,7 @@ class PerfModel:
         dense, experts = self._stage_split(cfg, k)
         return (dense + experts) * cfg.sync_bits / 8
 
-    def intra_sync_s(self, cfg: Config, k: int, site: str) -> float:
+    def intra_sync_s(self, cfg: Config, k: int, site: str, members: int | None = None) -> float:
         """The NIC phases of stage k's data-parallel sync for a member at `site`,
         hierarchical inside the site as NCCL runs it: Megatron's rank order puts the dp
         ranks of a stage on consecutive TP groups, so q = min(dp, node / tp) of them share
@@ -789,6 +790,13 @@ class PerfModel:
         the node groups all-reduce their 1/q shards over the NICs: 2 (d/q - 1)/(d/q) G/q
         through each member's NIC (with q = 1, the flat ring's 2 (d-1)/d G). The WAN phase
         of the sync is charged on top, by route.
+
+        `members`: the site's replica count of stage k (None: d in whole nodes). Where
+        node_fill applies, its NIC bandwidth term is scaled by node_fill(members): a site
+        whose count leaves a node with r < q members has that node's q shard rings on its
+        r NICs, ceil(q / r) each (NCCL's rings enter and leave every node once whatever its
+        member count: NVIDIA/nccl#687, #569). The node count stays ceil(d / q)
+        (pessimistic for a site with fewer; with d <= q there is no NIC phase).
 
         With CP and EP the dense gradients are reduced over the dp x cp x ep ranks that
         hold the same tp slice (at stride tp), the routed experts' over the dp x tp x cp
@@ -808,6 +816,9 @@ class PerfModel:
             out += comm.ring_allreduce_s(q, shard, self.nvlink_Bps(gpu))
             out += comm.ring_allreduce_s(math.ceil(cfg.dp / q), shard / q, self.nic_Bps(gpu), lat)
             return out
+        fill = 1.0
+        if members is not None and self.node_fill_q(cfg, site):
+            fill = node_fill(members, self.node_fill_q(cfg, site))
         # dense over dp x cp x ranks_per_replica (dp x cp x ep unfolded) at stride tp; experts
         # over dp x expert_dp_per_replica (dp x tp x cp unfolded) at stride ep x etp
         dense_n = cfg.dp * cfg.cp * cfg.ranks_per_replica
@@ -818,8 +829,25 @@ class PerfModel:
         for g, n, stride in parts:
             q = max(1, min(n, gpn // stride))
             out += comm.ring_allreduce_s(q, g, self.nvlink_Bps(gpu))
-            out += comm.ring_allreduce_s(math.ceil(n / q), g / q, self.nic_Bps(gpu), lat)
+            nodes = math.ceil(n / q)
+            if fill == 1.0:
+                out += comm.ring_allreduce_s(nodes, g / q, self.nic_Bps(gpu), lat)
+            elif nodes > 1:
+                # ring_allreduce_s's bandwidth term scaled by the fill, its hop latencies not
+                out += fill * comm.ring_allreduce_s(nodes, g / q, self.nic_Bps(gpu))
+                out += comm.ring_allreduce_s(nodes, 0.0, self.nic_Bps(gpu), lat)
         return out
+
+    def node_fill_q(self, cfg: Config, site: str) -> int:
+        """Replicas of a stage per node at `site` where the NIC phase depends on the site's
+        member count (intra_sync_s), 0 where it does not: with CP, EP or HSDP a stage's
+        sync groups span more than the replicas (one coefficient per stage, as before);
+        with one replica a node (q = 1) no node is part-filled. A folded expert layout
+        (etp set) is a replica stage wider than tp: one coefficient too."""
+        if cfg.cp > 1 or cfg.ep > 1 or cfg.dp_shard > 1 or cfg.etp is not None or cfg.dp < 2:
+            return 0
+        q = self.dp_per_node(cfg, site)
+        return q if q >= 2 else 0
 
     def site_gpus_per_node(self, site: str) -> int:
         s = self.problem.instance.site(site)
@@ -880,7 +908,9 @@ class PerfModel:
         for k in range(cfg.pp):
             h = hosts[k]
             if cfg.dp >= 2:
-                t_intra = max(t_intra, max(self.intra_sync_s(cfg, k, s) for s in h))
+                t_intra = max(
+                    t_intra, max(self.intra_sync_s(cfg, k, s, members=n) for s, n in h.items())
+                )
             sites = sorted(h)
             if len(sites) >= 2:
                 demand = 2 * self.stage_wan_bytes(cfg, k) / len(sites)
@@ -980,6 +1010,18 @@ class PerfModel:
         if step_time_s <= 0 or peak <= 0 or math.isinf(step_time_s):
             return 0.0
         return model_flops_per_step(self.model, self.global_batch) / (step_time_s * peak)
+
+
+def node_fill(members: int, q: int) -> float:
+    """The NIC-phase bandwidth factor of a site holding `members` replicas of a stage, q
+    per node in rank order (placer.outputs.launch): 1 in whole nodes, ceil(q / r) when the
+    last node holds r < q of them (its r NICs carry the q shard rings), also when that is
+    the site's only node. There the simulation has no NIC phase but sends the site's WAN
+    shard through those r NICs, which the closed form's WAN phase does not price (no NIC
+    term): charging 0 let a free WAN undercut one site (tests/test_solver_properties.py
+    test_free_wan_equals_one_site). Both formulations encode it by members mod q."""
+    r = members % q
+    return float(math.ceil(q / r)) if r else 1.0
 
 
 def wan_part_s(sync_mode: str, every_steps: int, t_wan: float, t_pipe: float) -> float:

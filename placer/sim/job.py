@@ -36,10 +36,18 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   reduce-scatter over NVLink (a ring, tp cp ep x the GPU's per-direction NVLink rate,
   no latency), then shard i rings over the i-th member of every node of the site on the
   NICs ((n - 1) hop latencies a phase); a partial node's members carry its missing
-  members' shards. Differs: the closed form (intra_sync_s) rings over ceil(d/q) full
-  nodes of all d replicas, one coefficient per stage and GPU type: pessimistic when a
-  site holds fewer, optimistic when a site's count leaves a partial node (its lone
-  member's NIC moves all the node's shards).
+  members' shards (ring i through member i mod r of a node of r: NCCL's rings enter and
+  leave every node once, through that node's NICs, whatever its member count:
+  NVIDIA/nccl#687, #569). The closed form prices the same partial node (intra_sync_s at
+  the site's member count: node_fill, ceil(q / r) on the NIC bandwidth). Differs: a site
+  whose members fit one node has no NIC phase here; the closed form charges it as a
+  partial node of the ring (ceil(q / r), q = 1: the ring's phase), pessimistic, in lieu
+  of the NIC term its WAN phase lacks (next item). And the closed form's
+  node count is ceil(d/q) of all d replicas, not the site's ceil(n/q): pessimistic when
+  a site holds fewer (its (N-1)/N and 2 (N-1) hop latencies are those of the larger
+  ring); it takes the max over sites of NVLink + NIC phase where the simulation runs
+  each phase at every site before the next (the same when one site is the slowest in
+  both, as with one site).
 * Overlap (job.overlap, or SimOptions.dp_buckets: 0 none, n chunk 0 in n buckets):
   without --overlap-grad-reduce each rank's sync starts when every replica has finished
   its schedule and sent its last gradient (Megatron reduces after forward_backward_func
