@@ -693,4 +693,3 @@ PART_FILLED_CASES = [
     Case("part-filled-100km-dp6", part_filled_instance(dp=6)),
 ]
 PART_FILLED_MOVES = [c for c in PART_FILLED_CASES if c.instance["job"]["gpus"] == 10]
-
