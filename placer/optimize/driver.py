@@ -429,7 +429,9 @@ def solve(
         raise InfeasibleError(explain_infeasible(problem, perf, report, cands))
     if ties is not None and best_sol is ties[1] and not stopped:
         # the final plan's configuration breaks its ties now (deferred in the search)
-        broken = _break_ties(problem, perf, ties, objective, deadline - finish_s, backend)
+        broken = _break_ties(
+            problem, perf, ties, objective, deadline - finish_s, backend, best[2].step_time_s
+        )
         if broken is not None:
             best = broken
     if not stopped:  # repeatable routing: the flows solved again from the decisions
@@ -485,11 +487,13 @@ def _break_ties(
     objective: str,
     until: float,
     backend: str,
+    value_s: float = math.inf,
 ) -> tuple[tuple[Any, ...], Plan, Evaluation, Config] | None:
     """The canonical plan among the ties of the final configuration's optimum (what the
     backend's tie-break solve gives: fewer waves, sites, paths; lower chain types), when it
     is priced exactly (no contention plane it violates) and the evaluator accepts it at the
-    same value; None keeps the plan found."""
+    same value, no slower than the plan found (`value_s`: HiGHS' tie-break may take a plan
+    up to TIE_TOL above the optimum, and the plan found is proven); None keeps that plan."""
     data, sol, model = ties
     left = until - time.perf_counter()
     if left <= 0.05 or interrupt.requested():
@@ -499,7 +503,9 @@ def _break_ties(
         return None
     plan = solution_plan(problem, data, tied)
     ev = evaluate(problem, plan, perf)
-    if not ev.feasible or (data.planes is not None and _add_planes(problem, perf, data, tied, ev)):
+    if not ev.feasible or ev.step_time_s > value_s * (1 + 1e-9):
+        return None
+    if data.planes is not None and _add_planes(problem, perf, data, tied, ev):
         return None
     diff = ev.step_time_s - (tied.step_time_s if tied.step_time_s is not None else ev.step_time_s)
     if diff > AGREEMENT_REL * ev.step_time_s + 1e-9 or (
