@@ -5,6 +5,7 @@ instances with S = 2 .. 32 sites up to ~1M GPUs and a 2T-parameter model.
     .venv/bin/python benchmarks/solve_bench.py --quick    # shipped instances only
     .venv/bin/python benchmarks/solve_bench.py --power    # issue 12.3: power-bound instances
     .venv/bin/python benchmarks/solve_bench.py --deadline # issue 15.3: whole command vs limit
+    .venv/bin/python benchmarks/solve_bench.py --milp-work # issue 12.4: HiGHS work, 1 thread
 
 Prints markdown tables (copy them into benchmarks/README.md).
 """
@@ -114,6 +115,43 @@ def deadline_rows(limits: list[float]) -> None:
                 )
 
 
+def milp_work_rows(names: list[str], time_limit: float) -> None:
+    """The MILP's work on shipped instances with one thread, where HiGHS is deterministic:
+    HiGHS runs, branch-and-bound nodes and simplex iterations, which a loaded machine does
+    not change (the seconds it does). Counted around MilpInner._solve_once."""
+    import placer.optimize.milp as milp
+
+    print(
+        "| instance | status | step time s | wall s | CPU s | HiGHS runs | nodes | LP iterations |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    once = milp.MilpInner._solve_once
+    for name in names:
+        work = [0, 0, 0]
+
+        def counted(self, *a, work=work, **kw):  # type: ignore[no-untyped-def]
+            out = once(self, *a, **kw)
+            info = self.prob.solverModel.getInfo()
+            work[0] += 1
+            work[1] += info.mip_node_count
+            work[2] += info.simplex_iteration_count
+            return out
+
+        milp.MilpInner._solve_once = counted
+        try:
+            prob = load_instance(ROOT / "instances" / f"{name}.yaml")
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = solve(prob, backend="milp", time_limit_s=time_limit, threads=1)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        finally:
+            milp.MilpInner._solve_once = once
+        print(
+            f"| {name} | {res.status} | {res.objective:.6f} | {wall:.2f} | {cpu:.2f} | "
+            f"{work[0]} | {work[1]:,} | {work[2]:,} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="shipped instances only")
@@ -124,7 +162,17 @@ def main() -> None:
     )
     ap.add_argument("--power", action="store_true", help="the power-bound instances only")
     ap.add_argument("--deadline", action="store_true", help="whole-command wall time only")
+    ap.add_argument(
+        "--milp-work",
+        nargs="*",
+        default=None,
+        help="HiGHS work with one thread on these shipped instances (default: the two slowest)",
+    )
     args = ap.parse_args()
+    if args.milp_work is not None:
+        names = args.milp_work or ["three-sites-80-300-500km", "four-site-metro-longhaul"]
+        milp_work_rows(names, max(args.time_limit, 300.0))
+        return
     backends = args.backends.split(",")
     if args.power:
         power_rows(backends, args.time_limit)

@@ -240,3 +240,26 @@ def test_an_optimal_plan_the_evaluator_rejects_is_a_model_mismatch(
     _drop_waves(monkeypatch, optimal=True)
     with pytest.raises(driver.ModelMismatchError, match="evaluator rejects"):
         solve(_instance("two-campus-100km"), backend="milp", time_limit_s=60, threads=1)
+
+
+def test_milp_start_reaches_highs() -> None:
+    # PuLP's warmStart=True is passed to HiGHS as an option that HiGHS rejects, so the MIP
+    # start was lost: a run stopped at once (time limit 0) returns the start only when
+    # HiGHS received it (placer.optimize.milp._StartedHiGHS)
+    import pulp
+
+    from placer.optimize.milp import _StartedHiGHS
+
+    w = [(i * 7919) % 97 + 3 for i in range(30)]
+    top = sorted(range(30), key=lambda i: -w[i])[:14]
+    for start in ({}, {f"x{i}": float(i in top) for i in range(30)}):
+        prob = pulp.LpProblem("start", pulp.LpMinimize)
+        xs = [pulp.LpVariable(f"x{i}", 0, 1, cat="Integer") for i in range(30)]
+        prob += pulp.lpSum(wi * x for wi, x in zip(w, xs, strict=True))
+        prob += pulp.lpSum(wi * x for wi, x in zip(w, xs, strict=True)) >= 700.5
+        prob += pulp.lpSum(xs) <= 14
+        prob.solve(_StartedHiGHS(start, msg=False, timeLimit=0.0, threads=1))
+        has_plan = prob.solverModel.getInfo().primal_solution_status == 2
+        assert has_plan == bool(start)
+        if start:
+            assert prob.objective.value() == pytest.approx(sum(w[i] for i in top))

@@ -933,8 +933,17 @@ class CpsatInner:
         return {"step_time": self.tau, "cost": 1.0, "rate": RATE_UNIT}[self.objective]
 
     def solve(
-        self, time_limit_s: float, threads: int | None, seed: int, options: dict[str, Any]
+        self,
+        time_limit_s: float,
+        threads: int | None,
+        seed: int,
+        options: dict[str, Any],
+        tiebreak: bool = True,
     ) -> InnerSolution | NoPlan:
+        """The optimum, then (with `tiebreak`) the canonical plan among its ties. Without
+        it the first solve's plan is returned and break_ties can follow: the contention
+        rounds only break ties once a round's plan is priced exactly (the tie-break of a
+        round whose plan gains planes is thrown away with the round)."""
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.01, time_limit_s)
@@ -959,21 +968,36 @@ class CpsatInner:
             return NoPlan(proven=False, bound=bound, reason=f"CP-SAT {solver.StatusName(st)}")
         optimal = st == cp_model.OPTIMAL
         self._record(solver)
-        # the tie-break solve gets what is left of the time limit, not a second one
-        p.max_time_in_seconds = max(0.01, time_limit_s - (time.perf_counter() - t0))
         scale = self._scale()
         value = solver.ObjectiveValue() * scale
         bound = solver.BestObjectiveBound() * scale
-        first = self._extract(solver)
-        first_routing = self.routing(solver)
-        t_first = solver.Value(self.T) * self.tau
-        # tie-break: same objective value, then fewer waves, then fewer sites
-        self.add(
-            self.m.Add(self._main() <= round(solver.ObjectiveValue())), row("objective.tiebreak")
+        counts, waves = self._extract(solver)
+        first = InnerSolution(
+            counts,
+            waves,
+            value,
+            bound,
+            optimal,
+            step_time_s=value if self.objective == "step_time" else solver.Value(self.T) * self.tau,
+            routing=self.routing(solver),
         )
+        hints = [(v, solver.Value(v)) for v in self.n.values()]
+        self._tie = (solver, first, round(solver.ObjectiveValue()), hints)
+        if not tiebreak:
+            return first
+        # the tie-break solve gets what is left of the time limit, not a second one
+        return self.break_ties(time_limit_s - (time.perf_counter() - t0))
+
+    def break_ties(self, time_limit_s: float) -> InnerSolution:
+        """Among the plans of the last solve's objective value: fewer waves, then fewer
+        sites, ... (the first plan when the tie-break solve finds none in time)."""
+        solver, first, objective, hints = self._tie
+        solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+        # tie-break: same objective value, then fewer waves, then fewer sites
+        self.add(self.m.Add(self._main() <= objective), row("objective.tiebreak"))
         self.m.ClearHints()  # hook: the tie-break starts from this solve's plan, not the start
-        for v in self.n.values():
-            self.m.AddHint(v, solver.Value(v))
+        for v, value in hints:
+            self.m.AddHint(v, value)
         # canonical order among the remaining ties (CP-SAT's parallel workers may otherwise
         # return a different optimal plan on each run): lowest chain-type indices first
         # then fewer listed paths per routed pair
@@ -990,25 +1014,16 @@ class CpsatInner:
             with interrupt.stoppable(solver.StopSearch):
                 st2 = solver.Solve(self.m)
         if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            counts, waves = first
-            return InnerSolution(
-                counts,
-                waves,
-                value,
-                bound,
-                optimal,
-                step_time_s=value if self.objective == "step_time" else t_first,
-                routing=first_routing,
-            )
+            return first
         counts, waves = self._extract(solver)
         self._record(solver)
         return InnerSolution(
             counts,
             waves,
-            value,
-            bound,
-            optimal,
-            step_time_s=value if self.objective == "step_time" else None,
+            first.objective,
+            first.bound,
+            first.optimal,
+            step_time_s=first.objective if self.objective == "step_time" else None,
             routing=self.routing(solver),
         )
 

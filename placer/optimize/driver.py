@@ -208,10 +208,12 @@ def solve(
     )
 
     best: tuple[tuple[Any, ...], Plan, Evaluation, Config] | None = None
+    best_sol: InnerSolution | None = None  # the backend's answer behind `best`, if any
+    ties: tuple[InnerData, InnerSolution, Any] | None = None  # its ties, not broken yet
     finish_s = 0.0  # time kept back for evaluating, completing and writing the final plan
 
     def consider(data: InnerData, sol: InnerSolution, source: str) -> None:
-        nonlocal best, finish_s
+        nonlocal best, best_sol, finish_s
         t_eval = time.perf_counter()
         plan = solution_plan(problem, data, sol)
         ev = evaluate(problem, plan, perf)
@@ -246,15 +248,15 @@ def solve(
                 )
         key = _tiebreak(objective, ev, plan, data.cfg)
         if best is None or key < best[0]:
-            best = (key, plan, ev, data.cfg)
+            best, best_sol = (key, plan, ev, data.cfg), sol
             say(f"incumbent {source} {data.cfg.label()}: {_fmt(objective, key[0])}")
 
     def offer(plan: Plan, ev: Evaluation, cfg: Config, source: str) -> None:
         """A plan the evaluator already accepted (the heuristic's) competes as is."""
-        nonlocal best
+        nonlocal best, best_sol
         key = _tiebreak(objective, ev, plan, cfg)
         if best is None or key < best[0]:
-            best = (key, plan, ev, cfg)
+            best, best_sol = (key, plan, ev, cfg), None
             say(f"incumbent {source} {cfg.label()}: {_fmt(objective, key[0])}")
 
     # a plan first (placer.optimize.heuristic): greedy construction and local search, every
@@ -356,8 +358,20 @@ def solve(
                 {tuple(g.stage_sites): g.count for g in best[1].replica_groups},
                 {link.key: link.waves for link in best[1].links},
             )
+        deferred: list[Any] = []
         res = _solve_inner(
-            problem, perf, data, backend, objective, inc, remaining, threads, opts, best, hint
+            problem,
+            perf,
+            data,
+            backend,
+            objective,
+            inc,
+            remaining,
+            threads,
+            opts,
+            best,
+            hint,
+            deferred,
         )
         solved += 1
         sol = res if isinstance(res, InnerSolution) else None
@@ -375,6 +389,8 @@ def solve(
                 unproven += 1
                 open_bounds.append(max(cand.lower_bound, sol.bound))
             consider(data, sol, backend)
+            if deferred and best_sol is sol:  # its ties are broken if it stays the incumbent
+                ties = (data, sol, deferred[0])
         nxt = suffix_min[i + 1]
         inc = best[0][0] if best else math.inf
         say(
@@ -411,6 +427,13 @@ def solve(
                 f"time limit {asked_s:g} s{search} reached before any feasible plan was found"
             )
         raise InfeasibleError(explain_infeasible(problem, perf, report, cands))
+    if ties is not None and best_sol is ties[1] and not stopped:
+        # the final plan's configuration breaks its ties now (deferred in the search)
+        broken = _break_ties(
+            problem, perf, ties, objective, deadline - finish_s, backend, best[2].step_time_s
+        )
+        if broken is not None:
+            best = broken
     if not stopped:  # repeatable routing: the flows solved again from the decisions
         canon = _canonical(problem, perf, cands, best, objective, deadline - time.perf_counter())
         if canon is not None:
@@ -455,6 +478,44 @@ def solve(
             found_warnings = instance_warnings(problem) + plan_warnings(problem, final, ev)
         final = final.model_copy(update={"warnings": found_warnings})
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved)
+
+
+def _break_ties(
+    problem: Problem,
+    perf: PerfModel,
+    ties: tuple[InnerData, InnerSolution, Any],
+    objective: str,
+    until: float,
+    backend: str,
+    value_s: float = math.inf,
+) -> tuple[tuple[Any, ...], Plan, Evaluation, Config] | None:
+    """The canonical plan among the ties of the final configuration's optimum (what the
+    backend's tie-break solve gives: fewer waves, sites, paths; lower chain types), when it
+    is priced exactly (no contention plane it violates) and the evaluator accepts it at the
+    same value, no slower than the plan found (`value_s`: HiGHS' tie-break may take a plan
+    up to TIE_TOL above the optimum, and the plan found is proven); None keeps that plan."""
+    data, sol, model = ties
+    left = until - time.perf_counter()
+    if left <= 0.05 or interrupt.requested():
+        return None
+    tied = model.break_ties(left)
+    if tied is sol:
+        return None
+    plan = solution_plan(problem, data, tied)
+    ev = evaluate(problem, plan, perf)
+    if not ev.feasible or ev.step_time_s > value_s * (1 + 1e-9):
+        return None
+    if data.planes is not None and _add_planes(problem, perf, data, tied, ev):
+        return None
+    diff = ev.step_time_s - (tied.step_time_s if tied.step_time_s is not None else ev.step_time_s)
+    if diff > AGREEMENT_REL * ev.step_time_s + 1e-9 or (
+        tied.optimal and -diff > AGREEMENT_REL * ev.step_time_s + 1e-9
+    ):  # as consider(): the backend's step time is the evaluator's
+        raise ModelMismatchError(
+            f"{backend} step time {tied.step_time_s:.9g} s != evaluator {ev.step_time_s:.9g} s "
+            f"for {data.cfg.label()} (tie-break)"
+        )
+    return (_tiebreak(objective, ev, plan, data.cfg), plan, ev, data.cfg)
 
 
 def _canonical(
@@ -887,12 +948,17 @@ def _backend(
     t_cap: float | None = None,
     rate_cap: float | None = None,
     hint: InnerSolution | None = None,
+    deferred: list[Any] | None = None,
 ) -> InnerSolution | NoPlan:
     """One configuration through a backend, with the lockstep-contention planes generated
     until the plan found is priced exactly (placer.optimize.contention): each round adds
     the planes its plan violates and solves again. A round the time limit ends with a plan
     still under-priced returns it at its true value, unproven, or no plan when the true
-    value breaks a limit."""
+    value breaks a limit. With `deferred` (a list), a plan priced exactly comes back
+    before its ties are broken, and the model that breaks them is appended to the list:
+    the driver breaks ties only for the configuration whose plan is final (three-sites-
+    80-300-500km: two of three improving configurations are beaten later, and their
+    MILP tie-breaks took 5 s)."""
     start = time.perf_counter()
     deadline = start + remaining
     t_max = t_cap or (
@@ -902,8 +968,20 @@ def _backend(
     last: tuple[InnerSolution, Evaluation] | None = None
     best: tuple[InnerSolution, Evaluation] | None = None  # the best plan at its true value
     own_cut = False  # the cutoff is `best`'s true value (it only decreases)
+    best_model: MilpInner | CpsatInner | None = None  # best's round, ties not yet broken
+    # MILP: with contention planes, a round's ties are broken only once its plan is priced
+    # exactly (the tie-break of a plan that gains planes would be thrown away with it:
+    # four-site-metro-longhaul, 3.3 s of 14.8 s), and with `deferred` not at all. CP-SAT's
+    # tie-breaks take a tenth of a second, and its rounds keep the tie-broken plans as their
+    # points: from the first plans' points, one worker did not prove four-site-metro-
+    # longhaul's third round in 300 s (41 s with the tie-broken points)
+    lazy = backend == "milp"
+    if not lazy:
+        deferred = None
+    tiebreak = not lazy or (data.planes is None and deferred is None)
     while True:
         left = max(0.05, deadline - time.perf_counter())
+        model: MilpInner | CpsatInner
         if backend == "milp":
             model = MilpInner(
                 data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
@@ -911,23 +989,34 @@ def _backend(
             model.start_from(warm or _start_names(data, hint, model))
             # building the model counts against the time limit too
             sol = model.solve(
-                max(0.05, left - (time.perf_counter() - start)), threads, dict(opts.options)
+                max(0.05, left - (time.perf_counter() - start)),
+                threads,
+                dict(opts.options),
+                tiebreak=tiebreak,
             )
         else:
-            model_c = CpsatInner(
+            model = CpsatInner(
                 data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
             )
-            model_c.start_from(warm or _start_names(data, hint, model_c))
-            sol = model_c.solve(
+            model.start_from(warm or _start_names(data, hint, model))
+            sol = model.solve(
                 max(0.05, deadline - time.perf_counter()),
                 threads,
                 problem.instance.solver.seed,
                 dict(opts.options),
+                tiebreak=tiebreak,
             )
         start = time.perf_counter()
         if isinstance(sol, NoPlan) and sol.proven and best is not None and own_cut:
             # nothing beats the best earlier round's plan, whose true value is the cutoff
             plan_sol, plan_ev = best
+            if best_model is not None:  # the canonical plan among its round's ties
+                tied = best_model.break_ties(max(0.05, deadline - time.perf_counter()))
+                if tied is not plan_sol:
+                    tied_ev = evaluate(problem, solution_plan(problem, data, tied), perf)
+                    same = plan_ev.step_time_s * (1 + 1e-9)
+                    if tied_ev.feasible and tied_ev.step_time_s <= same:
+                        plan_sol, plan_ev = tied, tied_ev
             value = plan_ev.step_time_s
             return InnerSolution(
                 plan_sol.counts,
@@ -946,33 +1035,57 @@ def _backend(
             plan_sol.bound = bound
             return _at_true_value(plan_sol, plan_ev, objective, t_cap)
         if not isinstance(sol, InnerSolution) or data.planes is None:
+            if deferred is not None and isinstance(sol, InnerSolution):
+                deferred.append(model)
             return sol
         ev = evaluate(problem, solution_plan(problem, data, sol), perf)
-        added = add_violated_planes(
-            problem,
-            perf,
-            data.cfg,
-            data.planes,
-            sol.counts,
-            sol.waves,
-            ev.routing,
-            _failure_factors(data, sol),
-        )
-        if not added:
+        added = _add_planes(problem, perf, data, sol, ev)
+        if not added and (not lazy or deferred is not None):
+            if deferred is not None:
+                deferred.append(model)
             return sol
-        warm = (model if backend == "milp" else model_c).integer_values()
+        if not added:
+            # priced exactly: the canonical plan among the round's ties, which the planes
+            # must price exactly too (else it is the next round's point)
+            tied = model.break_ties(max(0.05, deadline - time.perf_counter()))
+            if tied is sol:  # no tie-break plan in time: the priced plan stands
+                return sol
+            tied_ev = evaluate(problem, solution_plan(problem, data, tied), perf)
+            if not _add_planes(problem, perf, data, tied, tied_ev):
+                return tied
+            sol, ev = tied, tied_ev
+        ties_open = lazy and bool(added)  # the round's plan gained planes, ties not broken
+        warm = model.integer_values()
         last = (sol, ev)
         if objective == "step_time" and ev.feasible and t_cap is None:
             # the plan at its true value is a plan: the next rounds need only beat the best
             # of them (1e-6 relative above it: CP-SAT's ticks round each term up)
             if best is None or ev.step_time_s < best[1].step_time_s:
                 best = (sol, ev)
+                best_model = model if ties_open else None
             mine = best[1].step_time_s * (1 + 1e-6)
             if cutoff is None or mine < cutoff:
                 cutoff, own_cut = mine, True
         if time.perf_counter() >= deadline or interrupt.requested():
             plan_sol, plan_ev = best or (sol, ev)
             return _at_true_value(plan_sol, plan_ev, objective, t_cap)
+
+
+def _add_planes(
+    problem: Problem, perf: PerfModel, data: InnerData, sol: InnerSolution, ev: Evaluation
+) -> int:
+    """The contention planes that a round's plan violates, added (0: priced exactly)."""
+    assert data.planes is not None
+    return add_violated_planes(
+        problem,
+        perf,
+        data.cfg,
+        data.planes,
+        sol.counts,
+        sol.waves,
+        ev.routing,
+        _failure_factors(data, sol),
+    )
 
 
 def _start_names(data: InnerData, hint: InnerSolution | None, model: Any) -> dict[str, Any]:
@@ -1035,6 +1148,7 @@ def _solve_inner(
     opts: Any,
     best: Any,
     hint: InnerSolution | None = None,
+    deferred: list[Any] | None = None,
 ) -> InnerSolution | NoPlan:
     if backend == "brute":
         sol = brute_inner(problem, perf, data, objective)
@@ -1044,7 +1158,17 @@ def _solve_inner(
             problem, perf, data, backend, incumbent, remaining, threads, opts
         )
     return _backend(
-        problem, perf, data, backend, objective, incumbent, remaining, threads, opts, hint=hint
+        problem,
+        perf,
+        data,
+        backend,
+        objective,
+        incumbent,
+        remaining,
+        threads,
+        opts,
+        hint=hint,
+        deferred=deferred if objective == "step_time" else None,
     )
 
 

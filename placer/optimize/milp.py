@@ -58,6 +58,29 @@ def _highs_threads(threads: int | None) -> None:
     _HIGHS_THREADS[:] = [threads]
 
 
+class _StartedHiGHS(pulp.HiGHS):
+    """PuLP's highspy interface with a MIP start. PuLP passes `warmStart` to HiGHS as an
+    option, which HiGHS rejects ('warmStart' is no HiGHS option: setOptionValue returns
+    kError and the start is lost), so the start is handed over as HiGHS' own sparse
+    solution (Highs.setSolution with indices) once PuLP has built the columns; HiGHS
+    completes the continuous values (and checks the start) itself."""
+
+    def __init__(self, start: dict[str, float], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start = start
+
+    def callSolver(self, lp: Any) -> None:
+        import numpy as np
+
+        idx = [v.index for v in lp.variables() if v.name in self.start]
+        if idx:
+            vals = [float(self.start[v.name]) for v in lp.variables() if v.name in self.start]
+            lp.solverModel.setSolution(
+                len(idx), np.array(idx, dtype=np.int32), np.array(vals, dtype=np.float64)
+            )
+        super().callSolver(lp)
+
+
 class Outcome(NamedTuple):
     """One HiGHS (or CBC) run: optimal | feasible (limit, with a plan) | infeasible |
     limit (no plan) | error; value and bound in model units."""
@@ -96,7 +119,7 @@ class MilpInner:
         self.cutoff = cutoff
         self.sync = sync_rule(data.sync_mode, data.every_steps)
         self.prob = pulp.LpProblem("placer", pulp.LpMinimize)
-        self.warm = False
+        self.warm: dict[str, float] = {}  # the MIP start: integer values by variable name
         self.rows: list[str] = []  # every row's name, in build order
         for family in FAMILIES:
             getattr(self, f"define_{family}")()
@@ -104,11 +127,8 @@ class MilpInner:
     def start_from(self, values: dict[str, float]) -> None:
         """A MIP start: the integer values of an earlier round's plan (by variable name);
         HiGHS completes the continuous ones."""
-        self.warm = False
-        for v in self.prob.variables():
-            if v.cat == pulp.LpInteger and v.name in values:
-                v.setInitialValue(values[v.name])
-                self.warm = True
+        names = {v.name for v in self.prob.variables() if v.cat == pulp.LpInteger}
+        self.warm = {k: float(v) for k, v in values.items() if k in names}
 
     def integer_values(self) -> dict[str, float]:
         return {
@@ -873,10 +893,16 @@ class MilpInner:
     # ------------------------------------------------------------------ solve
 
     def solve(
-        self, time_limit_s: float, threads: int | None, options: dict[str, Any]
+        self,
+        time_limit_s: float,
+        threads: int | None,
+        options: dict[str, Any],
+        tiebreak: bool = True,
     ) -> InnerSolution | NoPlan:
-        """Solve, then break ties within the time left. A configuration the time limit ends
-        without a plan keeps HiGHS' bound (NoPlan, not proven); a HiGHS error is an error."""
+        """Solve, then (with `tiebreak`) break ties within the time left; without it the
+        first plan is returned and break_ties can follow (as CpsatInner.solve). A
+        configuration the time limit ends without a plan keeps HiGHS' bound (NoPlan, not
+        proven); a HiGHS error is an error."""
         t0 = time.perf_counter()
         first = self._solve_once(time_limit_s, threads, options)
         if first.kind == "error":
@@ -893,9 +919,26 @@ class MilpInner:
         )  # in model units (time in units of ts)
         bound = value if optimal else first.bound
         counts, waves = self._extract()
-        routing = self.routing()
-        # tie-break (families.TieBreak, as CP-SAT): same objective, then fewer waves, fewer
-        # sites, fewer listed paths, replicas on lower chain-type indices
+        plan = InnerSolution(
+            counts,
+            waves,
+            value * self._unit(),
+            -math.inf if bound is None else bound * self._unit(),
+            optimal,
+            step_time_s=value * self._unit() if self.objective == "step_time" else None,
+            routing=self.routing(),
+        )
+        self._tie = (plan, value, threads, options)
+        if not tiebreak:
+            return plan
+        return self.break_ties(time_limit_s - (time.perf_counter() - t0))
+
+    def break_ties(self, time_limit_s: float) -> InnerSolution:
+        """tie-break (families.TieBreak, as CP-SAT): same objective, then fewer waves, fewer
+        sites, fewer listed paths, replicas on lower chain-type indices. It only chooses
+        among plans of the first solve's value: if it fails or runs out of time without a
+        plan, the first plan stands."""
+        plan, value, threads, options = self._tie
         main = self._main()
         self.add(main <= value + TIE_TOL * max(1.0, abs(value)), row("objective.tiebreak"))
         tb = tiebreak_weights(self.d.cfg.dp, len(self.d.chains), len(self.w), len(self.d.sites))
@@ -905,27 +948,23 @@ class MilpInner:
             + tb.paths * pulp.lpSum(self.w.values())
             + pulp.lpSum(tb.chain_index * chain_weight(c) * v for c, v in self.n.items())
         )
-        left = time_limit_s - (time.perf_counter() - t0)
-        # the tie-break only chooses among plans of the first solve's value: if it fails or
-        # runs out of time without a plan, the first plan stands
+        self.warm = self.integer_values()  # the first solve's plan starts the tie-break
         if (
-            left > 0.05
+            time_limit_s > 0.05
             and not interrupt.requested()
-            and self._solve_once(left, threads, options).kind in ("optimal", "feasible")
+            and self._solve_once(time_limit_s, threads, options).kind in ("optimal", "feasible")
         ):
             counts, waves = self._extract()
-            routing = self.routing()
-        value = value * self._unit()
-        bound_u = -math.inf if bound is None else bound * self._unit()
-        return InnerSolution(
-            counts,
-            waves,
-            value,
-            bound_u,
-            optimal,
-            step_time_s=value if self.objective == "step_time" else None,
-            routing=routing,
-        )
+            return InnerSolution(
+                counts,
+                waves,
+                plan.objective,
+                plan.bound,
+                plan.optimal,
+                step_time_s=plan.step_time_s,
+                routing=self.routing(),
+            )
+        return plan
 
     def _extract(self) -> tuple[dict[int, int], dict[Any, int]]:
         counts = {
@@ -955,9 +994,9 @@ class MilpInner:
             # HiGHS' symmetry detection can run for the whole time limit on these models
             kwargs.setdefault("mip_detect_symmetry", False)
             kwargs.update(_interrupt_callback())
-            if self.warm:
-                kwargs["warmStart"] = True
-            solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=threads, **kwargs)
+            solver = _StartedHiGHS(
+                self.warm, msg=False, timeLimit=time_limit_s, threads=threads, **kwargs
+            )
             _highs_threads(threads)
         status = None
         try:
