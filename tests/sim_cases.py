@@ -83,3 +83,22 @@ def plan(
     if sync_mode:
         out["sync_mode"] = sync_mode
     return out
+
+
+def dp_sync_class(prob, p: dict[str, Any]) -> str:
+    """How each stage's data-parallel sync runs, the cases benchmarks/README.md's
+    "data-parallel sync of each stage" table splits by: inside one site or across sites,
+    in whole nodes or with a part-filled node (some site's member count of some stage not
+    a multiple of the replicas per node, gpus_per_node / tp)."""
+    tp = p["parallelism"]["tp"]
+    q = max(1, prob.catalog.gpus["h100-sxm"].gpus_per_node // tp)
+    groups = [(g["count"], g["stage_sites"]) for g in p["replica_groups"]]
+    one_site, partial = True, False
+    for k in range(len(groups[0][1])):
+        per_site: dict[str, int] = {}
+        for c, chain in groups:
+            per_site[chain[k]] = per_site.get(chain[k], 0) + c
+        one_site &= len(per_site) == 1
+        partial |= any(n % q for n in per_site.values())
+    where = "inside one site" if one_site else "across sites"
+    return f"{where}, {'a part-filled node' if partial else 'full nodes'}"

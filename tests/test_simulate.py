@@ -22,7 +22,7 @@ import math
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from sim_cases import SMALL_MODEL, plan, problem
+from sim_cases import SMALL_MODEL, dp_sync_class, plan, problem
 from typer.testing import CliRunner
 
 from placer.cli import app
@@ -395,9 +395,11 @@ def test_interleaved_bubble_is_p_minus_1_over_v() -> None:
 
 
 @st.composite
-def multi_site_plans(draw):
+def multi_site_plans(draw, overlap: bool = False):
     """2-4 sites on a path (plus a chord), 50-1,000 km, 1-8 waves per route, pp 2 or 4,
-    tp 1/2/8, 1-64 replicas in 1-3 groups whose chains visit 1-3 sites in blocks."""
+    tp 1/2/8, 1-64 replicas in 1-3 groups whose chains visit 1-3 sites in blocks;
+    `overlap`: the instance's job.overlap (sync under the backward, ZeRO-1's gather
+    under the forward, TP communication hidden)."""
     n = draw(st.integers(2, 4))
     sites = [f"s{i}" for i in range(n)]
     routes = [(sites[i], sites[i + 1], draw(st.floats(50, 1000))) for i in range(n - 1)]
@@ -422,7 +424,7 @@ def multi_site_plans(draw):
         groups.append((count, chain))
     links = {tuple(sorted(r[:2])): draw(st.integers(1, 8)) for r in routes}
     replicas = sum(c for c, _ in groups)
-    prob = problem(sites, routes, global_batch=m * replicas)
+    prob = problem(sites, routes, global_batch=m * replicas, overlap=overlap)
     return prob, plan(tp, [8 // pp] * pp, groups, m, links)
 
 
@@ -689,3 +691,75 @@ def test_interleaving_crosses_the_wan_at_every_chunk_boundary_and_the_wrap() -> 
     for v, crossings in ((1, 1), (2, 3)):
         res = simulate(prob, p, SimOptions(virtual_stages=v))
         assert sum(t.cross_site for t in res.transfers) == 2 * crossings * r_count * m
+
+
+# (closed form - simulation) / simulation of the whole step on random multi-site plans, by
+# how each stage's data-parallel sync runs (sim_cases.dp_sync_class, the split of the
+# "data-parallel sync of each stage" tables in benchmarks/README.md) and job.overlap: the
+# envelope measured by benchmarks/sim_vs_closed.py --random-only (200 plans seed 1, 1,000
+# plans seed 2) and over 400 draws of multi_site_plans, rounded out to the next 0.5-1%.
+# A change that widens the gap on these draws fails here; one that narrows it should
+# tighten the bound (re-measure with the commands in benchmarks/README.md).
+STEP_BOUNDS: dict[tuple[str, bool], tuple[float, float]] = {
+    # the same hierarchical collective in both (agree to rounding: test_step_agrees_...);
+    # what is left is T_pipe: the ranks that finish first sync over the drain (<= 0) and
+    # the fill / drain crossings counted at one moment (>= 0); measured -5.6% / +0.0%
+    ("inside one site, full nodes", False): (-0.06, 0.005),
+    # as above, with a T_pipe outlier where the per-tick transfer exceeds a stage tick
+    # and the early ranks' NIC rings share the routes' NICs; measured -13.6% / +0.0%
+    ("inside one site, a part-filled node", False): (-0.14, 0.005),
+    # the WAN phase: the closed form charges the busiest route with every rank's exchange
+    # at once, the simulated ranks sync as they finish (pessimistic, median +6-7%), and
+    # the node count of the NIC ring is ceil(d / q) of all replicas, not the site's own
+    # (pessimistic); optimistic only by T_pipe; measured -6.9% / +37.4%
+    ("across sites, full nodes", False): (-0.07, 0.38),
+    # as above, and no NIC term in the WAN phase: a site hosting few members of a stage
+    # sends its whole shard through their NICs (optimistic); measured -14.7% / +46.3%
+    ("across sites, a part-filled node", False): (-0.15, 0.47),
+    # overlap on: the bucketed sync under the last backward; the closed form charges the
+    # ring's hop latencies once where every bucket pays them and the continuous window
+    # above EXACT_BUCKETS buckets (optimistic), plus T_pipe; measured -6.1% / +3.9%
+    ("inside one site, full nodes", True): (-0.065, 0.04),
+    # measured -14.0% / +2.1%
+    ("inside one site, a part-filled node", True): (-0.14, 0.025),
+    # the WAN phase at once (pessimistic) against the simulated ZeRO-1 gather and WAN
+    # rounds of the first ranks delaying the first forward and sharing the routes with
+    # the pipeline (optimistic); measured -52.4% / +67.5%
+    ("across sites, full nodes", True): (-0.53, 0.68),
+    # and the missing NIC term, whose exposed gather delays the first forward (optimistic,
+    # median -19%); measured -59.7% / +26.9%
+    ("across sites, a part-filled node", True): (-0.60, 0.27),
+}
+
+
+def _across_sites_full_nodes(overlap: bool):
+    """Every stage hosted by both sites in whole nodes (tp 8: a replica a node): the
+    WAN phase of every stage's sync, the case the random draws reach least."""
+    prob = problem(["a", "b"], [("a", "b", 300.0)], global_batch=4 * 32, overlap=overlap)
+    return prob, plan(
+        8,
+        [2, 2, 2, 2],
+        [(16, ["a", "a", "b", "b"]), (16, ["b", "b", "a", "a"])],
+        4,
+        {("a", "b"): 2},
+    )
+
+
+@settings(
+    max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@example(case=_across_sites_full_nodes(False))
+@example(case=_across_sites_full_nodes(True))
+@given(case=st.booleans().flatmap(lambda overlap: multi_site_plans(overlap=overlap)))
+def test_closed_form_step_is_within_the_measured_bounds_of_the_simulation(case) -> None:
+    """Issue 11 item 5's "difference documented and bounded by a test": the whole step
+    (pipeline, data-parallel sync, optimizer) on random multi-site plans (2-4 sites,
+    50-1,000 km, 1-8 waves, up to 64 replicas), overlap off and on, within the bounds
+    measured per sync case (STEP_BOUNDS, each with its reason). Where each stage syncs
+    inside one site the two agree to 2% up to the T_pipe residual; across sites the WAN
+    phase differs by construction (placer.sim.job's docstring; benchmarks/README.md)."""
+    prob, p = case
+    res = simulate(prob, p)
+    overlap = prob.instance.job.overlap.grad_reduce
+    lo, hi = STEP_BOUNDS[(dp_sync_class(prob, p), overlap)]
+    assert lo <= res.rel_diff <= hi
