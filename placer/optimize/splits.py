@@ -27,6 +27,7 @@ set like the other parallel dimensions (`job.parallelism.stage_layers`):
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -67,25 +68,49 @@ def stage_lines(perf: PerfModel, cfg: Config, gpu: str) -> list[tuple[float, flo
     function of the stage's layers on `gpu`: the operator model is affine in the layer count
     (placer.perf.compute.stage_ops: per-layer terms plus the LM head and loss of the last
     stage), so two evaluations give it exactly."""
-    one = perf.stage_times(replace(cfg, stage_layers=(1,) * cfg.pp), gpu)
-    two = perf.stage_times(replace(cfg, stage_layers=(2,) * cfg.pp), gpu)
+    one, two = _one_two(cfg)
+    return _time_lines(perf, one, two, gpu)
+
+
+def _one_two(cfg: Config) -> tuple[Config, Config]:
+    """cfg with one and with two layers on every stage: the two points of the lines."""
+    return replace(cfg, stage_layers=(1,) * cfg.pp), replace(cfg, stage_layers=(2,) * cfg.pp)
+
+
+def _time_lines(perf: PerfModel, one: Config, two: Config, gpu: str) -> list[tuple[float, float]]:
     out = []
-    for t1, t2 in zip(one, two, strict=True):
+    for t1, t2 in zip(perf.stage_times(one, gpu), perf.stage_times(two, gpu), strict=True):
         c1, c2 = t1.fwd + t1.bwd, t2.fwd + t2.bwd
         out.append((2 * c1 - c2, c2 - c1))
     return out
 
 
-def memory_caps(problem: Problem, cfg: Config, gpu: str) -> list[int]:
-    """Most layers each stage can hold on `gpu` (stage memory is affine in its layers)."""
-    cap = (problem.catalog.gpus[gpu].hbm_gb - problem.catalog.memory.reserve_gb) * GB
-    one = replace(cfg, stage_layers=(1,) * cfg.pp)
-    two = replace(cfg, stage_layers=(2,) * cfg.pp)
+def memory_lines(problem: Problem, cfg: Config) -> list[tuple[float, float]]:
+    """(base, slope) per stage of a stage's memory in its layers (bytes per GPU): it reads
+    no GPU type, so split_space computes it once per shape for all the GPU types."""
+    one, two = _one_two(cfg)
+    return _memory_lines(problem, one, two)
+
+
+def _memory_lines(problem: Problem, one: Config, two: Config) -> list[tuple[float, float]]:
     out = []
-    for k in range(cfg.pp):
+    for k in range(one.pp):
         m1 = config_stage_memory_bytes(problem.model, one, k)["total"]
         m2 = config_stage_memory_bytes(problem.model, two, k)["total"]
-        slope, base = m2 - m1, 2 * m1 - m2
+        out.append((2 * m1 - m2, m2 - m1))
+    return out
+
+
+def memory_caps(problem: Problem, cfg: Config, gpu: str) -> list[int]:
+    """Most layers each stage can hold on `gpu` (stage memory is affine in its layers)."""
+    return caps_from_lines(problem, memory_lines(problem, cfg), gpu)
+
+
+def caps_from_lines(problem: Problem, mem: list[tuple[float, float]], gpu: str) -> list[int]:
+    """memory_caps from the shape's memory_lines."""
+    cap = (problem.catalog.gpus[gpu].hbm_gb - problem.catalog.memory.reserve_gb) * GB
+    out = []
+    for base, slope in mem:
         if base + slope > cap:
             out.append(0)
         elif slope <= 0:
@@ -115,10 +140,17 @@ def min_max_split(lines: list[tuple[float, float]], caps: list[int], layers: int
 
 
 def gpu_type_patterns(problem: Problem, pp: int, gpus: list[str]) -> list[tuple[str, ...]]:
+    """The GPU-type sequences of pp stages (_type_patterns) under the instance's
+    solver.max_sites_per_replica."""
+    return list(_type_patterns(problem.instance.solver.max_sites_per_replica, pp, tuple(gpus)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _type_patterns(k_max: int, pp: int, gpus: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     """The sequences of GPU types the stages of a contiguous-block chain of at most
     `solver.max_sites_per_replica` sites can have (adjacent blocks of one type merge), at
-    most MAX_TYPE_PATTERNS of them (fewest blocks first)."""
-    k_max = problem.instance.solver.max_sites_per_replica
+    most MAX_TYPE_PATTERNS of them (fewest blocks first). The same for every shape of one
+    pp: cached (a pure function of its arguments)."""
     out: list[tuple[str, ...]] = []
     for n_blocks in range(1, min(k_max, pp) + 1):
         for order in itertools.product(gpus, repeat=n_blocks):
@@ -132,8 +164,8 @@ def gpu_type_patterns(problem: Problem, pp: int, gpus: list[str]) -> list[tuple[
                     )
                 )
                 if len(out) >= MAX_TYPE_PATTERNS:
-                    return out
-    return out
+                    return tuple(out)
+    return tuple(out)
 
 
 def split_space(problem: Problem, perf: PerfModel, cfg: Config, gpus: list[str]) -> SplitSpace:
@@ -148,8 +180,10 @@ def split_space(problem: Problem, perf: PerfModel, cfg: Config, gpus: list[str])
     if math.comb(layers - 1, pp - 1) <= MAX_ENUMERATED_SPLITS:
         return SplitSpace(compositions(layers, pp), True, "all")
     out = [balanced_stage_layers(layers, pp)]
-    lines = {g: stage_lines(perf, cfg, g) for g in gpus}
-    caps = {g: memory_caps(problem, cfg, g) for g in gpus}
+    one, two = _one_two(cfg)
+    lines = {g: _time_lines(perf, one, two, g) for g in gpus}
+    mem = _memory_lines(problem, one, two)  # once per shape, not per GPU type
+    caps = {g: caps_from_lines(problem, mem, g) for g in gpus}
     for pattern in gpu_type_patterns(problem, pp, gpus):
         split = min_max_split(
             [lines[g][k] for k, g in enumerate(pattern)],
