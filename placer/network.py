@@ -66,7 +66,20 @@ class Network:
             g.add_edge(*r.sites, km=r.km)
         return g
 
+    @cached_property
+    def _memo(self) -> dict[tuple, object]:
+        """Pure lookups the step model repeats thousands of times per solve (route latency,
+        a pair's shortest path): computed once per network (the instance is frozen)."""
+        return {}
+
     def latency_s(self, key: RouteKey) -> float:
+        memo = self._memo
+        hit = memo.get(("lat", key))
+        if hit is None:
+            hit = memo[("lat", key)] = self._route_latency_s(key)
+        return hit  # type: ignore[return-value]
+
+    def _route_latency_s(self, key: RouteKey) -> float:
         r = self.routes[key]
         if r.latency_ms is not None:
             return r.latency_ms / 1000.0
@@ -124,10 +137,11 @@ class Network:
         key = (phase, route_key(a, b))
         if routing and key in routing:
             return routing[key]
-        nodes = self._paths.get(a, {}).get(b)
-        if nodes is None:
-            return None
-        return (PathUse(self.make_path(nodes), 1.0),)
+        memo = self._memo
+        if ("uses", a, b) not in memo:
+            nodes = self._paths.get(a, {}).get(b)
+            memo[("uses", a, b)] = None if nodes is None else (PathUse(self.make_path(nodes), 1.0),)
+        return memo[("uses", a, b)]  # type: ignore[return-value]
 
     def pair_latency_s(self, routing: Routing | None, phase: str, a: str, b: str) -> float:
         """A pair's one-way latency in a phase: its slowest path in use."""

@@ -32,8 +32,16 @@ def _bytes(plan) -> str:
 @pytest.mark.parametrize("name", ["four-metro-resilient", "three-sites-80-300-500km"])
 def test_cpsat_plans_are_byte_identical_with_1_2_and_8_workers(name: str) -> None:
     problem = load_instance(ROOT / "instances" / f"{name}.yaml")
-    runs = [solve(problem, backend="cpsat", time_limit_s=60, threads=w) for w in (1, 2, 8, 8, 8)]
+    # a limit that no run reaches, even on a loaded box: the resilience summary re-solves
+    # the instance without the guarantee and under ring within what is left of it, and a
+    # variant ended by the limit is a feasible plan, not the canonical one (CI, stop 20)
+    runs = [solve(problem, backend="cpsat", time_limit_s=600, threads=w) for w in (1, 2, 8, 8, 8)]
     assert all(r.status == "optimal" for r in runs)
+    for r in runs:
+        res = r.plan.resilience or {}
+        assert all(
+            res.get(f"{v}_status", "optimal") == "optimal" for v in ("none", "ring", "optcc")
+        )
     first = _bytes(runs[0].plan)
     for r in runs[1:]:
         assert _bytes(r.plan) == first

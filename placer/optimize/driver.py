@@ -557,7 +557,9 @@ def resilience_summary(
 ) -> dict[str, Any]:
     """Failure analysis of the resilient plan, and the spare waves the same guarantee costs
     under ring vs OptCC: each is solved again and compared with the plan solved without
-    resilience (spare = waves with the guarantee - waves without it, per route)."""
+    resilience (spare = waves with the guarantee - waves without it, per route). Each
+    variant's solver status is recorded (`<variant>_status`, and `_gap` when not proven):
+    the variants share what is left of the time limit."""
     from placer.resilience import failure_report
 
     res = problem.instance.resilience
@@ -592,6 +594,11 @@ def resilience_summary(
                 _nested=True,
             )
             runs[name] = waves_of(r.plan)
+            # a variant ended by the time limit is a feasible plan, not the cheapest one:
+            # its spare waves are then an upper bound, and say so
+            out[f"{name}_status"] = r.status
+            if r.status != "optimal":
+                out[f"{name}_gap"] = r.gap
         except PlacerError as exc:
             runs[name] = None
             out[f"{name}_error"] = str(exc).splitlines()[0]

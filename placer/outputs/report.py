@@ -294,6 +294,16 @@ def resilience_section(res: dict[str, Any]) -> list[str]:
         "",
         f"Spare waves the guarantee costs: {res.get('spare_waves_ring')} under ring, {res.get('spare_waves_optcc')} under OptCC (total with guarantee minus total without).",  # noqa: E501
     ]
+    unproven = [
+        f"{name} ({res[f'{name}_status']}, gap {res.get(f'{name}_gap', 0.0):.2%})"
+        for name in ("none", "ring", "optcc")
+        if res.get(f"{name}_status") not in (None, "optimal")
+    ]
+    if unproven:
+        lines.append(
+            "Not proven within the time limit, so their wave counts are those of a feasible "
+            "plan, not the fewest: " + ", ".join(unproven) + "."
+        )
     return lines
 
 
