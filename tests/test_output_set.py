@@ -25,7 +25,7 @@ from placer.outputs.fileset import read_manifest, verify_set, write_set
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO = ROOT / "instances" / "two-campus-100km.yaml"
-THREE = ROOT / "instances" / "three-sites-80-300-500km.yaml"
+OLD = "previous-run"  # the name of the old set's instance
 METRO = ROOT / "instances" / "four-metro-resilient.yaml"
 PLACER = [sys.executable, "-c", "from placer._entry import main; main()"]
 runner = CliRunner()
@@ -42,12 +42,18 @@ def _consistent(folder: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def three_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A previous run's output set (three-sites), solved once and copied into each test
-    that needs an old set to keep or replace."""
-    out = tmp_path_factory.mktemp("three") / "out"
-    assert runner.invoke(app, ["solve", str(THREE), "-q", "-o", str(out)]).exit_code == 0
-    assert _consistent(out) == "three-sites-80-300-500km"
+def old_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A previous run's output set, solved once and copied into each test that needs an
+    old set to keep or replace: two-campus renamed (OLD) with a shorter route, so that the old
+    and the new set differ in every file and a mix of the two is seen (three-sites took a
+    minute of the serial pass)."""
+    tmp = tmp_path_factory.mktemp("old")
+    inst = tmp / "old.yaml"
+    text = TWO.read_text().replace("name: two-campus-100km", f"name: {OLD}")
+    inst.write_text(text.replace("km: 100", "km: 60"))  # another route: another BOM
+    out = tmp / "out"
+    assert runner.invoke(app, ["solve", str(inst), "-q", "-o", str(out)]).exit_code == 0
+    assert _consistent(out) == OLD
     return out
 
 
@@ -77,10 +83,10 @@ def test_dot_names_cannot_escape_the_output_folder(tmp_path: Path) -> None:
 
 
 def test_os_error_mid_set_is_exit_2_and_keeps_the_old_set(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, three_set: Path
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old_set: Path
 ) -> None:
     out = tmp_path / "out"
-    shutil.copytree(three_set, out, symlinks=True)
+    shutil.copytree(old_set, out, symlinks=True)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     real = Path.write_bytes
     calls = []
@@ -167,12 +173,10 @@ def _start(args: list[str], **kw: object) -> subprocess.Popen[str]:
     )
 
 
-def test_sigkill_while_writing_leaves_the_old_or_the_new_set(
-    tmp_path: Path, three_set: Path
-) -> None:
+def test_sigkill_while_writing_leaves_the_old_or_the_new_set(tmp_path: Path, old_set: Path) -> None:
     """Kill the writer the moment its temporary folder appears (and at random times)."""
     out = tmp_path / "out"
-    shutil.copytree(three_set, out, symlinks=True)
+    shutil.copytree(old_set, out, symlinks=True)
     rng = random.Random(15)
     seen = set()
     for attempt in range(6):
@@ -188,7 +192,7 @@ def test_sigkill_while_writing_leaves_the_old_or_the_new_set(
             time.sleep(0.0005)
         p.communicate()
         seen.add(_consistent(out))
-    assert seen <= {"three-sites-80-300-500km", "two-campus-100km"}
+    assert seen <= {OLD, "two-campus-100km"}
     r = runner.invoke(app, ["solve", str(TWO), "-q", "-o", str(out)])  # a later run cleans up
     assert r.exit_code == 0 and _consistent(out) == "two-campus-100km"
     assert [e.name for e in tmp_path.iterdir()] == ["out"]
@@ -208,10 +212,10 @@ def _interrupt_when(p: subprocess.Popen[str], marker: str, sig: int) -> str:
 
 @pytest.mark.parametrize("backend,sig", [("cpsat", signal.SIGINT), ("milp", signal.SIGTERM)])
 def test_signal_mid_search_keeps_the_best_plan_as_feasible(
-    tmp_path: Path, backend: str, sig: int, three_set: Path
+    tmp_path: Path, backend: str, sig: int, old_set: Path
 ) -> None:
     out = tmp_path / "out"
-    shutil.copytree(three_set, out, symlinks=True)
+    shutil.copytree(old_set, out, symlinks=True)
     p = _start(["solve", str(METRO), "-o", str(out), "--backend", backend, "--time-limit", "60"])
     t0 = time.monotonic()
     err = _interrupt_when(p, "incumbent greedy", sig)  # the backend search is under way
