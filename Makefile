@@ -19,7 +19,7 @@ run: venv
 # two passes (tests/conftest.py): the suite spread over the cores, then the tests that
 # assert wall-clock behaviour, alone
 test: venv
-	$(BIN)/python -m pytest -n auto -m "not serial"
+	$(BIN)/python -m pytest -n auto --dist worksteal -m "not serial"
 	$(BIN)/python -m pytest -m serial
 
 lint: venv

@@ -19,7 +19,6 @@ SERIAL_MODULES = {
     "test_hostile_input.py",  # refused or ended within seconds
     "test_output_set.py",  # signals honoured within their grace time, kills at moments
     "test_sweep_faults.py",  # workers die with their parent within seconds
-    "test_fuzz.py",  # no mutant may run past 30 s
 }
 SERIAL_TESTS = {
     # a plan within a 20 s limit on the 8-site power-bound instance

@@ -29,7 +29,7 @@ STOP = {"stop_after_first_solution": True, "num_workers": 1}
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     folder = tmp_path_factory.mktemp("unproven")
-    base = (ROOT / "instances" / "three-sites-80-300-500km.yaml").read_text()
+    base = (ROOT / "instances" / "deepseek-v3-two-sites.yaml").read_text()
     (folder / "base.yaml").write_text(base)
     study = {
         "name": "unproven",
