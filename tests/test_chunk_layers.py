@@ -157,3 +157,59 @@ def test_balanced_chunks_are_a_valid_even_split(pp: int, v: int, layers: int) ->
     units = [c + (s == 0) + (s == pp * v - 1) for s, c in enumerate(chunks)]
     assert max(units) - min(units) <= 1  # as even as possible, embedding and loss counted
 
+
+# ----------------------------------------------------------------------------- exports
+
+
+def _parse_layout(text: str) -> list[int]:
+    """Decoder layers per model stage of a Megatron-Core layout string, read by the grammar
+    PipelineParallelLayerLayout.parse_str_to_list documents (commas cosmetic, "(..)*n" and
+    "x*n" unrolled, "|" between stages; E and L counted once each, first and last)."""
+    import re
+
+    text = text.replace(",", "")
+    text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), text)
+    text = re.sub(r"(.)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), text)
+    stages = text.split("|")
+    assert stages[0].startswith("E") and stages[-1].endswith("L")
+    assert text.count("E") == 1 and text.count("L") == 1 and set(text) <= set("EtL|")
+    return [s.count("t") for s in stages]
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(chunks=st.lists(st.integers(1, 12), min_size=2, max_size=24))
+def test_layout_string_round_trips(chunks: list[int]) -> None:
+    from placer.outputs.launch import megatron_layout_string
+
+    assert _parse_layout(megatron_layout_string(chunks)) == chunks
+
+
+def test_exports_carry_the_uneven_chunks() -> None:
+    import solver_cases as sc
+
+    from placer.io import problem_from_data
+    from placer.outputs.launch import (
+        build_layout,
+        megatron_files,
+        parse_megatron_args,
+        torchtitan_settings,
+    )
+
+    data = sc.uneven_chunk_instance(None)
+    prob = problem_from_data(data)
+    p = plan(1, [5, 3], [(4, ["a", "a"])], 4)
+    p["parallelism"].update(virtual_stages=3, chunk_layers=[1, 1, 2, 1, 2, 1])
+    layout = build_layout(prob, plan_from_data(p))
+    text = megatron_files(layout)["megatron_args.sh"]
+    flags = parse_megatron_args(text)
+    assert flags["--pipeline-model-parallel-layout"] == ["Et*1|t*1|t*2|t*1|t*2|t*1,L"]
+    assert _parse_layout(flags["--pipeline-model-parallel-layout"][0]) == [1, 1, 2, 1, 2, 1]
+    assert "--num-virtual-stages-per-pipeline-rank" not in flags
+    assert "uneven chunks [1, 1, 2, 1, 2, 1]" in text
+    settings_ = {k: val for _, k, val in torchtitan_settings(layout, "0.3")}
+    assert settings_["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    parts = settings_["module_fqns_per_model_part"]
+    assert [sum(x.startswith("layers.") for x in part) for part in parts] == [1, 1, 2, 1, 2, 1]
+    assert [x for part in parts for x in part if x.startswith("layers.")] == [
+        f"layers.{i}" for i in range(8)
+    ]
