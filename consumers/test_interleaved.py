@@ -24,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import ROOT, require
+from conftest import ROOT, megatron_lm_src, megatron_validate, require
 
 sys.path.insert(0, str(ROOT / "consumers"))
 from probe import torchtitan_args  # noqa: E402
@@ -137,6 +137,16 @@ def test_megatron_core_builds_the_plans_chunks(name: str) -> None:
     # chunk c of rank k is model stage c p + k: its first layer follows all earlier stages'
     for (k, c), off in offsets.items():
         assert off == sum(want[(s % p, s // p)] for s in range(c * p + k)), (k, c)
+
+
+@pytest.mark.parametrize("name", list(EXPORTS))
+def test_megatron_lm_parse_and_validate_args(name: str) -> None:
+    """Megatron-LM's own parse_args + validate_args on the interleaved exports (needs
+    MEGATRON_LM_SRC, as consumers/test_configs.py): the layout of uneven chunks, or the
+    virtual-stage flags, pass its checks (world: tp 1 x pp 4 x dp 2)."""
+    megatron_lm_src()  # skips first, as the other Megatron-LM checks
+    got = megatron_validate(EXPORTS[name], 8)
+    assert got["pipeline_model_parallel_size"] == 4, got
 
 
 def test_megatron_core_runs_the_schedule_placer_prices() -> None:
