@@ -56,9 +56,10 @@ consumer-exports: venv
 	$(BIN)/placer export consumers/case5d/plan.json -i consumers/case5d/instance.yaml -f all -o $(CBUILD)/export-5d
 	rm -rf $(CBUILD)/export-ds3
 	$(BIN)/placer export instances/plans/deepseek-v3-two-sites.json -i instances/deepseek-v3-two-sites.yaml -f all -o $(CBUILD)/export-ds3
-	rm -rf $(CBUILD)/export-interleaved $(CBUILD)/export-interleaved-layout
+	rm -rf $(CBUILD)/export-interleaved $(CBUILD)/export-interleaved-layout $(CBUILD)/export-interleaved-chunks
 	$(BIN)/placer export $(CASE)-interleaved/plan.json -i $(CASE)-interleaved/instance.yaml -f all -o $(CBUILD)/export-interleaved
 	$(BIN)/placer export $(CASE)-interleaved/plan-layout.json -i $(CASE)-interleaved/instance.yaml -f all -o $(CBUILD)/export-interleaved-layout
+	$(BIN)/placer export $(CASE)-interleaved/plan-chunks.json -i $(CASE)-interleaved/instance.yaml -f all -o $(CBUILD)/export-interleaved-chunks
 	$(BIN)/placer export $(CASE)/plan-uneven.json -i $(CASE)/instance.yaml -f all -o $(CBUILD)/export-uneven
 	rm -rf $(CBUILD)/export-hsdp $(CBUILD)/export-hsdp-0.2
 	$(BIN)/placer export consumers/case-hsdp/plan.json -i consumers/case-hsdp/instance.yaml -f all -o $(CBUILD)/export-hsdp
@@ -72,7 +73,7 @@ test-consumers: venv $(CVENV)/.installed consumer-exports
 	@$(CBIN)/python -c "import torch, megatron.core, torchtitan; print('tools: torch', torch.__version__, '| megatron-core', megatron.core.__version__, '| torchtitan', __import__('importlib.metadata').metadata.version('torchtitan'))"
 	@slurmd -V 2>/dev/null || echo "slurm-wlm: not installed"
 	PLACER_EXPORT=$(CURDIR)/$(CBUILD)/export PLACER_EXPORT_02=$(CURDIR)/$(CBUILD)/export-0.2 PLACER_EXPORT_5D=$(CURDIR)/$(CBUILD)/export-5d PLACER_EXPORT_DS3=$(CURDIR)/$(CBUILD)/export-ds3 PLACER_EXPORT_HSDP=$(CURDIR)/$(CBUILD)/export-hsdp PLACER_EXPORT_HSDP_02=$(CURDIR)/$(CBUILD)/export-hsdp-0.2 PLACER_EXPORT_MOE=$(CURDIR)/$(CBUILD)/export-moe \
-	  PLACER_EXPORT_VPP=$(CURDIR)/$(CBUILD)/export-interleaved PLACER_EXPORT_VPP_LAYOUT=$(CURDIR)/$(CBUILD)/export-interleaved-layout \
+	  PLACER_EXPORT_VPP=$(CURDIR)/$(CBUILD)/export-interleaved PLACER_EXPORT_VPP_LAYOUT=$(CURDIR)/$(CBUILD)/export-interleaved-layout PLACER_EXPORT_VPP_CHUNKS=$(CURDIR)/$(CBUILD)/export-interleaved-chunks \
 	  PLACER_EXPORT_UNEVEN=$(CURDIR)/$(CBUILD)/export-uneven PLACER_SPLITS=$(CURDIR)/$(CBUILD)/megatron_splits.json \
 	  $(CBIN)/python -m pytest consumers -rs -s -p no:cacheprovider
 

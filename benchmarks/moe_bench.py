@@ -22,7 +22,7 @@ from placer.evaluate import evaluate
 from placer.io import load_instance, load_model, problem_from_data
 from placer.optimize.driver import solve
 from placer.perf.flops import active_param_count, param_count
-from placer.perf.step import balanced_stage_layers
+from placer.perf.step import balanced_chunk_layers, balanced_stage_layers
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTIVE_WITH_EMBEDDING = {
@@ -168,7 +168,7 @@ PUBLISHED: list[dict] = [
     ),
     dict(
         row="DeepSeek-V3, 25.09 dropless",
-        src=MB + ", 25.09, DGX-H100 (VP 4 in the run: placer needs layers divisible by v)",
+        src=MB + ", 25.09, DGX-H100 (VP 4: placer's balanced uneven chunks)",
         model="deepseek-v3",
         gpu="h100-sxm",
         gpus=1024,
@@ -178,6 +178,7 @@ PUBLISHED: list[dict] = [
         tp=2,
         pp=8,
         ep=64,
+        v=4,
         dispatcher="deepep",  # HybridEP: Megatron-Bridge recipes/deepseek (flex backend hybridep)
         published=1297,
     ),
@@ -298,12 +299,13 @@ PUBLISHED.append(
 # fp8cs: alltoall dispatcher, overlap_moe_expert_parallel_comm = True, VP 4). placer's
 # folded layout (parallelism.etp = 1): a replica stage of lcm(2, 32) = 32 GPUs. VP 4 needs
 # Megatron-Bridge's account_for_embedding/loss_in_pipeline_split (96 = 94 layers + 2 over
-# 32 chunks), which placer cannot express: placer runs v = 2 (every rank's layers even).
+# 32 chunks): parallelism.chunk_layers, placer's balanced chunk split (2, 3 x 30, 2), which
+# is that split (tests/test_chunk_layers.py, consumers/test_interleaved.py).
 for _row, _gbs, _pub in (("25.11", 2048, 1575), ("26.02", 8192, 1633)):
     PUBLISHED.append(
         dict(
             row=f"Qwen3-235B-A22B, {_row}",
-            src=MB + f", {_row}, DGX-H100 (FP8-CS; VP 4 in the run, placer v = 2)",
+            src=MB + f", {_row}, DGX-H100 (FP8-CS; VP 4)",
             model="qwen3-235b-a22b",
             gpu="h100-sxm",
             gpus=256,
@@ -314,16 +316,94 @@ for _row, _gbs, _pub in (("25.11", 2048, 1575), ("26.02", 8192, 1633)):
             pp=8,
             ep=32,
             etp=1,
-            v=2,
+            v=4,
             overlap=True,
             published=_pub,
         )
     )
-NOT_EXPRESSIBLE = [
-    "DeepSeek-V3 on GB200 (PP 4, VP 4, EP 64, 3139 / 3955 tokens/s/GPU) and Qwen3-235B on GB200 "
-    "25.11 (PP 8, VP 3): 61 and 94 layers do not split into equal chunks per rank; Megatron-Bridge "
-    "uses a custom pipeline layout, placer's interleaving needs stage_layers divisible by v",
+# Rows placer could not express before parallelism.chunk_layers (issue 16): VP 3 / 4 with 61
+# or 94 layers. DeepSeek-V3 at PP 4 VP 4 takes Megatron-Bridge's own layout for (4, 4)
+# (recipes/deepseek/deepseek_v3.py _get_deepseek_v3_pipeline_layout: embedding + 4 | 4 x 14 |
+# 1 + loss, the MTP layer left out as placer does); the others placer's balanced split.
+# Dispatcher: HybridEP (deepep) as the Megatron-Bridge DeepSeek-V3 / Qwen3 GB200 recipes;
+# EP overlap off (the DeepSeek-V3 recipe's overlap_moe_expert_parallel_comm = False).
+DS3_LAYOUT_4X4 = [4] + [4] * 14 + [1]
+NEW_ROWS: list[dict] = [
+    dict(
+        row="DeepSeek-V3 (w/o MTP), 25.11",
+        src=MB + ", 25.11, DGX-GB200 (BF16; Megatron-Bridge's PP 4 VP 4 layout)",
+        model="deepseek-v3",
+        gpu="gb200",
+        gpus=256,
+        precision="bf16",
+        gbs=4096,
+        mbs=1,
+        tp=1,
+        pp=4,
+        ep=64,
+        v=4,
+        chunks=DS3_LAYOUT_4X4,
+        dispatcher="deepep",
+        published=3139,
+    ),
+    dict(
+        row="DeepSeek-V3 (w/o MTP), 25.11",
+        src=MB + ", 25.11, DGX-GB200 (FP8-MX; PP 8 VP 4, placer's balanced chunks)",
+        model="deepseek-v3",
+        gpu="gb200",
+        gpus=256,
+        precision="fp8",
+        gbs=4096,
+        mbs=1,
+        tp=1,
+        pp=8,
+        ep=32,
+        v=4,
+        dispatcher="deepep",
+        published=4018,
+    ),
+    dict(
+        row="DeepSeek-V3, 26.02",
+        src=MB + ", 26.02, DGX-GB200 (MXFP8; Megatron-Bridge's PP 4 VP 4 layout)",
+        model="deepseek-v3",
+        gpu="gb200",
+        gpus=256,
+        precision="fp8",
+        gbs=4096,
+        mbs=1,
+        tp=1,
+        pp=4,
+        ep=64,
+        v=4,
+        chunks=DS3_LAYOUT_4X4,
+        dispatcher="deepep",
+        published=3955,
+    ),
+    dict(
+        row="Qwen3-235B-A22B, 25.11",
+        src=MB + ", 25.11, DGX-GB200 (BF16; PP 8 VP 3: embedding and loss counted, 3 | 4 x 22 | 3)",
+        model="qwen3-235b-a22b",
+        gpu="gb200",
+        gpus=256,
+        precision="bf16",
+        gbs=8192,
+        mbs=1,
+        tp=1,
+        pp=8,
+        ep=32,
+        v=3,
+        dispatcher="deepep",
+        published=4916,
+    ),
 ]
+# The rows above whose run interleaved at a VP placer could not express before issue 16,
+# with the stand-in placer ran instead (v, stage_layers rule): for the before/after table.
+STAND_INS = {
+    ("DeepSeek-V3, 25.09 dropless", "h100-sxm"): 1,
+    ("Qwen3-235B-A22B, 25.11", "h100-sxm"): 2,
+    ("Qwen3-235B-A22B, 26.02", "h100-sxm"): 2,
+}
+NOT_EXPRESSIBLE: list[str] = []
 
 
 def published_row(r: dict) -> tuple[float, float, dict]:
@@ -348,7 +428,12 @@ def published_row(r: dict) -> tuple[float, float, dict]:
     width = tp * ep if etp is None else math.lcm(tp, ep * etp)  # rules.Config.width, cp = 1
     dp = r["gpus"] // (pp * width)
     layers = list(balanced_stage_layers(m.layers, pp))
-    if v > 1:  # equal chunks: round each stage to a multiple of v, the remainder to the middle
+    chunks = r.get("chunks")
+    if v > 1 and chunks is None and m.layers % v:  # uneven chunks: the optimizer's split
+        chunks = list(balanced_chunk_layers(m.layers, pp, v))
+    if chunks is not None:
+        layers = [sum(chunks[c * pp + k] for c in range(v)) for k in range(pp)]
+    elif v > 1:  # equal chunks: round each stage to a multiple of v, the remainder to the middle
         layers = [x - x % v for x in layers]
         k = pp // 2
         while sum(layers) < m.layers:
@@ -363,6 +448,7 @@ def published_row(r: dict) -> tuple[float, float, dict]:
             **({"etp": etp} if etp is not None else {}),
             "micro_batch": r["mbs"],
             "virtual_stages": v,
+            **({"chunk_layers": chunks} if chunks is not None else {}),
         },
         "stage_layers": layers,
         "replica_groups": [{"count": dp, "stage_sites": ["dc"] * pp}],
@@ -434,6 +520,60 @@ def published_runs() -> None:
     print(f"mean |error| over {len(errs)} rows: {sum(errs) / len(errs):.1%}")
     for s in NOT_EXPRESSIBLE:
         print("not expressible:", s)
+
+
+def _row_cells(r: dict) -> tuple[str, float, bool]:
+    tok, _, bd = published_row(r)
+    v = r.get("v", 1)
+    lay = f"pp{r['pp']} v{v}" + (
+        " chunks" if r.get("chunks") or (v > 1 and load_model(r["model"]).layers % v) else ""
+    )
+    return lay, tok / r["published"] - 1, bd["feasible"]
+
+
+def vp_rows() -> None:
+    """Issue 16: the published rows at their run's real VP (uneven chunks where the layers
+    do not divide), against the stand-in placer ran before (VP 1 or 2), and the rows that
+    were not expressible at all."""
+    print("\nPublished rows at their real VP (uneven chunks) vs the stand-in before issue 16")
+    print(
+        "| run | GPUs | before (stand-in) | error before | after (real VP) | error after | fits |"
+    )
+    print("|---|---|---|---:|---|---:|---|")
+    before_all, after_all = [], []
+    for r in PUBLISHED:
+        key = (r["row"], r["gpu"])
+        if key not in STAND_INS:
+            continue
+        old = {**r, "v": STAND_INS[key]}
+        old.pop("chunks", None)
+        lay0, e0, _ = _row_cells(old)
+        lay1, e1, fit = _row_cells(r)
+        before_all.append(abs(e0))
+        after_all.append(abs(e1))
+        print(
+            f"| {r['row']} | {r['gpus']} {r['gpu']} | {lay0} | {e0:+.1%} | {lay1} | "
+            f"{e1:+.1%} | {fit} |"
+        )
+    for r in NEW_ROWS:
+        lay1, e1, fit = _row_cells(r)
+        after_all.append(abs(e1))
+        print(
+            f"| {r['row']} | {r['gpus']} {r['gpu']} | not expressible | - | {lay1} | "
+            f"{e1:+.1%} | {fit} |"
+        )
+    n0 = len(before_all)
+    print(
+        f"mean |error|: the {n0} re-run rows {sum(before_all) / n0:.1%} before, "
+        f"{sum(after_all[:n0]) / n0:.1%} after; with the {len(NEW_ROWS)} new rows "
+        f"{sum(after_all) / len(after_all):.1%} over {len(after_all)}"
+    )
+    base = [abs(published_row(r)[0] / r["published"] - 1) for r in PUBLISHED]
+    every = base + after_all[n0:]
+    print(
+        f"mean |error| of the whole published set: {sum(base) / len(base):.1%} over "
+        f"{len(base)} rows; with the new rows {sum(every) / len(every):.1%} over {len(every)}"
+    )
 
 
 # Dense Llama 3 runs of the same Megatron-Bridge tables (25.11, FP8-CS), at placer's v = 1
@@ -538,7 +678,9 @@ def term_scans() -> None:
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:] == ["published"]:
+    if sys.argv[1:] == ["vp"]:
+        vp_rows()
+    elif sys.argv[1:] == ["published"]:
         published_runs()
         deepseek_ablation()
         dense_blackwell()
@@ -549,6 +691,7 @@ if __name__ == "__main__":
         deepseek_one_site()
         llama_cp()
         published_runs()
+        vp_rows()
         deepseek_ablation()
         dense_blackwell()
         term_scans()

@@ -1,9 +1,12 @@
 """Interleaved 1F1B exports (consumers/case-interleaved) in the real tools.
 
-Two plans of the same instance (pp 4, v 2, 12 layers): plan.json with uneven ends
-(--decoder-first/last-pipeline-num-layers + --num-virtual-stages-per-pipeline-rank) and
+Three plans of the same instance (pp 4, v 2, 12 layers): plan.json with uneven ends
+(--decoder-first/last-pipeline-num-layers + --num-virtual-stages-per-pipeline-rank),
 plan-layout.json with uneven middle ranks (--pipeline-model-parallel-layout of 8 model
-stages). The oracles are megatron-core 0.16's own layer assignment (get_num_layers_to_build,
+stages) and plan-chunks.json with uneven chunks (3 layers per rank in chunks of 1 and 2,
+parallelism.chunk_layers, issue 16: a layout again). Megatron-Core's
+account_for_embedding/loss_in_pipeline_split check placer's balanced chunk split. The
+oracles are megatron-core 0.16's own layer assignment (get_num_layers_to_build,
 get_transformer_layer_offset, PipelineParallelLayerLayout) and schedule
 (get_schedule_table, get_pp_rank_microbatches), and torchtitan 0.3's config parser and
 stage placement (_get_pp_rank_to_stage_indices_mapping): each (rank, chunk) must hold the
@@ -21,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import ROOT, require
+from conftest import ROOT, megatron_lm_src, megatron_validate, require
 
 sys.path.insert(0, str(ROOT / "consumers"))
 from probe import torchtitan_args  # noqa: E402
@@ -36,7 +39,13 @@ EXPORTS = {
             "PLACER_EXPORT_VPP_LAYOUT", ROOT / "build" / "consumers" / "export-interleaved-layout"
         )
     ),
+    "plan-chunks": Path(
+        os.environ.get(
+            "PLACER_EXPORT_VPP_CHUNKS", ROOT / "build" / "consumers" / "export-interleaved-chunks"
+        )
+    ),
 }
+LAYOUT_PLANS = ("plan-layout", "plan-chunks")
 
 
 def _plan(name: str) -> dict:
@@ -44,8 +53,12 @@ def _plan(name: str) -> dict:
 
 
 def _chunks(plan: dict) -> dict[tuple[int, int], int]:
-    """(pp rank, chunk) -> layers, as placer means the plan: stage_layers[k] / v each."""
-    v = plan["parallelism"]["virtual_stages"]
+    """(pp rank, chunk) -> layers, as placer means the plan: parallelism.chunk_layers[c pp
+    + k] when given (uneven chunks), else stage_layers[k] / v each."""
+    par = plan["parallelism"]
+    v, p = par["virtual_stages"], par["pp"]
+    if par.get("chunk_layers") is not None:
+        return {(k, c): par["chunk_layers"][c * p + k] for k in range(p) for c in range(v)}
     return {(k, c): n // v for k, n in enumerate(plan["stage_layers"]) for c in range(v)}
 
 
@@ -101,7 +114,7 @@ def test_megatron_core_builds_the_plans_chunks(name: str) -> None:
 
     plan = _plan(name)
     a = _megatron_args(EXPORTS[name])
-    assert ("--pipeline-model-parallel-layout" in a) == (name == "plan-layout")
+    assert ("--pipeline-model-parallel-layout" in a) == (name in LAYOUT_PLANS)
     cfg = _transformer_config(a)
     p, v = plan["parallelism"]["pp"], plan["parallelism"]["virtual_stages"]
     assert cfg.virtual_pipeline_model_parallel_size == v
@@ -124,6 +137,16 @@ def test_megatron_core_builds_the_plans_chunks(name: str) -> None:
     # chunk c of rank k is model stage c p + k: its first layer follows all earlier stages'
     for (k, c), off in offsets.items():
         assert off == sum(want[(s % p, s // p)] for s in range(c * p + k)), (k, c)
+
+
+@pytest.mark.parametrize("name", list(EXPORTS))
+def test_megatron_lm_parse_and_validate_args(name: str) -> None:
+    """Megatron-LM's own parse_args + validate_args on the interleaved exports (needs
+    MEGATRON_LM_SRC, as consumers/test_configs.py): the layout of uneven chunks, or the
+    virtual-stage flags, pass its checks (world: tp 1 x pp 4 x dp 2)."""
+    megatron_lm_src()  # skips first, as the other Megatron-LM checks
+    got = megatron_validate(EXPORTS[name], 8)
+    assert got["pipeline_model_parallel_size"] == 4, got
 
 
 def test_megatron_core_runs_the_schedule_placer_prices() -> None:
@@ -182,3 +205,39 @@ def test_torchtitan_03_places_the_plans_chunks(name: str) -> None:
             assert sum(x.startswith("layers.") for x in parts[s]) == want[(rank, c)]
     layers = [x for part in parts for x in part if x.startswith("layers.")]
     assert layers == [f"layers.{i}" for i in range(sum(plan["stage_layers"]))]
+
+
+@pytest.mark.parametrize(("layers", "pp", "v"), [(94, 8, 4), (94, 8, 3), (14, 2, 2), (30, 4, 2)])
+def test_balanced_chunks_are_megatron_cores_embedding_and_loss_split(
+    layers: int, pp: int, v: int
+) -> None:
+    """Where Megatron-Core's account_for_embedding_in_pipeline_split and
+    account_for_loss_in_pipeline_split run (layers + 2 divisible by pp and by pp v: the
+    Qwen3-235B-A22B recipes' 94 layers at VP 4 and VP 3), placer's balanced chunk split
+    (placer.perf.step.balanced_chunk_layers, what the optimizer plans when v does not
+    divide a rank) is the one Megatron-Core builds."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    from placer.perf.step import balanced_chunk_layers
+
+    cfg = TransformerConfig(
+        num_layers=layers,
+        hidden_size=64,
+        num_attention_heads=4,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=v,
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+        pipeline_dtype=__import__("torch").bfloat16,
+        bf16=True,
+    )
+    parallel_state.set_virtual_pipeline_model_parallel_world_size(v)
+    try:
+        got = [
+            get_num_layers_to_build(cfg, vp_stage=s // pp, pp_rank=s % pp) for s in range(pp * v)
+        ]
+    finally:
+        parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
+    assert tuple(got) == balanced_chunk_layers(layers, pp, v)

@@ -101,6 +101,9 @@ class Config:
     # interleaved 1F1B: model chunks per pipeline rank (Megatron's virtual pipeline size);
     # stage_layers[k] // virtual_stages layers per chunk of rank k, model stage c pp + k
     virtual_stages: int = 1
+    # parallelism.chunk_layers: the layers of each of the v pp model stages when they are
+    # not stage_layers[k] / v (uneven chunks, Megatron-Core's pipeline layout); None: even
+    chunk_split: tuple[int, ...] | None = None
 
     @property
     def gpus(self) -> int:
@@ -128,9 +131,23 @@ class Config:
 
     @property
     def chunk_layers(self) -> tuple[int, ...]:
-        """Layers of each model stage (v pp of them; model stage s on rank s mod pp)."""
+        """Layers of each model stage (v pp of them; model stage s on rank s mod pp): the
+        plan's chunk_layers, else stage_layers[k] / v for every chunk of rank k."""
+        if self.chunk_split is not None:
+            return self.chunk_split
         v, p = self.virtual_stages, self.pp
         return tuple(self.stage_layers[s % p] // v for s in range(v * p))
+
+    @property
+    def uneven_chunks(self) -> bool:
+        """Whether some rank's chunks differ in size (exports need a pipeline layout)."""
+        v, p = self.virtual_stages, self.pp
+        c = self.chunk_layers
+        return any(len({c[i * p + k] for i in range(v)}) > 1 for k in range(p))
+
+    def rank_chunks(self, k: int) -> tuple[int, ...]:
+        """The layers of rank k's v chunks, chunk 0 first."""
+        return tuple(self.chunk_layers[c * self.pp + k] for c in range(self.virtual_stages))
 
     def label(self) -> str:
         """tp[-cp][-ep][-fsdp]-pp-dp-mb[-v]-sync, and the layers per stage when they are not all
@@ -144,6 +161,8 @@ class Config:
         base = (
             f"tp{self.tp}{extra}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}{v}-{self.sync_mode}"
         )
+        if self.uneven_chunks:
+            base += "-C" + ".".join(map(str, self.chunk_layers))
         if len(set(self.stage_layers)) <= 1:
             return base
         return base + "-L" + ".".join(map(str, self.stage_layers))
@@ -170,6 +189,7 @@ def job_config(
     virtual_stages: int = 1,
     dp_shard: int = 1,
     etp: int | None = None,
+    chunk_split: tuple[int, ...] | None = None,
 ) -> Config:
     """A configuration with the job's recompute, precision, ZeRO and sync settings."""
     return Config(
@@ -200,6 +220,7 @@ def job_config(
         dp_shard=dp_shard,
         reshard_after_forward=job.fsdp.reshard_after_forward,
         etp=etp,
+        chunk_split=tuple(chunk_split) if chunk_split is not None else None,
     )
 
 
@@ -307,7 +328,19 @@ def config_of(problem: Problem, plan: Plan) -> Config:
         virtual_stages=par.virtual_stages,
         dp_shard=shard,
         etp=etp,
+        chunk_split=_uneven_chunks(plan),
     )
+
+
+def _uneven_chunks(plan: Plan) -> tuple[int, ...] | None:
+    """The plan's chunk_layers, or None when they are the even split (one Config, and one
+    cache key, per pipeline whichever way the plan writes it)."""
+    par = plan.parallelism
+    if par.chunk_layers is None:
+        return None
+    v, p = par.virtual_stages, par.pp
+    even = [plan.stage_layers[s % p] // v for s in range(v * p)]
+    return None if list(par.chunk_layers) == even else tuple(par.chunk_layers)
 
 
 # ----------------------------------------------------------------------------- nodes and power

@@ -885,8 +885,17 @@ class PlanParallelism(Strict):
         ge=1,
         le=hi("parallel_degree"),
         description="interleaved 1F1B: model chunks per pipeline rank (Megatron's virtual "
-        "pipeline size); rank k's stage_layers[k] layers split evenly into them, model "
-        "stage c*pp + k being chunk c of rank k",
+        "pipeline size); rank k's stage_layers[k] layers split evenly into them (or as "
+        "chunk_layers says), model stage c*pp + k being chunk c of rank k",
+    )
+    chunk_layers: list[Annotated[Int, Field(ge=1, le=hi("model_dim"))]] | None = Field(
+        default=None,
+        max_length=int(hi("model_dim")),
+        description="interleaved 1F1B with uneven chunks: the decoder layers of each of the "
+        "virtual_stages x pp model stages in model order (entry c*pp + k is chunk c of rank k, "
+        "Megatron-Core's --pipeline-model-parallel-layout order), each >= 1, rank k's chunks "
+        "summing to stage_layers[k]; null = every chunk of rank k holds stage_layers[k] / "
+        "virtual_stages layers (which must then divide)",
     )
 
 
@@ -979,6 +988,30 @@ class PlanWarning(Strict):
     message: str
 
 
+def chunk_layer_problems(chunks: list[int], stage_layers: list[int], pp: int, v: int) -> list[str]:
+    """Why parallelism.chunk_layers does not describe the plan's pipeline (empty: it does):
+    v x pp entries in model-stage order (chunk c of rank k at c pp + k, as Megatron-Core's
+    PipelineParallelLayerLayout reads its stages), rank k's chunks summing to
+    stage_layers[k]; every chunk >= 1 layer (placer prices a model stage by its decoder
+    layers; Megatron-Core would accept an empty one, placer does not plan them)."""
+    out = []
+    if len(chunks) != v * pp:
+        out.append(
+            f"parallelism.chunk_layers: {len(chunks)} entries, virtual_stages x pp is "
+            f"{v} x {pp} = {v * pp}"
+        )
+        return out
+    for k, n in enumerate(stage_layers[:pp]):
+        mine = [chunks[c * pp + k] for c in range(v)]
+        if sum(mine) != n:
+            where = ", ".join(f"[{c * pp + k}]" for c in range(v))
+            out.append(
+                f"parallelism.chunk_layers: rank {k}'s chunks {where} sum to {sum(mine)}, "
+                f"stage_layers[{k}] is {n}"
+            )
+    return out
+
+
 class Plan(Strict):
     instance: str | None = None
     status: Literal["optimal", "feasible", "infeasible", "time_limit"] | None = None
@@ -1020,15 +1053,18 @@ class Plan(Strict):
             if n < 1:
                 out.append(f"stage_layers[{k}]: every stage needs at least one layer, got {n}")
         v = p.virtual_stages
+        if p.chunk_layers is not None:
+            out += chunk_layer_problems(p.chunk_layers, self.stage_layers, p.pp, v)
         if v > 1:
             if p.pp == 1:
                 out.append(f"parallelism.virtual_stages: {v} needs pipeline parallelism (pp is 1)")
             for k, n in enumerate(self.stage_layers):
-                if n % v:
+                if p.chunk_layers is None and n % v:
                     out.append(
                         f"stage_layers[{k}]: {n} layers do not split into virtual_stages={v} "
-                        "equal chunks (Megatron-Core needs each rank's layers divisible by "
-                        "the virtual pipeline size)"
+                        "equal chunks (Megatron-Core's even split needs each rank's layers "
+                        "divisible by the virtual pipeline size; parallelism.chunk_layers gives "
+                        "uneven chunks, exported as --pipeline-model-parallel-layout)"
                     )
         total = sum(g.count for g in self.replica_groups)
         if total != p.dp:

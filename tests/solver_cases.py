@@ -503,7 +503,7 @@ def cases() -> list[Case]:
         Case("interleave-two-sites-20km", interleave_instance(20.0)),
         Case("interleave-two-sites-200km", interleave_instance(200.0)),
     ]
-    return out + UNEVEN_SPLIT_CASES + PART_FILLED_CASES
+    return out + UNEVEN_SPLIT_CASES + PART_FILLED_CASES + UNEVEN_CHUNK_CASES
 
 
 # 8 layers of h = 2048 at s = 2048: ~1 ms per stage forward, 8 MB pipeline messages, so that
@@ -693,3 +693,24 @@ PART_FILLED_CASES = [
     Case("part-filled-100km-dp6", part_filled_instance(dp=6)),
 ]
 PART_FILLED_MOVES = [c for c in PART_FILLED_CASES if c.instance["job"]["gpus"] == 10]
+
+
+# ----------------------------------------------------------------------------- uneven chunks
+
+
+def uneven_chunk_instance(km: float | None) -> dict[str, Any]:
+    """The interleave instance at pp 2 with virtual_stages [3] only: 8 layers do not split
+    into 3 equal chunks per rank, so every plan runs uneven chunks (parallelism.
+    chunk_layers, placer.perf.step.balanced_chunk_layers: 1, 2, 2 / 1, 1, 1) and brute
+    force, CP-SAT and the MILP price the same uneven pipeline (issue 16)."""
+    inst = interleave_instance(km, [3])
+    par = inst["job"]["parallelism"]
+    par["pp"] = [2]
+    par["dp"] = [inst["job"]["gpus"] // 2]
+    return inst
+
+
+UNEVEN_CHUNK_CASES = [
+    Case("interleave-uneven-one-site", uneven_chunk_instance(None)),
+    Case("interleave-uneven-two-sites-20km", uneven_chunk_instance(20.0)),
+]

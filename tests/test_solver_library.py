@@ -207,3 +207,18 @@ def test_part_filled_node_pricing_decides_the_optimum(case: sc.Case, monkeypatch
     assert [(g.count, g.stage_sites) for g in old.plan.replica_groups] == [(5, ["a", "a"])]
     priced = evaluate(problem, json.loads(old.plan.model_dump_json())).step_time_s
     assert old.objective < res.objective < priced
+
+
+@pytest.mark.parametrize("case", sc.UNEVEN_CHUNK_CASES, ids=lambda c: c.id)
+def test_uneven_chunk_cases_plan_uneven_chunks(case: sc.Case) -> None:
+    """The uneven-chunk cases exercise what they are for: every backend's plan interleaves
+    v = 3 with chunk_layers of 8 layers over 2 ranks (not the even split, which 8 / 3 has
+    not), each rank's chunks summing to its stage_layers."""
+    for backend in BACKENDS:
+        res = outcome(case.id, backend)
+        assert not isinstance(res, InfeasibleError), f"{backend}: {res}"
+        par = res.plan.parallelism
+        assert par.virtual_stages == 3 and par.chunk_layers is not None, backend
+        assert sum(par.chunk_layers) == 8 and min(par.chunk_layers) >= 1
+        for k, n in enumerate(res.plan.stage_layers):
+            assert sum(par.chunk_layers[c * 2 + k] for c in range(3)) == n

@@ -430,8 +430,8 @@ def config_plan(
     routing: list[dict[str, Any]],
 ) -> Plan:
     """The plan of a configuration with these replica groups, links and routing (cp, ep,
-    dp_shard and virtual_stages written only when not 1, etp only when folded, as CONTRACT
-    plans leave them out)."""
+    dp_shard and virtual_stages written only when not 1, etp only when folded, chunk_layers
+    only when uneven, as CONTRACT plans leave them out)."""
     return Plan.model_validate(
         {
             "instance": problem.name,
@@ -446,6 +446,7 @@ def config_plan(
                 "micro_batch": cfg.micro_batch,
                 "num_micro_batches": cfg.num_micro_batches,
                 **({"virtual_stages": cfg.virtual_stages} if cfg.virtual_stages > 1 else {}),
+                **({"chunk_layers": list(cfg.chunk_split)} if cfg.chunk_split else {}),
             },
             "stage_layers": list(cfg.stage_layers),
             "replica_groups": groups,

@@ -24,7 +24,13 @@ from placer.io import Problem
 from placer.optimize import deadline
 from placer.optimize.splits import split_space
 from placer.perf.flops import config_stage_memory_bytes
-from placer.perf.step import Chain, Config, PerfModel, balanced_stage_layers
+from placer.perf.step import (
+    Chain,
+    Config,
+    PerfModel,
+    balanced_chunk_layers,
+    balanced_stage_layers,
+)
 from placer.rules import (
     cp_ep_problems,
     dp_shard_problems,
@@ -192,6 +198,7 @@ def _configs_for(
                     continue
                 m = num_micro_batches(job, b, dp, side)
                 for v in sorted(set(par.virtual_stages)):
+                    chunks = None
                     if v == 1:
                         base = job_config(
                             job,
@@ -211,9 +218,10 @@ def _configs_for(
                         report.split_sources.add(space.source)
                         splits, complete = space.splits, space.complete
                     else:
-                        split = interleaved_split(model.layers, pp, m, v, report)
-                        if split is None:
+                        found = interleaved_split(model.layers, pp, m, v, report)
+                        if found is None:
                             continue
+                        split, chunks = found
                         splits, complete = [split], True
                     for mode in job.sync.modes:
                         for split in splits:
@@ -232,6 +240,7 @@ def _configs_for(
                                     virtual_stages=v,
                                     dp_shard=f,
                                     etp=etp,
+                                    chunk_split=chunks,
                                 )
                             )
                         if not complete:
@@ -244,27 +253,34 @@ def _configs_for(
 
 def interleaved_split(
     layers: int, pp: int, m: int, v: int, report: SpaceReport
-) -> tuple[int, ...] | None:
-    """The layers per pipeline rank of v chunks each, or None (with the reason dropped).
+) -> tuple[tuple[int, ...], tuple[int, ...] | None] | None:
+    """(layers per pipeline rank, layers per model stage or None for even chunks) of v
+    chunks per rank, or None (with the reason dropped).
 
-    v = 1: the balanced split. v > 1 needs pipeline parallelism, a micro-batch count that
-    is a multiple of pp (the interleaved schedule's micro-batch groups, as placer.perf.
-    critical_path.interleaved_order and Megatron-LM before Core 0.8 require) and every
-    rank's layers divisible by v (Megatron-Core 0.16 TransformerConfig: first, middle and
-    last ranks alike): the balanced split of layers / v over the ranks, times v, so that
-    every chunk of rank k holds the balanced share of rank k."""
+    v = 1: the balanced split. v > 1 needs pipeline parallelism and a micro-batch count
+    that is a multiple of pp (the interleaved schedule's micro-batch groups, as placer.
+    perf.critical_path.interleaved_order and Megatron-LM before Core 0.8 require). When v
+    divides the layers (and leaves each rank a chunk): the balanced split of layers / v
+    over the ranks, times v, every chunk of rank k holding the balanced share of rank k
+    (Megatron-Core's even split). Otherwise uneven chunks (balanced_chunk_layers: the
+    embedding and the loss counted as a layer, Megatron-Core's pipeline layout), each
+    rank's layers the sum of its chunks."""
     if v == 1:
-        return balanced_stage_layers(layers, pp)
+        return balanced_stage_layers(layers, pp), None
     if pp == 1:
         report.drop("virtual_stages > 1 needs pp > 1")
         return None
     if m % pp:
         report.drop("interleaving needs the micro-batch count to be a multiple of pp")
         return None
-    if layers % v or layers // v < pp:
+    if layers % v == 0 and layers // v >= pp:
+        return tuple(v * n for n in balanced_stage_layers(layers // v, pp)), None
+    chunks = balanced_chunk_layers(layers, pp, v)
+    if chunks is None:
         report.drop("the layers do not split into pp x virtual_stages chunks")
         return None
-    return tuple(v * n for n in balanced_stage_layers(layers // v, pp))
+    ranks = tuple(sum(chunks[c * pp + k] for c in range(v)) for k in range(pp))
+    return ranks, chunks
 
 
 def stage_memory_gb(problem: Problem, cfg: Config, stage: int) -> float:

@@ -730,7 +730,7 @@ def rankmap_files(layout: Layout) -> dict[str, str]:
 
 
 def megatron_pipeline_args(
-    stage_layers: list[int], virtual_stages: int = 1
+    stage_layers: list[int], virtual_stages: int = 1, chunk_layers: list[int] | None = None
 ) -> tuple[list[str], list[str]]:
     """(arguments, comment lines) that give Megatron the plan's layers per stage.
 
@@ -740,10 +740,15 @@ def megatron_pipeline_args(
     flag Megatron-LM's validate_args accepts together with the first/last flags; Megatron-
     Core then gives every chunk of rank k stage_layers[k] / v layers (get_transformer_layer_
     offset), as the plan means. A custom layout lists the v pp model stages instead (its
-    length sets the virtual size; no other virtual-stage flag is allowed with it).
+    length sets the virtual size; no other virtual-stage flag is allowed with it): the
+    plan's uneven middle stages, or its uneven chunks (`chunk_layers`, parallelism.
+    chunk_layers in model-stage order), which no other flag expresses.
     """
     pp, v = len(stage_layers), virtual_stages
     if v > 1:
+        even = [stage_layers[s % pp] // v for s in range(v * pp)]
+        if chunk_layers is not None and list(chunk_layers) != even:
+            return _megatron_layout(stage_layers, v, list(chunk_layers))
         if pp > 2 and len(set(stage_layers[1:-1])) > 1:
             return _megatron_layout(stage_layers, v)
         args, notes = megatron_pipeline_args(stage_layers)
@@ -768,15 +773,32 @@ def megatron_pipeline_args(
     return _megatron_layout(stage_layers, 1)
 
 
-def _megatron_layout(stage_layers: list[int], v: int) -> tuple[list[str], list[str]]:
-    """--pipeline-model-parallel-layout of the v pp model stages in Megatron-Core's order
-    (entry c pp + k is chunk c of rank k: PipelineParallelLayerLayout)."""
-    pp = len(stage_layers)
-    chunks = [stage_layers[s % pp] // v for s in range(v * pp)]
-    layout = "|".join(
-        ("E" if s == 0 else "") + f"t*{n}" + (",L" if s == v * pp - 1 else "")
-        for s, n in enumerate(chunks)
+def megatron_layout_string(chunks: list[int]) -> str:
+    """Megatron-Core's pipeline layout of model stages holding `chunks` decoder layers each
+    (entry c pp + k is chunk c of rank k: PipelineParallelLayerLayout), the embedding on the
+    first, the loss on the last: e.g. [2, 3, 3, 2] -> "Et*2|t*3|t*3|t*2,L"."""
+    n = len(chunks)
+    return "|".join(
+        ("E" if s == 0 else "") + f"t*{c}" + (",L" if s == n - 1 else "")
+        for s, c in enumerate(chunks)
     )
+
+
+def _megatron_layout(
+    stage_layers: list[int], v: int, chunks: list[int] | None = None
+) -> tuple[list[str], list[str]]:
+    """--pipeline-model-parallel-layout of the v pp model stages in Megatron-Core's order
+    (entry c pp + k is chunk c of rank k: PipelineParallelLayerLayout): `chunks` when the
+    plan gives uneven chunks, else stage_layers[k] / v for every chunk of rank k."""
+    pp = len(stage_layers)
+    layout = megatron_layout_string(chunks or [stage_layers[s % pp] // v for s in range(v * pp)])
+    if chunks is not None:
+        return ["--pipeline-model-parallel-layout", layout], [
+            f"interleaved 1F1B with uneven chunks {chunks} (model-stage order, chunk c of rank k at c*pp + k):",  # noqa: E501
+            "Megatron-Core's even split needs each rank's layers divisible by the virtual size, so the custom",  # noqa: E501
+            "layout below lists every model stage (--pipeline-model-parallel-layout, experimental; checked with",  # noqa: E501
+            "megatron-core 0.16.1; E = embedding, t = decoder layer, L = loss; its length sets the virtual size).",  # noqa: E501
+        ]
     middle = stage_layers[1:-1]
     return ["--pipeline-model-parallel-layout", layout], [
         f"WARNING: the plan's middle stages are uneven ({middle}): Megatron's --decoder-first/last-pipeline-num-layers",  # noqa: E501
@@ -798,7 +820,7 @@ def megatron_files(layout: Layout) -> dict[str, str]:
     job = problem.instance.job
     cfg = config_of(problem, plan)
     pipe_args, pipe_notes = megatron_pipeline_args(
-        list(plan.stage_layers), plan.parallelism.virtual_stages
+        list(plan.stage_layers), plan.parallelism.virtual_stages, plan.parallelism.chunk_layers
     )
     args: list[tuple[list[str], str]] = [
         (["--tensor-model-parallel-size", str(par.tp)], "TP inside one node"),
@@ -1070,12 +1092,14 @@ def torchtitan_parts(layout: Layout, version: str) -> list[list[str]]:
     """Module FQNs per model stage: the plan's layers per stage, embeddings first, final
     norm and output projection last (torchtitan's Llama module names for `version`).
     Interleaved (v > 1): v pp parts, part c pp + k being chunk c of rank k with
-    stage_layers[k] / v layers; torchtitan's looped schedules (Interleaved1F1B) place
-    part s on pipeline rank s mod pp, as placer's model does."""
+    stage_layers[k] / v layers, or parallelism.chunk_layers[c pp + k] (uneven chunks:
+    module_fqns_per_model_part takes any layers per part); torchtitan's looped schedules
+    (Interleaved1F1B) place part s on pipeline rank s mod pp, as placer's model does."""
     parts: list[list[str]] = []
     start = 0
-    v = layout.plan.parallelism.virtual_stages
-    chunks = [n // v for _ in range(v) for n in layout.plan.stage_layers]
+    par = layout.plan.parallelism
+    v = par.virtual_stages
+    chunks = par.chunk_layers or [n // v for _ in range(v) for n in layout.plan.stage_layers]
     for k, n in enumerate(chunks):
         part = (["tok_embeddings"] if k == 0 else []) + [
             f"layers.{i}" for i in range(start, start + n)
@@ -1485,6 +1509,7 @@ __all__ = [
     "inter_site_groups",
     "megatron_coords",
     "megatron_files",
+    "megatron_layout_string",
     "megatron_pipeline_args",
     "megatron_rank",
     "nccl_suggestions",

@@ -104,7 +104,12 @@ def markdown_report(
             if par.virtual_stages > 1
             else ""
         ),
-        f"- layers per stage: {list(plan.stage_layers)}",
+        f"- layers per stage: {list(plan.stage_layers)}"
+        + (
+            f"; per model stage (chunk c of rank k at c*pp + k): {list(par.chunk_layers)}"
+            if par.chunk_layers is not None
+            else ""
+        ),
         f"- data-parallel sync: {ev.sync_mode}",
         "",
         "## Placement (replicas -> sites hosting their stages)",

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
+from placer.perf.critical_path import interleaved_order
 from placer.schema import ModelSpec
 
 BYTES_BF16 = 2
@@ -276,6 +278,7 @@ def stage_memory_bytes(
     dp_shard: int = 1,
     reshard_after_forward: bool = True,
     etp: int | None = None,
+    chunks: tuple[int, ...] | None = None,
 ) -> dict[str, float]:
     """Per-GPU memory of a stage; 1F1B keeps min(pp - stage, m) micro-batches in flight.
 
@@ -289,7 +292,10 @@ def stage_memory_bytes(
     W = lcm(tp cp, ep etp) GPUs, the dense weights replicated over dp W / tp ranks and the
     routed experts split over ep x etp and replicated over dp W / (ep etp). The activations are
     those of the chunk micro-batches the schedule holds at
-    once (in_flight_chunks), each of layers / virtual_stages layers."""
+    once (in_flight_chunks), each of layers / virtual_stages layers; with uneven `chunks`
+    (the rank's layers per chunk, parallelism.chunk_layers) the peak over the schedule of
+    the chunk micro-batches it holds, each weighing its chunk's share of the layers
+    (peak_chunk_layers)."""
     first, last = stage == 0, stage == pp - 1
     total = stage_params(m, layers, first, last, first_layer)
     experts = expert_layer_params(m, first_layer, layers)
@@ -305,13 +311,16 @@ def stage_memory_bytes(
     else:
         state = dense * model_state_bytes_per_param(dp * cp * ep, zero1)
         state += routed * model_state_bytes_per_param(dp * tp * cp, zero1)
-    chunks = in_flight_chunks(pp, num_micro_batches, virtual_stages, stage)
+    in_flight = in_flight_chunks(pp, num_micro_batches, virtual_stages, stage)
     n_moe = m.moe_layers_in(first_layer, layers)
     per_mb = (layers - n_moe) * activation_bytes_per_layer(m, micro_batch, tp, recompute, cp)
     per_mb += n_moe * activation_bytes_per_layer(
         m, micro_batch, tp, recompute, cp, True, load_imbalance, e_tp
     )
-    act = chunks * per_mb / virtual_stages
+    if chunks is not None and len(set(chunks)) > 1 and num_micro_batches % pp == 0:
+        act = per_mb * peak_chunk_layers(pp, num_micro_batches, stage, chunks) / max(1, layers)
+    else:
+        act = in_flight * per_mb / virtual_stages
     if recompute == "full":
         act += activation_bytes_per_layer(
             m, micro_batch, tp, "selective", cp, n_moe > 0, load_imbalance, e_tp
@@ -367,6 +376,20 @@ def in_flight_chunks(pp: int, m: int, v: int, rank: int) -> int:
     return min(m * v, 2 * (pp - rank - 1) + (v - 1) * pp + 1)
 
 
+@cache
+def peak_chunk_layers(pp: int, m: int, rank: int, chunks: tuple[int, ...]) -> int:
+    """The most layers' worth of activations pipeline rank `rank` holds at once under
+    Megatron-Core's interleaved schedule (placer.perf.critical_path.interleaved_order, m a
+    multiple of pp) when its v = len(chunks) chunks hold chunks[c] layers: each forward of
+    chunk c adds its chunk's layers, each backward frees them. With equal chunks of n / v
+    layers this is in_flight_chunks x n / v (tests/test_chunk_layers.py)."""
+    cur = peak = 0
+    for kind, _, s in interleaved_order(pp, m, len(chunks), rank):
+        cur += chunks[s // pp] if kind == "F" else -chunks[s // pp]
+        peak = max(peak, cur)
+    return peak
+
+
 def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, float]:
     """stage_memory_bytes for stage `stage` of a configuration (placer.rules.Config)."""
     return stage_memory_bytes(
@@ -388,4 +411,5 @@ def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, f
         dp_shard=getattr(cfg, "dp_shard", 1),
         reshard_after_forward=getattr(cfg, "reshard_after_forward", True),
         etp=getattr(cfg, "etp", None),
+        chunks=cfg.rank_chunks(stage) if getattr(cfg, "chunk_split", None) else None,
     )

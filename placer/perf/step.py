@@ -97,6 +97,35 @@ def balanced_stage_layers(layers: int, pp: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def balanced_chunk_layers(layers: int, pp: int, v: int) -> tuple[int, ...] | None:
+    """Decoder layers of each of the v pp model stages (model order, chunk c of rank k at
+    c pp + k) for interleaving when the even split per rank does not exist, or None when
+    some model stage would get no layer (layers < v pp).
+
+    Megatron-Core's account_for_embedding_in_pipeline_split / account_for_loss_in_
+    pipeline_split (TransformerConfig; what Megatron-Bridge's Qwen3 MoE recipes set for
+    94 layers with VP 3 or 4): the embedding and the loss count as one layer each, the
+    layers + 2 units split evenly over the v pp model stages, the first model stage
+    (embedding) and the last (loss) one decoder layer short (transformer_block.
+    get_num_layers_to_build). Megatron-Core needs the units to divide; here the
+    remainder is spread: the short model stages (a unit fewer) are the last ones, as
+    Megatron-Bridge's DeepSeek-V3 layouts shorten the last stage, skipping the first and
+    last stage when that would leave them without a decoder layer."""
+    n = v * pp
+    if layers < n:
+        return None
+    base, extra = divmod(layers + 2, n)
+    units = [base] * n
+    ends_ok = base >= 2  # the embedding / loss stage keeps a decoder layer with base - 1 units
+    short = [s for s in reversed(range(n)) if ends_ok or s not in (0, n - 1)][: n - extra]
+    for s in range(n):
+        units[s] += 0 if s in short else 1
+    out = [u - (s == 0) - (s == n - 1) for s, u in enumerate(units)]
+    if min(out) < 1 or sum(out) != layers:
+        return None
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class StageTime:
     fwd: float  # seconds per micro-batch, incl. exposed TP communication

@@ -243,6 +243,8 @@ def simulate(
     plan = plan_from_data(plan)
     if options.virtual_stages is not None:
         data = plan.model_dump(mode="json", exclude_none=True)
+        if data["parallelism"].get("virtual_stages", 1) != options.virtual_stages:
+            data["parallelism"].pop("chunk_layers", None)  # the plan's chunks are of its own v
         data["parallelism"]["virtual_stages"] = options.virtual_stages
         plan = plan_from_data(data)
     perf = PerfModel(problem)
