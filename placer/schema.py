@@ -972,7 +972,7 @@ class SolverInfo(Strict):
     bound: float | None = None
     splits: str | None = Field(
         default=None,
-        description="the layer splits searched: all | listed | even | candidates (README 'Layers per stage')",  # noqa: E501
+        description="the layer splits `optimal` ranges over: all | listed | even | candidates, or several joined by + when shapes were searched differently (interleaved shapes, v > 1, search the even split only: e.g. listed+even) (README 'Layers per stage')",  # noqa: E501
     )
     lexicographic: dict[str, Any] | None = Field(
         default=None,

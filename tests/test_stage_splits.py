@@ -237,3 +237,36 @@ def test_stage_time_and_memory_are_affine_in_layers(recompute: str) -> None:
             assert c == problem.model.layers or at(c + 1) > cap_bytes
             binding += c < problem.model.layers
     assert binding  # the check above saw caps that bind
+
+
+def test_interleaved_shapes_narrow_what_optimal_claims() -> None:
+    """With v > 1 the search tries the even split only (one per (pp, v)), so a plan solved
+    with interleaving offered may not claim `all`: every split a v = 1 plan can name was
+    searched, but not every split a v = 2 plan can name."""
+    inst = sc.mixed_gpu_pair("interleaved")
+    inst["job"]["parallelism"] = {**inst["job"]["parallelism"], "virtual_stages": [1, 2]}
+    cfgs = enumerate_configs(problem_from_data(inst))
+    assert any(c.virtual_stages == 2 for c in cfgs)  # the v = 2 shapes are searched
+    res = solve(problem_from_data(inst), backend="cpsat")
+    assert res.plan.solver.splits == "even"
+
+
+@pytest.mark.parametrize(
+    "sources,claim",
+    [
+        ({"all"}, "all"),
+        ({"all", "candidates"}, "candidates"),  # large shapes: candidates only
+        ({"all", "even"}, "even"),  # v = 1 every split, v > 1 the even one
+        ({"candidates", "even"}, "even"),
+        ({"listed", "even"}, "even+listed"),  # neither covers the other
+        ({"listed"}, "listed"),
+        (set(), None),
+    ],
+)
+def test_solver_splits_is_what_holds_for_every_shape(sources: set[str], claim: str) -> None:
+    from placer.optimize.driver import splits_searched
+    from placer.optimize.space import SpaceReport
+
+    report = SpaceReport()
+    report.split_sources.update(sources)
+    assert splits_searched(report) == claim

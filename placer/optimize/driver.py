@@ -805,13 +805,21 @@ def slow_slot_bound(
     return 0.0 if math.isinf(best) else best
 
 
+# what each split source's claim covers besides itself: every split includes the listed,
+# candidate and even ones; the candidates include the even split
+SPLIT_SOURCE_COVERS = {"all": {"listed", "candidates", "even"}, "candidates": {"even"}}
+
+
 def splits_searched(report: SpaceReport) -> str | None:
-    """plan.solver.splits: the narrowest description that holds for every shape searched
-    (`candidates` as soon as one shape searched generated candidates only)."""
-    for name in ("candidates", "listed", "even", "all"):
-        if name in report.split_sources:
-            return name
-    return None
+    """plan.solver.splits: what `optimal` ranges over, the narrowest description that holds
+    for every shape searched: one source, or several joined by `+` when shapes were searched
+    differently (`listed+even`: the listed splits at v = 1, the even one at v > 1)."""
+    sources = set(report.split_sources)
+    # a source that covers another one present is not what holds for every shape
+    narrowest = {
+        s for s in sources if not any(o in SPLIT_SOURCE_COVERS.get(s, ()) for o in sources)
+    }
+    return "+".join(sorted(narrowest)) or None
 
 
 def split_gpus(problem: Problem, cfg: Config) -> list[str]:

@@ -222,6 +222,9 @@ def _configs_for(
                         if found is None:
                             continue
                         split, chunks = found
+                        # one split per (pp, v): the even chunks, else Megatron-Core's
+                        # balanced layout; the plan's solver.splits says so
+                        report.split_sources.add("even")
                         splits, complete = [split], True
                     for mode in job.sync.modes:
                         for split in splits:
