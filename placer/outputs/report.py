@@ -178,9 +178,8 @@ def markdown_report(
             f"- configurations: {solver.get('configs_total')} enumerated, {solver.get('configs_solved')} solved exactly, the rest pruned by bound",  # noqa: E501
         ]
         if solver.get("splits"):
-            lines.append(
-                f"- layer splits searched: {SPLITS_TEXT.get(solver['splits'], solver['splits'])}"
-            )
+            words = [SPLITS_TEXT.get(x, x) for x in solver["splits"].split("+")]
+            lines.append("- layer splits searched: " + "; and, for other shapes, ".join(words))
     return "\n".join(lines) + "\n"
 
 
@@ -188,7 +187,7 @@ def markdown_report(
 SPLITS_TEXT = {
     "all": "every split of the layers into the pipeline stages",
     "candidates": "the even split and the min-max split of each GPU-type sequence (too many splits to search them all; job.parallelism.stage_layers: all asks for a bound over every split)",  # noqa: E501
-    "even": "the even split only (job.parallelism.stage_layers: even)",
+    "even": "the even split only (job.parallelism.stage_layers: even; with interleaving, v > 1, the even chunks or Megatron-Core's balanced layout)",  # noqa: E501
     "listed": "the splits listed in job.parallelism.stage_layers",
 }
 
