@@ -37,7 +37,7 @@ from placer.optimize.data import InnerData, InnerSolution, NoPlan, build_inner, 
 from placer.optimize.explain import explain_infeasible
 from placer.optimize.families import tiebreak_key
 from placer.optimize.greedy import greedy
-from placer.optimize.heuristic import heuristic_plans
+from placer.optimize.heuristic import first_plan, heuristic_plans
 from placer.optimize.milp import MilpInner
 from placer.optimize.presolve import SiteCap, presolve, site_caps, tighten
 from placer.optimize.quiet import absorb_highs_banner
@@ -185,6 +185,40 @@ def solve(
     caps = site_caps(problem, perf.net)
     powered = presolve(problem, configs, caps, report)
 
+    best: tuple[tuple[Any, ...], Plan, Evaluation, Config] | None = None
+    best_sol: InnerSolution | None = None  # the backend's answer behind `best`, if any
+    ties: tuple[InnerData, InnerSolution, Any] | None = None  # its ties, not broken yet
+    finish_s = 0.0  # time kept back for evaluating, completing and writing the final plan
+
+    def offer(plan: Plan, ev: Evaluation, cfg: Config, source: str) -> None:
+        """A plan the evaluator already accepted (the heuristic's) competes as is."""
+        nonlocal best, best_sol
+        key = _tiebreak(objective, ev, plan, cfg)
+        if best is None or key < best[0]:
+            best, best_sol = (key, plan, ev, cfg), None
+            say(f"incumbent {source} {cfg.label()}: {_fmt(objective, key[0])}")
+
+    def early(new: list[Candidate]) -> None:
+        """A plan while the bounding pass goes on: the heuristic's construction on the
+        first chunks' candidates until one gives a plan (counted work; the bounds and the
+        search are unchanged, the plan only seeds the incumbent)."""
+        nonlocal finish_s
+        if best is not None or interrupt.requested():
+            return
+        t_h = time.perf_counter()
+        f = first_plan(
+            problem,
+            perf,
+            [c.cfg for c in new if not c.rest],
+            caps,
+            lambda ev, plan, cfg: _tiebreak(objective, ev, plan, cfg),
+            deadline,
+        )
+        if f is not None:
+            offer(f.plan, f.ev, f.cfg, "heuristic (first chunk)")
+            finish_s = max(finish_s, 3 * f.eval_s)
+            say(f"first plan in {time.perf_counter() - t_h:.2f} s, bounding goes on")
+
     # bounding stops at a share of the limit, so that the heuristic and the search get the
     # rest; configurations left unbounded stay open with the trivial bound 0
     # (a share of what is left once enumeration and presolve are done: on a slow or loaded
@@ -199,6 +233,7 @@ def solve(
         t_bound + PREPARE_SHARE * (deadline - t_bound),
         deadline,
         caps,
+        early,
     )
     if unbounded:
         say(f"time limit: {unbounded} configurations left unbounded (bound 0)")
@@ -206,11 +241,6 @@ def solve(
         f"{len(configs)} configurations, {len(powered)} after the power and memory presolve, "
         f"{len(cands)} after bound pruning"
     )
-
-    best: tuple[tuple[Any, ...], Plan, Evaluation, Config] | None = None
-    best_sol: InnerSolution | None = None  # the backend's answer behind `best`, if any
-    ties: tuple[InnerData, InnerSolution, Any] | None = None  # its ties, not broken yet
-    finish_s = 0.0  # time kept back for evaluating, completing and writing the final plan
 
     def consider(data: InnerData, sol: InnerSolution, source: str) -> None:
         nonlocal best, best_sol, finish_s
@@ -250,14 +280,6 @@ def solve(
         if best is None or key < best[0]:
             best, best_sol = (key, plan, ev, data.cfg), sol
             say(f"incumbent {source} {data.cfg.label()}: {_fmt(objective, key[0])}")
-
-    def offer(plan: Plan, ev: Evaluation, cfg: Config, source: str) -> None:
-        """A plan the evaluator already accepted (the heuristic's) competes as is."""
-        nonlocal best, best_sol
-        key = _tiebreak(objective, ev, plan, cfg)
-        if best is None or key < best[0]:
-            best, best_sol = (key, plan, ev, cfg), None
-            say(f"incumbent {source} {cfg.label()}: {_fmt(objective, key[0])}")
 
     # a plan first (placer.optimize.heuristic): greedy construction and local search, every
     # plan checked by the evaluator; it seeds the incumbent, so a time limit returns a plan
@@ -628,11 +650,13 @@ def _prepare_until(
     stop_at: float,
     deadline: float | None = None,
     caps: dict[str, SiteCap] | None = None,
+    on_chunk: Callable[[list[Candidate]], None] | None = None,
 ) -> tuple[list[Candidate], int]:
     """prepare_candidates in chunks until `stop_at`: the candidates bounded (sorted) and
     how many configurations were left unbounded. While no configuration has a candidate
     yet, bounding goes on up to `deadline` (without a candidate there is no plan to
-    find). A stop request raises as before."""
+    find). `on_chunk` sees each chunk's candidates (sorted) while more configurations
+    remain to bound (the driver's first plan). A stop request raises as before."""
     cands: list[Candidate] = []
     done = 0
     try:
@@ -642,8 +666,11 @@ def _prepare_until(
                 break
             chunk = configs[done : done + PREPARE_CHUNK]
             with dl.until(until):
-                cands += prepare_candidates(problem, perf, chunk, report, objective, caps=caps)
+                new = prepare_candidates(problem, perf, chunk, report, objective, caps=caps)
+            cands += new
             done += len(chunk)
+            if on_chunk is not None and new and done < len(configs):
+                on_chunk(new)
     except dl.DeadlinePassed:
         pass
     if interrupt.requested():
