@@ -162,14 +162,15 @@ def _switches(private: bool = False, free_gather: bool = False, one_latency: boo
 
 def _closed_parts(prob, p) -> tuple[float, float, float]:
     """The closed form's step, T_pipe and the exposed part of its gather pieces (the
-    second half of PerfModel.dp_pieces under ZeRO-1)."""
+    second half of PerfModel.dp_pieces under ZeRO-1, with their latency repeats)."""
     perf = PerfModel(prob)
     ev = evaluate(prob, plan_from_data(p), perf, check_resilience=False)
     st = ev.step
     sync = st.intra_s + st.wan_s
-    pieces = perf.dp_pieces(ev.config)
+    lat = st.wan_s - max(st.route_dp_s.values(), default=0.0)  # the WAN phase's latency
+    pieces, reps = perf.dp_pieces(ev.config), perf.dp_lat_repeats(ev.config)
     half = len(pieces) // 2 if ev.config.zero1 and len(pieces) > 1 else len(pieces)
-    gat = compute.dp_exposed_s(sync, pieces[half:]) if half < len(pieces) else 0.0
+    gat = compute.dp_exposed_s(sync, pieces[half:], lat, reps[half:]) if half < len(pieces) else 0.0
     return ev.step_time_s, st.pipe_s, gat
 
 

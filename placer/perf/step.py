@@ -12,7 +12,8 @@ per-route quantities that this module exposes. Model (reference/performance-mode
     T_dp   = X(T_intra + T_wan)                         (synchronous)
            = X(T_intra) + T_wan / H                     (diloco, outer sync every H steps)
            = X(T_intra) + max(0, T_wan / H - T_pipe)    (streaming-diloco, overlapped)
-    X(S)   = sum over overlap pieces of max(0, f S - window)   (dp_pieces, job.overlap)
+    X(S)   = sum over overlap pieces of max(0, f (S + R lat) - window)   (dp_pieces,
+             job.overlap; R lat: every bucket pays the WAN latency, dp_lat_repeats)
 
 * Stage times are operator-level (placer.perf.compute) on the GPU of the stage's own
   site: GEMMs, the attention core, memory-bound operators at HBM bandwidth, and the TP
@@ -511,8 +512,34 @@ class PerfModel:
             return half(1.0, w_bwd)
         return half(0.5, w_bwd) + half(0.5, w_fwd)
 
-    def dp_exposed_s(self, cfg: Config, sync_s: float) -> float:
-        return compute.dp_exposed_s(sync_s, self.dp_pieces(cfg))
+    def dp_lat_repeats(self, cfg: Config) -> tuple[int, ...]:
+        """Per dp_pieces piece, R: how many more times than once its half pays the sync's
+        latency, a piece exposing max(0, f (S + R lat) - window) (compute.dp_exposed_s).
+
+        Every bucket is its own collective (Megatron-Core start_grad_sync / start_param_sync:
+        one reduce-scatter, all-reduce or all-gather per bucket group, coalesced over its
+        buckets only), and the collectives of the data-parallel group run one after the
+        other on its NCCL stream, so each bucket pays the latency of its half (one WAN
+        round, a one-way path latency, under ZeRO-1; both with the all-reduce): a half f S
+        in n buckets takes f (B + n lat) = f (S + (n - 1) lat), B its bandwidth part, and
+        its exposed part is dp_pieces' formula on that. R = n - 1 with n the most buckets of
+        any rank (grad_buckets; the windows take the fewest), so that no rank is priced
+        below its own sync. A half that is not bucketed (its overlap off: one collective
+        after the backward or the optimizer step) and HSDP's replicate all-reduce (not
+        Megatron's buckets) repeat nothing."""
+        pieces = self.dp_pieces(cfg)
+        if cfg.dp_shard > 1 or not cfg.overlap_grad_reduce:
+            return (0,) * len(pieces)
+        r = max(self.grad_buckets(cfg, k) for k in range(cfg.pp)) - 1
+        if not cfg.zero1:
+            return (r,) * len(pieces)
+        half = len(pieces) // 2  # dp_pieces: the reduce-scatter half, then the gather half
+        return (r,) * half + (r if cfg.overlap_param_gather else 0,) * (len(pieces) - half)
+
+    def dp_exposed_s(self, cfg: Config, sync_s: float, lat_s: float = 0.0) -> float:
+        """The exposed part of a per-step sync of `sync_s` whose collectives each pay
+        `lat_s` of latency (the WAN phase's, PerfModel.step; 0: only the sync once)."""
+        return compute.dp_exposed_s(sync_s, self.dp_pieces(cfg), lat_s, self.dp_lat_repeats(cfg))
 
     # ------------------------------------------------------------------ per chain
 
@@ -938,7 +965,10 @@ class PerfModel:
         # diloco outer exchange is a separate phase, streaming's overlaps the whole step
         t_dp_raw = t_intra + wan_part_s(cfg.sync_mode, cfg.every_steps, t_wan, t_pipe)
         if cfg.sync_mode == "synchronous":
-            t_dp = self.dp_exposed_s(cfg, t_intra + t_wan)
+            # every bucket's collective pays the WAN phase's latency (dp_lat_repeats)
+            t_dp = self.dp_exposed_s(cfg, t_intra + t_wan, wan_lat)
+            pieces, reps = self.dp_pieces(cfg), self.dp_lat_repeats(cfg)
+            t_dp_raw += wan_lat * sum(f * r for (f, _), r in zip(pieces, reps, strict=True))
         else:
             t_dp = self.dp_exposed_s(cfg, t_intra) + wan_part_s(
                 cfg.sync_mode, cfg.every_steps, t_wan, t_pipe
