@@ -169,7 +169,8 @@ def _closed_parts(prob, p) -> tuple[float, float, float]:
     sync = st.intra_s + st.wan_s
     lat = st.wan_s - max(st.route_dp_s.values(), default=0.0)  # the WAN phase's latency
     pieces, reps = perf.dp_pieces(ev.config), perf.dp_lat_repeats(ev.config)
-    half = len(pieces) // 2 if ev.config.zero1 and len(pieces) > 1 else len(pieces)
+    halves = perf._dp_halves(ev.config)  # the gather half is the second under ZeRO-1
+    half = len(halves[0][0]) if len(halves) == 2 else len(pieces)
     gat = compute.dp_exposed_s(sync, pieces[half:], lat, reps[half:]) if half < len(pieces) else 0.0
     return ev.step_time_s, st.pipe_s, gat
 

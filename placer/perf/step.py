@@ -489,6 +489,12 @@ class PerfModel:
         of the exact pieces would leave CP-SAT's coarse grid and slow its proofs: 31/64
         for 32 buckets stopped four-site-metro-longhaul from being proven in 400 s). n
         is the fewest buckets of any rank (grad_buckets)."""
+        return tuple(p for pieces, _ in self._dp_halves(cfg) for p in pieces)
+
+    def _dp_halves(self, cfg: Config) -> list[tuple[tuple[tuple[float, float], ...], bool]]:
+        """dp_pieces by half of the sync, in order: (the half's pieces, whether Megatron
+        buckets it: the gradient reduce under --overlap-grad-reduce, ZeRO-1's parameter
+        gather under --overlap-param-gather; dp_lat_repeats)."""
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
         times = [t for g in gpus for t in self.stage_times(cfg, g)]
         # FSDP's exposed collectives occupy the fabric the sync needs: not a window
@@ -507,10 +513,13 @@ class PerfModel:
             # FSDP: the replicate all-reduce of the shards follows each layer's
             # reduce-scatter in the backward (HSDP): one bucket per layer, not Megatron's
             # DDP buckets, so the window is the continuous one
-            return ((1.0, w_bwd),)
+            return [(((1.0, w_bwd),), False)]
         if not cfg.zero1:
-            return half(1.0, w_bwd)
-        return half(0.5, w_bwd) + half(0.5, w_fwd)
+            return [(half(1.0, w_bwd), cfg.overlap_grad_reduce)]
+        return [
+            (half(0.5, w_bwd), cfg.overlap_grad_reduce),
+            (half(0.5, w_fwd), cfg.overlap_param_gather),
+        ]
 
     def dp_lat_repeats(self, cfg: Config) -> tuple[int, ...]:
         """Per dp_pieces piece, R: how many more times than once its half pays the sync's
@@ -527,14 +536,10 @@ class PerfModel:
         below its own sync. A half that is not bucketed (its overlap off: one collective
         after the backward or the optimizer step) and HSDP's replicate all-reduce (not
         Megatron's buckets) repeat nothing."""
-        pieces = self.dp_pieces(cfg)
-        if cfg.dp_shard > 1 or not cfg.overlap_grad_reduce:
-            return (0,) * len(pieces)
         r = max(self.grad_buckets(cfg, k) for k in range(cfg.pp)) - 1
-        if not cfg.zero1:
-            return (r,) * len(pieces)
-        half = len(pieces) // 2  # dp_pieces: the reduce-scatter half, then the gather half
-        return (r,) * half + (r if cfg.overlap_param_gather else 0,) * (len(pieces) - half)
+        return tuple(
+            r if bucketed else 0 for pieces, bucketed in self._dp_halves(cfg) for _ in pieces
+        )
 
     def dp_exposed_s(self, cfg: Config, sync_s: float, lat_s: float = 0.0) -> float:
         """The exposed part of a per-step sync of `sync_s` whose collectives each pay
