@@ -20,7 +20,11 @@ processes (placer.sim.job._Job) for this script only. Variants, cumulative down 
 * `tp overlap off` (from the base): job.overlap.tp_comm off, on both sides.
 
 `diff` = (closed form - simulation) / simulation of the whole step (negative: the closed
-form is optimistic). Numbers recorded in benchmarks/README.md.
+form is optimistic). Numbers recorded in benchmarks/README.md. The table there was
+measured before the closed form priced the per-bucket latency (PerfModel.dp_lat_repeats);
+since then only the `base` row compares like with like: the `one latency per chunk` row
+and those below it take the latency out of the simulation only, and show the closed
+form's latency term against a simulation without it.
 """
 
 from __future__ import annotations
