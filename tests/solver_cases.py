@@ -503,7 +503,7 @@ def cases() -> list[Case]:
         Case("interleave-two-sites-20km", interleave_instance(20.0)),
         Case("interleave-two-sites-200km", interleave_instance(200.0)),
     ]
-    return out + UNEVEN_SPLIT_CASES + PART_FILLED_CASES + UNEVEN_CHUNK_CASES
+    return out + UNEVEN_SPLIT_CASES + PART_FILLED_CASES + UNEVEN_CHUNK_CASES + BUCKET_LATENCY_CASES
 
 
 # 8 layers of h = 2048 at s = 2048: ~1 ms per stage forward, 8 MB pipeline messages, so that
@@ -663,17 +663,24 @@ UNEVEN_SPLIT_CASES = [
 # ----------------------------------------------------------------------------- part-filled nodes
 
 
-def part_filled_instance(km: float = 100.0, dp: int = 5) -> dict[str, Any]:
+def part_filled_instance(
+    km: float = 100.0, dp: int = 5, overlap: bool = False, site_gpus: int = 12
+) -> dict[str, Any]:
     """Two sites of three 4-GPU nodes, a tp 1 pp 2 job of dp replicas: q = 4 replicas a
     node. dp 5 at one site leaves each stage a node of 1, whose one NIC carries that
     node's 4 shard rings (PerfModel.node_fill: 4x the NIC phase); split 3 / 2 the worst
     node holds 2 (2x) and the sync crosses the route. Priced as whole nodes the optimum
     keeps all 5 at one site; priced by the fill it splits them (test_solver_library
-    checks that the pricing decides). dp 6: the fill (2x) is priced, the layout stays."""
+    checks that the pricing decides). dp 6: the fill (2x) is priced, the layout stays.
+    job.overlap off: the whole sync is exposed, so the NIC phase decides; with overlap
+    on every bucket of the split stage pays the WAN latency (PerfModel.dp_lat_repeats)
+    and all 5 at one site are optimal even at 20 km (the bucket-latency cases: `overlap`,
+    and `site_gpus` 8 to force the split)."""
     return {
         "name": "case-part-filled",
         "sites": [
-            {"name": s, "gpu": "h100-sxm", "gpus": 12, "gpus_per_node": 4} for s in ("a", "b")
+            {"name": s, "gpu": "h100-sxm", "gpus": site_gpus, "gpus_per_node": 4}
+            for s in ("a", "b")
         ],
         "routes": [{"sites": ["a", "b"], "km": km, "fiber_pairs": 1, "max_waves": 2}],
         "job": {
@@ -681,6 +688,7 @@ def part_filled_instance(km: float = 100.0, dp: int = 5) -> dict[str, Any]:
             "global_batch": 8 * dp,
             "gpus": 2 * dp,
             "sync": {"mode": "synchronous"},
+            "overlap": {"grad_reduce": overlap, "param_gather": overlap, "tp_comm": overlap},
             "parallelism": {"tp": [1], "pp": [2], "dp": [dp], "micro_batch": [1]},
         },
         "objective": {"minimize": "step_time"},
@@ -713,4 +721,22 @@ def uneven_chunk_instance(km: float | None) -> dict[str, Any]:
 UNEVEN_CHUNK_CASES = [
     Case("interleave-uneven-one-site", uneven_chunk_instance(None)),
     Case("interleave-uneven-two-sites-20km", uneven_chunk_instance(20.0)),
+]
+
+
+# overlap on: every bucket of a stage synced across the sites pays the WAN latency
+# (PerfModel.dp_lat_repeats); at 20 km it keeps all 5 replicas at one site, and with 4
+# GPUs a site (pp 1) the split it forces is priced with it
+def _bucket_latency_split() -> dict[str, Any]:
+    """pp 1: 5 replicas of 1 GPU on sites of 4 GPUs, so the one stage syncs across both."""
+    inst = part_filled_instance(100.0, dp=5, overlap=True, site_gpus=4)
+    inst["job"]["parallelism"]["pp"] = [1]
+    inst["job"]["gpus"] = 5
+    inst["job"]["global_batch"] = 20
+    return inst
+
+
+BUCKET_LATENCY_CASES = [
+    Case("bucket-latency-20km", part_filled_instance(20.0, overlap=True)),
+    Case("bucket-latency-split", _bucket_latency_split()),
 ]

@@ -182,6 +182,34 @@ def test_backends_agree_on_shipped_instances(path: Path) -> None:
     assert res["cpsat"].objective == pytest.approx(res["milp"].objective, rel=REL["cpsat"])
 
 
+def test_bucket_latency_decides_and_prices_the_optimum(monkeypatch) -> None:
+    """With job.overlap on every bucket of a stage synced across sites pays the WAN
+    latency (PerfModel.dp_lat_repeats; brute force = CP-SAT = MILP on both cases in
+    test_backends_agree_with_brute_force). At 20 km, charged once, the optimum splits a
+    stage over both sites; charged per bucket it keeps all 5 replicas at one site, and
+    the split is slower under the per-bucket price than that: the pricing, not a tie,
+    moves the optimum. Where the split is forced (sites of 4 GPUs, pp 1) the optimum
+    keeps its layout and pays the latency in its step."""
+    from placer.perf.step import PerfModel
+
+    kept = outcome("bucket-latency-20km", "brute")
+    assert [(g.count, g.stage_sites) for g in kept.plan.replica_groups] == [(5, ["a", "a"])]
+    forced = outcome("bucket-latency-split", "brute")
+    problems = {c.id: problem_from_data(c.instance) for c in sc.BUCKET_LATENCY_CASES}
+    with monkeypatch.context() as mp:
+        mp.setattr(PerfModel, "dp_lat_repeats", lambda self, cfg: (0,) * len(self.dp_pieces(cfg)))
+        once = {k: solve(p, backend="brute", time_limit_s=60) for k, p in problems.items()}
+    split = once["bucket-latency-20km"]
+    assert any(len({g.stage_sites[k] for g in split.plan.replica_groups}) > 1 for k in range(2))
+    priced = evaluate(problems["bucket-latency-20km"], json.loads(split.plan.model_dump_json()))
+    assert split.objective < kept.objective < priced.step_time_s
+    layout = sorted((g.count, g.stage_sites) for g in forced.plan.replica_groups)
+    assert layout == sorted(
+        (g.count, g.stage_sites) for g in once["bucket-latency-split"].plan.replica_groups
+    )
+    assert once["bucket-latency-split"].objective < forced.objective
+
+
 @pytest.mark.parametrize("case", sc.PART_FILLED_MOVES, ids=lambda c: c.id)
 def test_part_filled_node_pricing_decides_the_optimum(case: sc.Case, monkeypatch) -> None:
     """Brute force with the NIC phase priced as whole nodes (node_fill off) keeps all five

@@ -505,7 +505,7 @@ class CpsatInner:
         self._overlap_terms: list[tuple[Any, int, Any, int]] = []  # (piece, L f, sync, L window)
         L = self._overlap_den()
         if self.d.sync_mode == "synchronous":
-            E = self._dp_exposed(T_intra + T_wan, None, self.TW)
+            E = self._dp_exposed(T_intra + T_wan, None, self.TW, self.T_lat)
             add(M.Add(L * T >= L * T_pipe + E), row("step.time"))
             add(M.Add(L * T < L * T_pipe + E + L), row("step.time_round"))
         elif not rule.overlapped:
@@ -734,11 +734,12 @@ class CpsatInner:
             pos = M.NewIntVar(0, 4 * self.TW, "exact.exposed_pos")
             add(M.AddMaxEquality(pos, [0, raw]), row("exact.exposed_pos"))
             add(M.Add(H * self._exposed <= pos + H - 1), row("exact.exposed"))
-        for i, (e, num, sync, w) in enumerate(self._overlap_terms):
+        for i, (e, num, sync, w, lat) in enumerate(self._overlap_terms):
+            reps = 1 + self.d.dp_lat_repeats[i]
             raw = M.NewIntVar(
-                -8 * self.TW * num - w, 8 * self.TW * num, f"exact.dp_overlap_raw[{i}]"
+                -8 * self.TW * num - w, 8 * self.TW * num * reps, f"exact.dp_overlap_raw[{i}]"
             )
-            add(M.Add(raw == num * sync - w), row("exact.dp_overlap_raw", i))
+            add(M.Add(raw == num * sync + lat - w), row("exact.dp_overlap_raw", i))
             add(M.AddMaxEquality(e, [0, raw]), row("exact.dp_overlap", i))
 
     def _overlap_den(self) -> int:
@@ -748,20 +749,24 @@ class CpsatInner:
             *(Fraction(f).limit_denominator(64).denominator for f, _ in self.d.dp_pieces)
         )
 
-    def _dp_exposed(self, sync: Any, tag: str | None, ub: int) -> Any:
+    def _dp_exposed(self, sync: Any, tag: str | None, ub: int, lat: Any = None) -> Any:
         """The per-step sync's exposed part (milp._dp_exposed) in 1/L ticks: a piece with
-        fraction f of the sync and window w is e >= L f sync - L w, e >= 0; `tag` None is
-        the healthy step, a tag one failure scenario's."""
+        fraction f of the sync, window w and latency repeats R (PerfModel.dp_lat_repeats)
+        is e >= L f (sync + R lat) - L w, e >= 0 (lat None: no latency term); `tag` None
+        is the healthy step, a tag one failure scenario's."""
         M, L, terms = self.m, self._overlap_den(), []
+        reps = self.d.dp_lat_repeats
         for i, (f, window) in enumerate(self.d.dp_pieces):
             num = round(Fraction(f).limit_denominator(64) * L)
             w = round(L * window / self.tau)
-            e = M.NewIntVar(0, 4 * L * ub, f"T_dp_exposed[{tag or 'healthy'}][{i}]")
+            extra = num * reps[i] * lat if lat is not None and reps[i] else 0
+            e = M.NewIntVar(0, 4 * L * ub * (1 + reps[i]), f"T_dp_exposed[{tag or 'healthy'}][{i}]")
             self.add(
-                M.Add(e >= num * sync - w), row("dp.overlap", *([] if tag is None else [tag]), i)
+                M.Add(e >= num * sync + extra - w),
+                row("dp.overlap", *([] if tag is None else [tag]), i),
             )
             if tag is None:
-                self._overlap_terms.append((e, num, sync, w))
+                self._overlap_terms.append((e, num, sync, w, extra))
             terms.append(e)
         return sum(terms)
 
@@ -772,7 +777,14 @@ class CpsatInner:
         ub = 2 * self.TW if sync_all else 2 * self.TT
         part = M.NewIntVar(0, 4 * ub, f"dp_part[{tag}]")
         self.add(
-            M.Add(L * part >= self._dp_exposed(T_intra + T_wan if sync_all else T_intra, tag, ub)),
+            M.Add(
+                L * part
+                >= (
+                    self._dp_exposed(T_intra + T_wan, tag, ub, self.T_lat)
+                    if sync_all
+                    else self._dp_exposed(T_intra, tag, ub)
+                )
+            ),
             row("res.dp_part", tag),
         )
         if sync_all:

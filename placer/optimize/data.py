@@ -99,6 +99,9 @@ class InnerData:
     # data-parallel overlap (PerfModel.dp_pieces): (fraction of the per-step sync, window
     # in seconds it hides under); exposed = sum max(0, f sync - window)
     dp_pieces: tuple[tuple[float, float], ...] = ((1.0, 0.0),)
+    # per piece, R (PerfModel.dp_lat_repeats): its half's buckets pay the WAN latency R
+    # more times, the piece exposing max(0, f (sync + R T_lat) - window) when synchronous
+    dp_lat_repeats: tuple[int, ...] = (0,)
     # physical nodes per formulation "node": 1, or the whole nodes one replica stage of
     # tp x cp x ep GPUs spans when it is wider than a node (rules.replica_slots)
     site_node_block: dict[str, int] = field(default_factory=dict)
@@ -289,6 +292,7 @@ def build_inner(
         chain_pairs=chain_pairs,
         chain_level_time=chain_level_time,
         dp_pieces=perf.dp_pieces(cfg),
+        dp_lat_repeats=perf.dp_lat_repeats(cfg),
         amortization_s=amortization_s(cat),
         energy_usd_per_j=energy_usd_per_j(cat),
         resilience=resilience_data(problem, cfg, routes, options, optic, sites, collective),

@@ -696,14 +696,19 @@ class MilpInner:
         for i, (piece, expr) in enumerate(self._overlap_terms):
             self._exact_max(piece, [(0, None), (expr, None)], big_wan, f"exact.dp_overlap.{i}")
 
-    def _dp_exposed(self, sync: Any, tag: str | None) -> Any:
+    def _dp_exposed(self, sync: Any, tag: str | None, lat: Any = None) -> Any:
         """The part of a per-step data-parallel sync that its overlap windows do not hide
-        (PerfModel.dp_pieces): one variable per piece with exposed >= f sync - window and
-        exposed >= 0, convex piecewise-linear in the sync; `tag` as in _wan_part."""
+        (PerfModel.dp_pieces): one variable per piece with exposed >= f (sync + R lat) -
+        window and exposed >= 0, convex piecewise-linear in the sync and the latency (R:
+        PerfModel.dp_lat_repeats, its half's buckets paying `lat` again; None: no latency
+        term); `tag` as in _wan_part."""
         terms = []
+        reps = self.d.dp_lat_repeats
         for i, (f, window) in enumerate(self.d.dp_pieces):
             e = pulp.LpVariable(_name("T_dp_exposed", tag or "healthy", i), 0)
             expr = f * sync - window / self.ts
+            if lat is not None and reps[i]:
+                expr = expr + (f * reps[i]) * lat
             self.add(e >= expr, row("dp.overlap", *([] if tag is None else [tag]), i))
             if tag is None:
                 self._overlap_terms.append((e, expr))
@@ -714,7 +719,8 @@ class MilpInner:
         """The data-parallel term of the step for the sync policy: the per-step sync with
         its overlap, the WAN exchange every H steps (diloco) or under the step (streaming)."""
         if self.d.sync_mode == "synchronous":
-            return self._dp_exposed(T_intra + T_wan, tag)
+            # every bucket's collective pays the WAN latency (PerfModel.dp_lat_repeats)
+            return self._dp_exposed(T_intra + T_wan, tag, self.T_lat)
         return self._dp_exposed(T_intra, tag) + self._wan_part(T_wan, T_pipe, tag)
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str | None) -> Any:

@@ -517,8 +517,18 @@ def optimizer_step_s(gpu: GpuSpec, local_params: float) -> float:
 # ----------------------------------------------------------------------------- DP overlap
 
 
-def dp_exposed_s(sync_s: float, pieces: tuple[tuple[float, float], ...]) -> float:
+def dp_exposed_s(
+    sync_s: float,
+    pieces: tuple[tuple[float, float], ...],
+    lat_s: float = 0.0,
+    repeats: tuple[int, ...] = (),
+) -> float:
     """Exposed part of a data-parallel sync of `sync_s` seconds split in pieces
-    (fraction of the sync, window it hides under): sum of max(0, f sync - window).
-    Convex piecewise-linear in the sync, so formulations add one pair of rows per piece."""
-    return sum(max(0.0, f * sync_s - w) for f, w in pieces)
+    (fraction of the sync, window it hides under): sum of max(0, f (sync + R lat) -
+    window), R the piece's latency repeats (its half's buckets beyond the first each pay
+    the latency `lat_s` again; none when `repeats` is empty). Convex piecewise-linear in
+    the sync and the latency, so formulations add one pair of rows per piece."""
+    reps = repeats or (0,) * len(pieces)
+    return sum(
+        max(0.0, f * (sync_s + r * lat_s) - w) for (f, w), r in zip(pieces, reps, strict=True)
+    )

@@ -12,7 +12,8 @@ per-route quantities that this module exposes. Model (reference/performance-mode
     T_dp   = X(T_intra + T_wan)                         (synchronous)
            = X(T_intra) + T_wan / H                     (diloco, outer sync every H steps)
            = X(T_intra) + max(0, T_wan / H - T_pipe)    (streaming-diloco, overlapped)
-    X(S)   = sum over overlap pieces of max(0, f S - window)   (dp_pieces, job.overlap)
+    X(S)   = sum over overlap pieces of max(0, f (S + R lat) - window)   (dp_pieces,
+             job.overlap; R lat: every bucket pays the WAN latency, dp_lat_repeats)
 
 * Stage times are operator-level (placer.perf.compute) on the GPU of the stage's own
   site: GEMMs, the attention core, memory-bound operators at HBM bandwidth, and the TP
@@ -517,6 +518,12 @@ class PerfModel:
         of the exact pieces would leave CP-SAT's coarse grid and slow its proofs: 31/64
         for 32 buckets stopped four-site-metro-longhaul from being proven in 400 s). n
         is the fewest buckets of any rank (grad_buckets)."""
+        return tuple(p for pieces, _ in self._dp_halves(cfg) for p in pieces)
+
+    def _dp_halves(self, cfg: Config) -> list[tuple[tuple[tuple[float, float], ...], bool]]:
+        """dp_pieces by half of the sync, in order: (the half's pieces, whether Megatron
+        buckets it: the gradient reduce under --overlap-grad-reduce, ZeRO-1's parameter
+        gather under --overlap-param-gather; dp_lat_repeats)."""
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
         times = [t for g in gpus for t in self.stage_times(cfg, g)]
         # FSDP's exposed collectives occupy the fabric the sync needs: not a window
@@ -535,13 +542,38 @@ class PerfModel:
             # FSDP: the replicate all-reduce of the shards follows each layer's
             # reduce-scatter in the backward (HSDP): one bucket per layer, not Megatron's
             # DDP buckets, so the window is the continuous one
-            return ((1.0, w_bwd),)
+            return [(((1.0, w_bwd),), False)]
         if not cfg.zero1:
-            return half(1.0, w_bwd)
-        return half(0.5, w_bwd) + half(0.5, w_fwd)
+            return [(half(1.0, w_bwd), cfg.overlap_grad_reduce)]
+        return [
+            (half(0.5, w_bwd), cfg.overlap_grad_reduce),
+            (half(0.5, w_fwd), cfg.overlap_param_gather),
+        ]
 
-    def dp_exposed_s(self, cfg: Config, sync_s: float) -> float:
-        return compute.dp_exposed_s(sync_s, self.dp_pieces(cfg))
+    def dp_lat_repeats(self, cfg: Config) -> tuple[int, ...]:
+        """Per dp_pieces piece, R: how many more times than once its half pays the sync's
+        latency, a piece exposing max(0, f (S + R lat) - window) (compute.dp_exposed_s).
+
+        Every bucket is its own collective (Megatron-Core start_grad_sync / start_param_sync:
+        one reduce-scatter, all-reduce or all-gather per bucket group, coalesced over its
+        buckets only), and the collectives of the data-parallel group run one after the
+        other on its NCCL stream, so each bucket pays the latency of its half (one WAN
+        round, a one-way path latency, under ZeRO-1; both with the all-reduce): a half f S
+        in n buckets takes f (B + n lat) = f (S + (n - 1) lat), B its bandwidth part, and
+        its exposed part is dp_pieces' formula on that. R = n - 1 with n the most buckets of
+        any rank (grad_buckets; the windows take the fewest), so that no rank is priced
+        below its own sync. A half that is not bucketed (its overlap off: one collective
+        after the backward or the optimizer step) and HSDP's replicate all-reduce (not
+        Megatron's buckets) repeat nothing."""
+        r = max(self.grad_buckets(cfg, k) for k in range(cfg.pp)) - 1
+        return tuple(
+            r if bucketed else 0 for pieces, bucketed in self._dp_halves(cfg) for _ in pieces
+        )
+
+    def dp_exposed_s(self, cfg: Config, sync_s: float, lat_s: float = 0.0) -> float:
+        """The exposed part of a per-step sync of `sync_s` whose collectives each pay
+        `lat_s` of latency (the WAN phase's, PerfModel.step; 0: only the sync once)."""
+        return compute.dp_exposed_s(sync_s, self.dp_pieces(cfg), lat_s, self.dp_lat_repeats(cfg))
 
     # ------------------------------------------------------------------ per chain
 
@@ -967,7 +999,10 @@ class PerfModel:
         # diloco outer exchange is a separate phase, streaming's overlaps the whole step
         t_dp_raw = t_intra + wan_part_s(cfg.sync_mode, cfg.every_steps, t_wan, t_pipe)
         if cfg.sync_mode == "synchronous":
-            t_dp = self.dp_exposed_s(cfg, t_intra + t_wan)
+            # every bucket's collective pays the WAN phase's latency (dp_lat_repeats)
+            t_dp = self.dp_exposed_s(cfg, t_intra + t_wan, wan_lat)
+            pieces, reps = self.dp_pieces(cfg), self.dp_lat_repeats(cfg)
+            t_dp_raw += wan_lat * sum(f * r for (f, _), r in zip(pieces, reps, strict=True))
         else:
             t_dp = self.dp_exposed_s(cfg, t_intra) + wan_part_s(
                 cfg.sync_mode, cfg.every_steps, t_wan, t_pipe

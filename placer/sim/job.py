@@ -62,9 +62,11 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   Every bucket pays its collective's hop latencies. Differs: the closed form
   (dp_pieces) prices a half f S in n buckets under the shortest stage window W of the
   instance as max(f S / n, f S - (n - 1)/n W) up to 4 buckets and as the continuous
-  max(0, f S - W) beyond (optimistic by at most f S / n), charges the hop latencies once
-  (optimistic by (n - 1) of them), and lets no rank hide more under the pipeline drain
-  (pessimistic for the ranks that finish first).
+  max(0, f S - W) beyond (optimistic by at most f S / n), charges the WAN latency of
+  every bucket (S + (n - 1) lat, n the most buckets of any rank and lat the slowest
+  stage's: PerfModel.dp_lat_repeats; pessimistic for the other ranks) but the intra-site
+  hop latencies once (optimistic by (n - 1) of them), and lets no rank hide more under
+  the pipeline drain (pessimistic for the ranks that finish first).
 * Sync between sites: in each of the two WAN rounds every member of a hosting site sends
   its share of the site's 1/K shard to the members of the other sites through its NIC
   and the routed paths (max(n_a, n_b) flows a pair). Differs: the closed form charges
