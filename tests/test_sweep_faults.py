@@ -212,16 +212,28 @@ def test_a_recorded_stop_request_ends_the_local_sweep(tmp_path: Path) -> None:
     points = [{"routes[0].km": km} for km in range(10, 2000, 20)]
     study = load_study(_study(tmp_path, points))
     out = tmp_path / "out"
-    timer = threading.Timer(3.0, interrupt.request, args=("SIGINT",))
-    timer.start()
+    stop = threading.Event()
+
+    def request_after_the_first_point() -> None:
+        # once a point is finished, not after a fixed time: on a fast box a 3 s timer
+        # came after the whole sweep (ovl's make test), on a slow one before any point
+        while not stop.is_set():
+            if any((out / "points").glob("*.json")):
+                interrupt.request("SIGINT")
+                return
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=request_after_the_first_point, daemon=True)
+    watcher.start()
     t0 = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt, match="sweep interrupted"):
             run_sweep(study, out, workers=2, progress=False)
     finally:
-        timer.cancel()
+        stop.set()
+        watcher.join()
         interrupt.reset()
     assert time.monotonic() - t0 < 60
     done = list((out / "points").glob("*.json"))
-    assert len(done) < len(points)
+    assert 1 <= len(done) < len(points)
     assert (out / "results.csv").exists()
