@@ -38,10 +38,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from sim_cases import dp_sync_class  # noqa: E402
 from sim_cases import plan as make_plan  # noqa: E402
 from sim_cases import problem as make_problem  # noqa: E402
+from sim_vs_closed import draw_plan  # noqa: E402
 
 import placer.sim.job as simjob  # noqa: E402
 from placer.evaluate import evaluate  # noqa: E402
@@ -59,25 +61,8 @@ _ORIG = {
 
 
 def _draw(rng: random.Random):
-    """benchmarks/sim_vs_closed.py random_set's draw, in the same order."""
-    k = rng.randint(2, 4)
-    sites = [f"s{i}" for i in range(k)]
-    routes = [(sites[i], sites[i + 1], rng.uniform(50, 1000)) for i in range(k - 1)]
-    if k >= 3 and rng.random() < 0.5:
-        routes.append((sites[0], sites[-1], rng.uniform(50, 1000)))
-    pp = rng.choice([2, 4])
-    m = rng.choice([pp, 2 * pp])
-    tp = rng.choice([1, 2, 8])
-    groups = []
-    n_groups = rng.randint(1, 3)
-    for _ in range(n_groups):
-        visit = rng.sample(sites, rng.randint(1, min(pp, k, 3)))
-        bounds = [0, *sorted(rng.sample(range(1, pp), len(visit) - 1)), pp]
-        chain = [
-            s for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False) for _ in range(hi - lo)
-        ]
-        groups.append((rng.randint(1, 64 // n_groups), chain))
-    links = {tuple(sorted(r[:2])): rng.randint(1, 8) for r in routes}
+    """benchmarks/sim_vs_closed.py's draw, in the same order, as a plan."""
+    sites, routes, pp, m, tp, groups, links = draw_plan(rng)
     replicas = sum(c for c, _ in groups)
     return sites, routes, m, make_plan(tp, [8 // pp] * pp, groups, m, links), replicas
 

@@ -111,6 +111,30 @@ def _partial_nodes(prob, tp: int, groups) -> bool:
     return False
 
 
+def draw_plan(rng: random.Random):
+    """One random multi-site plan like the hypothesis test's (tests/test_simulate.py):
+    (sites, routes, pp, m, tp, groups, links). benchmarks/overlap_gap.py draws the same."""
+    k = rng.randint(2, 4)
+    sites = [f"s{i}" for i in range(k)]
+    routes = [(sites[i], sites[i + 1], rng.uniform(50, 1000)) for i in range(k - 1)]
+    if k >= 3 and rng.random() < 0.5:
+        routes.append((sites[0], sites[-1], rng.uniform(50, 1000)))
+    pp = rng.choice([2, 4])
+    m = rng.choice([pp, 2 * pp])
+    tp = rng.choice([1, 2, 8])
+    groups = []
+    n_groups = rng.randint(1, 3)
+    for _ in range(n_groups):
+        visit = rng.sample(sites, rng.randint(1, min(pp, k, 3)))
+        bounds = [0, *sorted(rng.sample(range(1, pp), len(visit) - 1)), pp]
+        chain = [
+            s for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False) for _ in range(hi - lo)
+        ]
+        groups.append((rng.randint(1, 64 // n_groups), chain))  # at most 64 replicas
+    links = {tuple(sorted(r[:2])): rng.randint(1, 8) for r in routes}
+    return sites, routes, pp, m, tp, groups, links
+
+
 def random_set(n: int, seed: int, overlap: bool = False) -> None:
     """Plans like the hypothesis test's (tests/test_simulate.py), drawn with `random`;
     `overlap`: the instances' job.overlap on (bucketed sync under the backward, ZeRO-1's
@@ -119,26 +143,7 @@ def random_set(n: int, seed: int, overlap: bool = False) -> None:
     rows = []
     t0 = time.perf_counter()
     for _ in range(n):
-        k = rng.randint(2, 4)
-        sites = [f"s{i}" for i in range(k)]
-        routes = [(sites[i], sites[i + 1], rng.uniform(50, 1000)) for i in range(k - 1)]
-        if k >= 3 and rng.random() < 0.5:
-            routes.append((sites[0], sites[-1], rng.uniform(50, 1000)))
-        pp = rng.choice([2, 4])
-        m = rng.choice([pp, 2 * pp])
-        tp = rng.choice([1, 2, 8])
-        groups = []
-        n_groups = rng.randint(1, 3)
-        for _ in range(n_groups):
-            visit = rng.sample(sites, rng.randint(1, min(pp, k, 3)))
-            bounds = [0, *sorted(rng.sample(range(1, pp), len(visit) - 1)), pp]
-            chain = [
-                s
-                for s, lo, hi in zip(visit, bounds, bounds[1:], strict=False)
-                for _ in range(hi - lo)
-            ]
-            groups.append((rng.randint(1, 64 // n_groups), chain))  # at most 64 replicas
-        links = {tuple(sorted(r[:2])): rng.randint(1, 8) for r in routes}
+        sites, routes, pp, m, tp, groups, links = draw_plan(rng)
         replicas = sum(c for c, _ in groups)
         prob = make_problem(sites, routes, global_batch=m * replicas, overlap=overlap)
         res = simulate(prob, make_plan(tp, [8 // pp] * pp, groups, m, links))
