@@ -19,8 +19,8 @@ run: venv
 # two passes (tests/conftest.py): the suite spread over the cores, then the tests that
 # assert wall-clock behaviour, alone
 test: venv
-	$(BIN)/python -m pytest -n auto --dist worksteal -m "not serial"
-	$(BIN)/python -m pytest -m serial
+	$(BIN)/python -m pytest -n auto --dist worksteal -m "not serial" --durations=15
+	$(BIN)/python -m pytest -m serial --durations=10
 
 lint: venv
 	$(BIN)/ruff check placer tests benchmarks consumers
@@ -48,7 +48,21 @@ $(CVENV)/.installed: consumers/constraints.txt consumers/requirements.txt
 	$(CBIN)/python -c "import torch; assert torch.__version__ == '2.13.0+cpu', torch.__version__"
 	touch $@
 
-consumer-exports: venv
+# the tools' versions, printed by test-consumers (importing them takes ~15 s: once, at set-up)
+$(CVENV)/tools.txt: $(CVENV)/.installed
+	$(CBIN)/python -c "import torch, megatron.core, torchtitan; print('tools: torch', torch.__version__, '| megatron-core', megatron.core.__version__, '| torchtitan', __import__('importlib.metadata').metadata.version('torchtitan'))" > $@.tmp
+	mv $@.tmp $@
+
+# the exports, rebuilt when placer, a consumer case or the exported instance changes (a stamp,
+# so that .ci/run can build them in the background during `make test`)
+CEXPORTS := $(CBUILD)/.exports
+EXPORT_INPUTS := $(shell find placer consumers -name '*.py' -o -name '*.yaml' -o -name '*.json') \
+	instances/deepseek-v3-two-sites.yaml instances/plans/deepseek-v3-two-sites.json
+
+consumer-exports: $(CEXPORTS)
+
+$(CEXPORTS): $(BIN)/placer $(EXPORT_INPUTS)
+	mkdir -p $(CBUILD)
 	rm -rf $(CBUILD)/export $(CBUILD)/export-0.2 $(CBUILD)/export-uneven
 	$(BIN)/placer export $(CASE)/plan.json -i $(CASE)/instance.yaml -f all -o $(CBUILD)/export
 	$(BIN)/placer export $(CASE)/plan.json -i $(CASE)/instance.yaml -f torchtitan --torchtitan-version 0.2 -o $(CBUILD)/export-0.2
@@ -68,9 +82,10 @@ consumer-exports: venv
 	for p in pp1 vpp pp2; do $(BIN)/placer export consumers/case-moe/plan-$$p.json -i consumers/case-moe/instance.yaml -f megatron -o $(CBUILD)/export-moe/$$p || exit 1; done
 	for p in etp1 etp2; do $(BIN)/placer export consumers/case-moe/plan-$$p.json -i consumers/case-moe/instance-etp.yaml -f all -o $(CBUILD)/export-moe/$$p || exit 1; done
 	$(BIN)/python consumers/export_splits.py $(CBUILD)/megatron_splits.json
+	touch $@
 
-test-consumers: venv $(CVENV)/.installed consumer-exports
-	@$(CBIN)/python -c "import torch, megatron.core, torchtitan; print('tools: torch', torch.__version__, '| megatron-core', megatron.core.__version__, '| torchtitan', __import__('importlib.metadata').metadata.version('torchtitan'))"
+test-consumers: venv $(CVENV)/.installed $(CVENV)/tools.txt consumer-exports
+	@cat $(CVENV)/tools.txt
 	@slurmd -V 2>/dev/null || echo "slurm-wlm: not installed"
 	PLACER_EXPORT=$(CURDIR)/$(CBUILD)/export PLACER_EXPORT_02=$(CURDIR)/$(CBUILD)/export-0.2 PLACER_EXPORT_5D=$(CURDIR)/$(CBUILD)/export-5d PLACER_EXPORT_DS3=$(CURDIR)/$(CBUILD)/export-ds3 PLACER_EXPORT_HSDP=$(CURDIR)/$(CBUILD)/export-hsdp PLACER_EXPORT_HSDP_02=$(CURDIR)/$(CBUILD)/export-hsdp-0.2 PLACER_EXPORT_MOE=$(CURDIR)/$(CBUILD)/export-moe \
 	  PLACER_EXPORT_VPP=$(CURDIR)/$(CBUILD)/export-interleaved PLACER_EXPORT_VPP_LAYOUT=$(CURDIR)/$(CBUILD)/export-interleaved-layout PLACER_EXPORT_VPP_CHUNKS=$(CURDIR)/$(CBUILD)/export-interleaved-chunks \
