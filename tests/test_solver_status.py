@@ -81,8 +81,10 @@ def test_limit_before_a_plan_keeps_the_configuration_open(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", ["milp", "cpsat"])
-def test_limit_after_a_plan_keeps_the_solver_bound(backend: str) -> None:
-    name = "three-sites-80-300-500km"
+@pytest.mark.parametrize("name", ["two-campus-100km", "four-metro-resilient"])
+def test_limit_after_a_plan_keeps_the_solver_bound(backend: str, name: str) -> None:
+    # a step-time and a cost objective; each first plan is 1-3% (step) and 16-68% (cost)
+    # above the optimum, so a solver bound dropped or read as proven fails the test
     res = solve(
         _with_options(_instance(name), STOP_AT_FIRST_PLAN[backend]),
         backend=backend,
