@@ -10,6 +10,9 @@
    ring attention exchange stops hiding under the attention core.
 5. Published MoE runs (NVIDIA Megatron-Bridge performance tables, DeepSeek-V3 tech report)
    at their own layouts against the model's tokens/s/GPU (issue 16 items 2 and 6).
+
+    .venv/bin/python benchmarks/moe_bench.py decompose   # each row's MoE layer by term, the gap
+    .venv/bin/python benchmarks/moe_bench.py fit         # catalog moe_layer_host_s: fit / held out
 """
 
 from __future__ import annotations
