@@ -81,6 +81,7 @@ $(CEXPORTS): $(BIN)/placer $(EXPORT_INPUTS)
 	rm -rf $(CBUILD)/export-moe
 	for p in pp1 vpp pp2; do $(BIN)/placer export consumers/case-moe/plan-$$p.json -i consumers/case-moe/instance.yaml -f megatron -o $(CBUILD)/export-moe/$$p || exit 1; done
 	for p in etp1 etp2; do $(BIN)/placer export consumers/case-moe/plan-$$p.json -i consumers/case-moe/instance-etp.yaml -f all -o $(CBUILD)/export-moe/$$p || exit 1; done
+	$(BIN)/placer export consumers/case-moe/plan-pp1.json -i consumers/case-moe/instance-graphs.yaml -f megatron -o $(CBUILD)/export-moe/graphs
 	$(BIN)/python consumers/export_splits.py $(CBUILD)/megatron_splits.json
 	touch $@
 

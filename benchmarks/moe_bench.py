@@ -10,6 +10,9 @@
    ring attention exchange stops hiding under the attention core.
 5. Published MoE runs (NVIDIA Megatron-Bridge performance tables, DeepSeek-V3 tech report)
    at their own layouts against the model's tokens/s/GPU (issue 16 items 2 and 6).
+
+    .venv/bin/python benchmarks/moe_bench.py decompose   # each row's MoE layer by term, the gap
+    .venv/bin/python benchmarks/moe_bench.py fit         # catalog moe_layer_host_s: fit / held out
 """
 
 from __future__ import annotations
@@ -137,6 +140,9 @@ MB = "NVIDIA Megatron-Bridge docs/performance-summary-archive.md"
 # the table (dispatcher, EP overlap) are read from Megatron-Bridge's perf_recipes at HEAD
 # (Aug 2026), which may differ from the container that produced a row; recompute is
 # placer's 'selective' (the recipes recompute chosen modules: layernorm, moe_act, mla_up_proj).
+# CUDA graphs per row (`graphs`, job.moe_cuda_graphs) from Megatron-Bridge's
+# scripts/performance/configs/{gpt_oss,qwen,deepseek}/*_workload_base_configs.py presets
+# (cuda_graph_impl / cuda_graph_scope; absent = eager, Megatron-Core's default).
 PUBLISHED: list[dict] = [
     dict(
         row="GPT-OSS-120B, 26.02",
@@ -256,6 +262,7 @@ PUBLISHED: list[dict] = [
         pp=8,
         ep=32,
         dispatcher="deepep",
+        graphs=True,  # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (attn, router, preprocess)
         published=5448,
     ),
 ]
@@ -328,6 +335,10 @@ for _row, _gbs, _pub in (("25.11", 2048, 1575), ("26.02", 8192, 1633)):
 # Dispatcher: HybridEP (deepep) as the Megatron-Bridge DeepSeek-V3 / Qwen3 GB200 recipes;
 # EP overlap off (the DeepSeek-V3 recipe's overlap_moe_expert_parallel_comm = False).
 DS3_LAYOUT_4X4 = [4] + [4] * 14 + [1]
+# CUDA graphs (job.moe_cuda_graphs): every GB200 DeepSeek-V3 / Qwen3-235B recipe captures
+# the MoE router and preprocessing (cuda_graph_scope attn, moe_router, moe_preprocess) or the
+# whole iteration (FP8-MX: full_iteration), so these four rows set it; the H100 / B200 rows and
+# GPT-OSS BF16 on GB200 run eagerly (no cuda_graph_impl in their presets).
 NEW_ROWS: list[dict] = [
     dict(
         row="DeepSeek-V3 (w/o MTP), 25.11",
@@ -344,6 +355,7 @@ NEW_ROWS: list[dict] = [
         v=4,
         chunks=DS3_LAYOUT_4X4,
         dispatcher="deepep",
+        graphs=True,
         published=3139,
     ),
     dict(
@@ -360,6 +372,7 @@ NEW_ROWS: list[dict] = [
         ep=32,
         v=4,
         dispatcher="deepep",
+        graphs=True,
         published=4018,
     ),
     dict(
@@ -377,6 +390,7 @@ NEW_ROWS: list[dict] = [
         v=4,
         chunks=DS3_LAYOUT_4X4,
         dispatcher="deepep",
+        graphs=True,
         published=3955,
     ),
     dict(
@@ -393,6 +407,7 @@ NEW_ROWS: list[dict] = [
         ep=32,
         v=3,
         dispatcher="deepep",
+        graphs=True,
         published=4916,
     ),
 ]
@@ -406,7 +421,9 @@ STAND_INS = {
 NOT_EXPRESSIBLE: list[str] = []
 
 
-def published_row(r: dict) -> tuple[float, float, dict]:
+def published_row(r: dict, host_s: float | None = None) -> tuple[float, float, dict]:
+    """The row's tokens/s/GPU, step seconds and breakdown; `host_s` overrides the GPU's
+    catalog moe_layer_host_s (the what-if scans and the fit)."""
     m = load_model(r["model"])
     v = r.get("v", 1)
     job = {
@@ -418,12 +435,16 @@ def published_row(r: dict) -> tuple[float, float, dict]:
         "overlap": {"ep_comm": r.get("overlap", False)},
         "moe_dispatcher": r.get("dispatcher", "alltoall"),
         "moe_dispatch_precision": r.get("dispatch_precision", "bf16"),
+        "moe_cuda_graphs": r.get("graphs", False),
     }
     inst = {"name": "pub", "sites": [{"name": "dc", "gpu": r["gpu"], "gpus": r["gpus"]}]}
     inst["job"] = job
     if "catalog" in r:
         inst["catalog"] = r["catalog"]
     prob = problem_from_data(inst)
+    if host_s is not None:
+        gpus = prob.catalog.gpus
+        gpus[r["gpu"]] = gpus[r["gpu"]].model_copy(update={"moe_layer_host_s": host_s})
     pp, tp, ep, etp = r["pp"], r["tp"], r["ep"], r.get("etp")
     width = tp * ep if etp is None else math.lcm(tp, ep * etp)  # rules.Config.width, cp = 1
     dp = r["gpus"] // (pp * width)
@@ -455,6 +476,106 @@ def published_row(r: dict) -> tuple[float, float, dict]:
     }
     ev = evaluate(prob, plan)
     return ev.tokens_per_s / r["gpus"], ev.step_time_s, {**ev.breakdown, "feasible": ev.feasible}
+
+
+ALL_ROWS = PUBLISHED + NEW_ROWS
+
+
+def _micro_batches(r: dict) -> int:
+    """Micro-batches per attention data-parallel rank (cp = 1): gbs / (mbs x gpus / (pp tp))."""
+    return max(1, r["gbs"] // (r["mbs"] * (r["gpus"] // (r["pp"] * r["tp"]))))
+
+
+def decompose() -> None:
+    """Issue 16: each row's MoE layer forward on its busiest rank, by term (ms per micro-batch,
+    one MoE layer), and the extra time per MoE layer forward that would match the published
+    step (the whole gap put on the MoE layers: (published step - model step) / (MoE layers
+    per rank x micro-batches); x1 forward, the backward priced at 2x the compute as usual)."""
+    from placer.io import build_catalog
+    from placer.perf import compute as C
+
+    cat = build_catalog()
+    print("\nMoE layer forward by term (ms, one micro-batch, one rank) and the gap per layer")
+    print(
+        "| # | run | GPUs | tok/expert | attention | router | experts | shared | "
+        "memory-bound | host | a2a exposed (fwd + bwd) | gap per layer | error |"
+    )
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for i, r in enumerate(ALL_ROWS):
+        m = load_model(r["model"])
+        gpu = cat.gpus["h100-sxm" if r["gpu"] == "h800" else r["gpu"]]
+        tok, step, bd = published_row(r)
+        pub_step = step * tok / r["published"]
+        tp, ep, etp, prec = r["tp"], r["ep"], r.get("etp") or 1, r["precision"]
+        e = m.moe
+        tokens = r["mbs"] * m.seq_len
+        n_tok = C.moe_tokens_per_rank(tokens, tp)
+        local = max(1, e.experts // ep)
+        per = max(1, math.ceil(n_tok * e.top_k * etp / local))
+        router = C.gemm_s(gpu, C.Gemm("router", round(n_tok), e.experts, m.hidden), prec)
+        experts = local * sum(
+            C.gemm_s(gpu, g, prec) for g in C.ffn_gemms(m, per, etp, e.expert_ffn_hidden)
+        )
+        shared = (
+            sum(C.gemm_s(gpu, g, prec) for g in C.ffn_gemms(m, tokens, tp, e.shared_ffn))
+            if e.shared_ffn
+            else 0.0
+        )
+        attn = sum(
+            C.gemm_s(gpu, g, prec) for g in C.attention_gemms(m, tokens, tp)
+        ) + C.attention_core_s(gpu, m, tokens, tp)
+        mem = C.hbm_s(gpu, C.layer_memory_bytes(m, tokens, tp, tp > 1, m.rotary, True, 1.0, etp))
+        host = C.moe_host_s(gpu, m, r.get("graphs", False))
+        passes = math.ceil(m.layers / r["pp"]) * _micro_batches(r)
+        a2a = bd.get("ep_comm_s", 0.0) / passes
+        gap = (pub_step - step) / passes
+        print(
+            f"| {i} | {r['row']} | {r['gpus']} {r['gpu']} | {per} | {attn * 1e3:.2f} | "
+            f"{router * 1e3:.3f} | {experts * 1e3:.2f} | {shared * 1e3:.2f} | {mem * 1e3:.2f} | "
+            f"{host * 1e3:.2f} | {a2a * 1e3:.2f} | {gap * 1e3:+.2f} | "
+            f"{tok / r['published'] - 1:+.1%} |"
+        )
+
+
+# The host-time fit (catalog moe_layer_host_s): the eager rows of the 25.11 container fit it,
+# every other row is held out (the 26.02 / 25.09 eager rows, DeepSeek's own run, and the CUDA
+# graph rows, which the term does not touch). Chosen before the fit: one container's rows.
+HOST_GRID = [k * 0.25e-3 for k in range(25)]
+
+
+def _is_fit_row(r: dict) -> bool:
+    return "25.11" in r["row"] and not r.get("graphs", False)
+
+
+def fit_host() -> None:
+    """The catalog's moe_layer_host_s against the published rows: mean |error| over the fit
+    rows on a grid, and the error of every row (fit / held out) without it and at the best."""
+    errs = {h: [published_row(r, h)[0] / r["published"] - 1 for r in ALL_ROWS] for h in HOST_GRID}
+    fit = [i for i, r in enumerate(ALL_ROWS) if _is_fit_row(r)]
+    held = [i for i in range(len(ALL_ROWS)) if i not in fit]
+    eager_held = [i for i in held if not ALL_ROWS[i].get("graphs", False)]
+
+    def mean(h: float, ix: list[int]) -> float:
+        return sum(abs(errs[h][i]) for i in ix) / len(ix)
+
+    best = min(HOST_GRID, key=lambda h: (mean(h, fit), h))
+    print(f"\nHost time per eager MoE layer forward: fit on rows {fit}, held out {held}")
+    print("| h (ms) | fit mean | held-out mean | held-out eager | all | max |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for h in HOST_GRID[::2] + ([best] if best not in HOST_GRID[::2] else []):
+        mark = " (best)" if h == best else ""
+        print(
+            f"| {h * 1e3:.2f}{mark} | {mean(h, fit):.1%} | {mean(h, held):.1%} | "
+            f"{mean(h, eager_held):.1%} | {mean(h, list(range(len(ALL_ROWS)))):.1%} | "
+            f"{max(abs(e) for e in errs[h]):.1%} |"
+        )
+    print("\n| # | run | GPUs | CUDA graphs | set | error h = 0 | error h = best |")
+    print("|---:|---|---|---|---|---:|---:|")
+    for i, r in enumerate(ALL_ROWS):
+        print(
+            f"| {i} | {r['row']} | {r['gpus']} {r['gpu']} | {r.get('graphs', False)} | "
+            f"{'fit' if i in fit else 'held out'} | {errs[0.0][i]:+.1%} | {errs[best][i]:+.1%} |"
+        )
 
 
 def deepseek_ablation() -> None:
@@ -680,6 +801,10 @@ if __name__ == "__main__":
 
     if sys.argv[1:] == ["vp"]:
         vp_rows()
+    elif sys.argv[1:] == ["decompose"]:
+        decompose()
+    elif sys.argv[1:] == ["fit"]:
+        fit_host()
     elif sys.argv[1:] == ["published"]:
         published_runs()
         deepseek_ablation()

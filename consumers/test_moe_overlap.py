@@ -39,6 +39,7 @@ def _config(a: dict[str, list[str]]):  # noqa: ANN202 - megatron.core Transforme
     core_transformer_config_from_args maps them (the MoE and pipeline fields)."""
     import torch
     from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.enums import CudaGraphScope
 
     def one(flag: str, cast=int, default=None):  # noqa: ANN001, ANN202
         return cast(a[flag][0]) if flag in a and a[flag] else default
@@ -72,6 +73,9 @@ def _config(a: dict[str, list[str]]):  # noqa: ANN202 - megatron.core Transforme
         recompute_granularity=one("--recompute-granularity", str),
         recompute_method=one("--recompute-method", str),
         recompute_num_layers=one("--recompute-num-layers"),
+        # megatron/training/arguments.py: --cuda-graph-scope's type maps each name to the enum
+        cuda_graph_impl=one("--cuda-graph-impl", str, "none"),
+        cuda_graph_scope=[CudaGraphScope[s] for s in a.get("--cuda-graph-scope", [])],
     )
 
 
@@ -115,6 +119,41 @@ def test_megatron_lm_parse_and_validate_args(name: str) -> None:
     as consumers/test_configs.py): the generated flags exist and pass its checks."""
     megatron_lm_src()  # skips first, as before
     megatron_validate(_dir(name), 32)  # consumers/case-moe: every plan uses the site's 32 GPUs
+
+
+# ----------------------------------------------------------------------------- CUDA graphs
+# consumers/case-moe/instance-graphs.yaml with plan-pp1.json (job.moe_cuda_graphs: placer
+# prices no host time per MoE layer, so the export must ask for the graphs)
+
+
+def test_cuda_graph_export_accepted_by_megatron_core() -> None:
+    from megatron.core.transformer.enums import CudaGraphScope
+
+    a = _export("graphs")
+    assert a["--cuda-graph-impl"] == ["transformer_engine"]
+    assert a["--cuda-graph-scope"] == ["moe_router", "moe_preprocess"]
+    cfg = _config(a)
+    assert cfg.cuda_graph_impl == "transformer_engine"
+    assert cfg.cuda_graph_scope == [CudaGraphScope.moe_router, CudaGraphScope.moe_preprocess]
+
+
+def test_cuda_graphs_with_full_recompute_refused_by_megatron_core() -> None:
+    """What placer's instance check (Job: moe_cuda_graphs with recompute full) mirrors; and
+    the eager export asks for no graphs."""
+    a = {
+        **_export("graphs"),
+        "--recompute-granularity": ["full"],
+        "--recompute-method": ["uniform"],
+        "--recompute-num-layers": ["1"],
+    }
+    with pytest.raises(AssertionError, match="full iteration CUDA graph"):
+        _config(a)
+    assert "--cuda-graph-impl" not in _export("pp1")
+
+
+def test_megatron_lm_validates_cuda_graph_export() -> None:
+    megatron_lm_src()
+    megatron_validate(_dir("graphs"), 32)
 
 
 # ----------------------------------------------------------------------------- EP folding

@@ -57,6 +57,7 @@ class Config:
     overlap_ep_comm: bool = False  # job.overlap.ep_comm (where Megatron-Core accepts it)
     moe_dispatcher: str = "alltoall"  # job.moe_dispatcher: alltoall or deepep (node dedup)
     moe_dispatch_precision: str = "bf16"  # job.moe_dispatch_precision (forward dispatch)
+    moe_cuda_graphs: bool = False  # job.moe_cuda_graphs: no host sync exposed per MoE layer
     # expert tensor parallel size (Megatron-Core --expert-tensor-parallel-size) when the plan
     # folds EP over the stage's ranks (expert_fold); None: the unfolded layout, expert TP 1
     # and a replica stage of tp x cp x ep GPUs (placer's layout before ETP)
@@ -215,6 +216,7 @@ def job_config(
         overlap_ep_comm=job.overlap.ep_comm,
         moe_dispatcher=job.moe_dispatcher,
         moe_dispatch_precision=job.moe_dispatch_precision,
+        moe_cuda_graphs=job.moe_cuda_graphs,
         staggered=job.replica_schedule == "staggered",
         virtual_stages=virtual_stages,
         dp_shard=dp_shard,

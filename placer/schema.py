@@ -210,6 +210,12 @@ class GpuSpec(Strict):
         le=1,
         description="fraction of tensor-parallel communication hidden under compute when job.overlap.tp_comm (built-in catalog: fitted on the H100 table, reused elsewhere as an assumption)",  # noqa: E501
     )
+    moe_layer_host_s: Num = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="seconds of host (CPU) time exposed per MoE layer forward (and recomputed forward) when the job runs the MoE layers eagerly (job.moe_cuda_graphs false): Megatron-Core's dispatchers copy the tokens-per-expert counts to the host every MoE layer, which drains the GPU's queue, so the kernels after it wait for the host to launch them (placer.perf.compute.moe_host_s); 0 = not priced",  # noqa: E501
+    )
     source: str
 
     @model_validator(mode="before")
@@ -707,6 +713,10 @@ class Job(Strict):
         default="bf16",
         description="wire precision of the forward token dispatch (fp8: 1 byte per value plus an fp32 scale per 128, DeepSeek-V3's FP8 dispatch with BF16 combine, arXiv 2412.19437 section 3.3; needs precision fp8 and moe_dispatcher deepep)",  # noqa: E501
     )
+    moe_cuda_graphs: bool = Field(
+        default=False,
+        description="MoE: the router and the dispatcher's preprocessing run captured in CUDA graphs (Megatron-Core --cuda-graph-impl transformer_engine --cuda-graph-scope moe_router moe_preprocess, or full_iteration), so no host sync stalls the GPU per MoE layer; false (Megatron-Core's default, and what placer's launch files run) prices the catalog's moe_layer_host_s per MoE layer forward",  # noqa: E501
+    )
     replica_schedule: Literal["lockstep", "staggered"] = Field(
         default="lockstep",
         description="lockstep: every replica sends its stage boundary's message at the same pipeline tick, so the replicas whose chains cross a route share it tick by tick (Megatron's synchronous 1F1B); staggered: replicas are offset so that they time-share the routes and only the step-average route load binds (Atlas, arXiv 2411.14458; needs a launcher that staggers the replicas)",  # noqa: E501
@@ -725,6 +735,12 @@ class Job(Strict):
             out.append(
                 "overlap.ep_comm: Megatron-Core's --overlap-moe-expert-parallel-comm needs "
                 "recompute 'selective' or 'none', got 'full'"
+            )
+        if self.moe_cuda_graphs and self.recompute == "full":
+            out.append(
+                "moe_cuda_graphs: Megatron-Core captures the MoE router and preprocessing in "
+                "CUDA graphs only with recompute 'selective' or 'none' (full recompute needs a "
+                "full-iteration graph), got 'full'"
             )
         if self.moe_dispatch_precision == "fp8" and (
             self.precision != "fp8" or self.moe_dispatcher != "deepep"

@@ -123,6 +123,23 @@ ASSUMPTIONS: list[Assumption] = [
         note="Megatron-Core's combined 1F1B schedule (needs torch >= 2.6, the alltoall or flex dispatcher, no --moe-shared-expert-overlap)",  # noqa: E501
     ),
     Assumption(
+        "MoE layers run eagerly (job.moe_cuda_graphs false, Megatron-Core's default): every MoE layer forward waits for its tokens-per-expert host copy",  # noqa: E501
+        lambda p, plan: p.model.moe is not None and not _job(p).moe_cuda_graphs,
+        note="the step time prices the catalog's moe_layer_host_s per MoE layer forward (placer.perf.compute.moe_host_s)",  # noqa: E501
+    ),
+    Assumption(
+        "MoE router and dispatcher preprocessing captured in CUDA graphs (job.moe_cuda_graphs)",
+        lambda p, plan: p.model.moe is not None and _job(p).moe_cuda_graphs,
+        megatron=[
+            "--cuda-graph-impl",
+            "transformer_engine",
+            "--cuda-graph-scope",
+            "moe_router",
+            "moe_preprocess",
+        ],
+        note="no host time priced per MoE layer; Transformer Engine's partial CUDA graphs (TransformerConfig: selective or no recompute)",  # noqa: E501
+    ),
+    Assumption(
         "FP8 forward token dispatch, BF16 combine (job.moe_dispatch_precision fp8, DeepSeek-V3)",
         lambda p, plan: p.model.moe is not None and _job(p).moe_dispatch_precision == "fp8",
         note="DeepEP's FP8 dispatch: Megatron-Core 0.16.1 has no argument for it (its flex dispatcher sends bf16); the step time assumes FP8 dispatch, so run a DeepEP-FP8 build or expect the bf16 dispatch time",  # noqa: E501

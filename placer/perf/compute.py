@@ -106,6 +106,8 @@ class StageOps:
     fsdp_fwd: float = 0.0  # FSDP parameter all-gathers not hidden under the layers' compute
     fsdp_bwd: float = 0.0  # all-gathers (reshard_after_forward) + reduce-scatters, exposed
     fsdp_hidden: float = 0.0
+    host_fwd: float = 0.0  # eager MoE layers: the GPU idle while the host launches (moe_host_s)
+    host_bwd: float = 0.0
 
     @property
     def fwd(self) -> float:
@@ -117,6 +119,7 @@ class StageOps:
             + self.ep_fwd
             + self.cp_fwd
             + self.fsdp_fwd
+            + self.host_fwd
         )
 
     @property
@@ -129,7 +132,12 @@ class StageOps:
             + self.ep_bwd
             + self.cp_bwd
             + self.fsdp_bwd
+            + self.host_bwd
         )
+
+    @property
+    def host_exposed(self) -> float:
+        return self.host_fwd + self.host_bwd
 
     @property
     def fsdp_exposed(self) -> float:
@@ -329,6 +337,26 @@ def ep_exposed_s(
     return max(0.0, comm_fwd_s - compute_bwd_s), max(0.0, comm_bwd_s - compute_fwd_s)
 
 
+def moe_host_s(gpu: GpuSpec, m: ModelSpec, cuda_graphs: bool) -> float:
+    """Host time exposed per MoE layer forward when the layer runs eagerly: the catalog's
+    moe_layer_host_s, 0 for a dense model or under job.moe_cuda_graphs.
+
+    Why it is exposed: Megatron-Core's dropless dispatchers need the tokens-per-expert
+    counts on the host every MoE layer (token_dispatcher.py: the alltoall dispatcher's
+    `cuda_sync_point` "before_ep_alltoall" with EP > 1, "before_finish" without, for the
+    all-to-all split sizes and the grouped GEMM's m_splits; the flex dispatcher likewise
+    for its receive buffer), so the host waits for the GPU to drain; the router,
+    permutation, grouped-GEMM and unpermutation kernels after the sync then run only as
+    fast as the host launches them, and the GPU idles for their host time. CUDA graphs of
+    the router and dispatcher preprocessing (Megatron-Core --cuda-graph-scope moe_router
+    moe_preprocess, which the Megatron-Core MoE report, arXiv 2603.07685, introduces for
+    this "host-boundedness" of the compute wall) remove it. A constant per layer forward:
+    the host time of the layer's launches does not depend on the tokens."""
+    if m.moe is None or cuda_graphs:
+        return 0.0
+    return gpu.moe_layer_host_s
+
+
 def lm_head_gemm(m: ModelSpec, tokens: int, tp: int) -> Gemm:
     """Logits of the last stage (vocabulary-parallel)."""
     return Gemm("lm_head", tokens, m.vocab // tp, m.hidden)
@@ -426,6 +454,7 @@ def stage_ops(
     a2a_dispatch_s: float | None = None,
     ep_overlap: bool = False,
     etp: int = 1,
+    moe_host_s: float = 0.0,
 ) -> StageOps:
     """Operator times of one micro-batch on a stage of `layers` blocks starting at block
     `first_layer`; `tp_allreduce_s` is one all-reduce of the rank's b s h / cp activations
@@ -434,7 +463,10 @@ def stage_ops(
     layer (bf16), `a2a_dispatch_s` its forward token dispatch when that is sent in another
     precision (None: a2a_s), `ep_overlap` whether the MoE all-to-all hides under the other
     micro-batch's compute (ep_exposed_s), `cp_ring_s` one forward pass of ring attention's
-    KV around the cp ring, `etp` the expert tensor parallelism (moe_ffn_s)."""
+    KV around the cp ring, `etp` the expert tensor parallelism (moe_ffn_s), `moe_host_s` the
+    host time exposed per MoE layer forward (the function moe_host_s): once in the forward
+    and once more in the recomputed forward under full recompute; the backward reuses the
+    counts the forward copied to the host (no sync) and its launches run ahead of the GPU."""
     tokens = micro_batch * m.seq_len // cp
     n_moe = m.moe_layers_in(first_layer, layers)
     n_dense = layers - n_moe
@@ -502,6 +534,8 @@ def stage_ops(
         cp_fwd=cp_fwd,
         cp_bwd=cp_bwd_raw,
         cp_hidden=cp_total - cp_fwd - cp_bwd_raw,
+        host_fwd=n_moe * moe_host_s,
+        host_bwd=n_moe * moe_host_s if recompute == "full" else 0.0,
     )
 
 

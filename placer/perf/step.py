@@ -225,6 +225,7 @@ class PerfModel:
             cfg.moe_dispatcher,
             cfg.moe_dispatch_precision,
             cfg.etp,
+            cfg.moe_cuda_graphs,
         )
 
     def ep_all_to_all_s(
@@ -321,12 +322,14 @@ class PerfModel:
         dispatcher: str = "alltoall",
         dispatch_precision: str = "bf16",
         fold_etp: int | None = None,
+        moe_graphs: bool = False,
     ) -> tuple[StageTime, ...]:
         """Operator-level times (placer.perf.compute) of one micro-batch per stage, with
         the FSDP collectives a shard group does not hide (fsdp_exposed). With expert TP the
         gather before and the reduce-scatter after the experts (etp_gather_s) go with the
         dispatch and the combine: exposed, or hidden with them under ep_overlap. `fold_etp`
-        is Config.etp (None: unfolded, expert TP 1)."""
+        is Config.etp (None: unfolded, expert TP 1). `moe_graphs` is job.moe_cuda_graphs: without
+        them every MoE layer pass exposes the GPU's moe_layer_host_s (compute.moe_host_s)."""
         gpu = self.catalog.gpus[gpu_key]
         etp = fold_etp or 1
         ar = comm.ring_allreduce_s(
@@ -365,6 +368,7 @@ class PerfModel:
                 a2a_dispatch_s=a2a_disp,
                 ep_overlap=ep_overlap,
                 etp=etp,
+                moe_host_s=compute.moe_host_s(gpu, self.model, moe_graphs),
             )
             fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
             bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
@@ -1026,10 +1030,11 @@ class PerfModel:
         ep_s = m * widest.ep_exposed if widest else 0.0
         cp_s = m * widest.cp_exposed if widest else 0.0
         fsdp_s = m * widest.fsdp_exposed if widest else 0.0
+        host_s = m * widest.host_exposed if widest else 0.0
         breakdown = {
             "compute_s": compute_s - mem,  # GEMMs and the attention core
             "memory_bound_s": mem,
-            "tp_comm_s": with_tp - compute_s - ep_s - cp_s - fsdp_s,  # exposed
+            "tp_comm_s": with_tp - compute_s - ep_s - cp_s - fsdp_s - host_s,  # exposed
             "bubble_s": no_comm - opt - with_tp,
             "pp_comm_s": t_pipe - no_comm,
             "dp_sync_s": t_dp,  # exposed
@@ -1039,6 +1044,8 @@ class PerfModel:
         if cfg.ep > 1:
             breakdown["ep_comm_s"] = ep_s  # MoE token all-to-all, exposed
             hidden["ep_comm_s"] = m * widest.ep_hidden if widest else 0.0
+        if host_s > 0:
+            breakdown["moe_host_s"] = host_s  # eager MoE layers: host launch stalls
         if cfg.cp > 1:
             breakdown["cp_comm_s"] = cp_s  # ring attention KV not hidden under attention
             hidden["cp_comm_s"] = m * widest.cp_hidden if widest else 0.0
