@@ -251,6 +251,12 @@ def test_dp_stagger_moves_the_optimum(monkeypatch) -> None:
         for k, r in (("split", split), ("kept", kept))
     }
     assert sims["split"] < sims["kept"], sims
+    # under resilience the cases around the split's survival (solver_cases: brute force =
+    # CP-SAT = MILP there needs the healthy step exact)
+    survives = outcome("stagger-resilience-10pct", "brute")
+    assert sorted(g.count for g in survives.plan.replica_groups) == [2, 3]
+    fails = outcome("stagger-resilience-6pct", "brute")
+    assert [(g.count, g.stage_sites) for g in fails.plan.replica_groups] == [(5, ["a", "a"])]
 
 
 @pytest.mark.parametrize("case", sc.PART_FILLED_MOVES, ids=lambda c: c.id)
