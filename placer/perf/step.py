@@ -594,9 +594,16 @@ class PerfModel:
         All zero (every stage's exchange at once, as before) where the stagger does not
         apply: one stage, fewer than two replicas, a sync mode other than synchronous
         (the outer exchange is its own phase) and HSDP (the replicate all-reduce follows
-        each layer's reduce-scatter, not the rank's end)."""
+        each layer's reduce-scatter, not the rank's end); and, a limitation, on instances
+        where some site pair has several candidate paths (solver.paths_per_pair >= 2 on a
+        route graph with a cycle): there the formulations split a pair's flow over paths
+        summed over stages, so a release group could only count all of a routed pair's
+        stages, and the extra rows made CP-SAT miss its proof on four-site-metro-longhaul
+        in 60 s (18 s without: benchmarks/README.md)."""
         p = cfg.pp
         if p < 2 or cfg.dp < 2 or cfg.sync_mode != "synchronous" or cfg.dp_shard > 1:
+            return (0.0,) * p
+        if self.any_dp_pair_routed():
             return (0.0,) * p
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
         last_bwd = [min(self.chunk_times(cfg, g)[j].bwd for g in gpus) for j in range(p)]
@@ -616,6 +623,18 @@ class PerfModel:
             k = self.problem.instance.solver.paths_per_pair
             self._memo[key] = len(self.net.candidate_paths(*route_key(a, b), k)) >= 2
         return self._memo[key]
+
+    def any_dp_pair_routed(self) -> bool:
+        """Whether some connected site pair of the instance has several candidate paths
+        (dp_pair_routed): no staggered WAN phase then (dp_release_s)."""
+        if ("any_routed",) not in self._memo:
+            sites = [s.name for s in self.problem.instance.sites]
+            self._memo[("any_routed",)] = any(
+                self.net.path(a, b) is not None and self.dp_pair_routed(a, b)
+                for i, a in enumerate(sites)
+                for b in sites[i + 1 :]
+            )
+        return self._memo[("any_routed",)]
 
     def dp_staggered(self, cfg: Config) -> tuple[bool, ...]:
         """Per dp_pieces piece, whether its WAN phase is the staggered one (each stage's
