@@ -43,7 +43,11 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   share a node and over the NICs between nodes (intra_sync_s), at the slowest site
   hosting the stage; a site's member count prices a part-filled node, whose fewer NICs
   carry the node's whole share of the ring (node_fill). The WAN phase pays the bandwidth
-  of its busiest route plus two one-way path latencies, on top. The per-step sync hides
+  of its busiest route plus two one-way path latencies, on top; each stage's exchange
+  starts when its own last backward ends (a lower bound of its offset before T_pipe,
+  dp_release_s), the routes shared only by the stages released at or after a moment
+  (T_wan_st in step; every stage's at once for ZeRO-1's overlapped parameter gather, in
+  failure scenarios and on instances with a multi-path site pair). The per-step sync hides
   partly under the backward of the last micro-batch and the forward of the first
   (Megatron's --overlap-grad-reduce and --overlap-param-gather): X above.
 """
