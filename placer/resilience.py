@@ -191,7 +191,7 @@ def failure_report(
                     for q, uses in routing.items()
                     if all(key not in u.path.routes for u in uses)
                 }
-                st = perf2.step(cfg, groups, w2, optics=optics, routing=kept)
+                st = perf2.step(cfg, groups, w2, optics=optics, routing=kept, stagger=False)
                 sc.disconnected = bool(st.unreachable)
                 if base is None:
                     base = perf.step(cfg, groups, waves, optics=optics, routing=routing)
@@ -215,6 +215,7 @@ def failure_report(
                         pp_route_factor={key: l},
                         dp_route_factor={key: slowdown_factor(c, p_sites, l, eps)},
                         routing=routing,
+                        stagger=False,
                     )
                     sc.step_s[c] = st.step_time_s
             scenarios.append(sc)
@@ -234,6 +235,7 @@ def failure_report(
                 optics=optics,
                 intra_factor=slowdown_factor(c, cfg.dp, l, eps),
                 routing=routing,
+                stagger=False,
             )
             sc.step_s[c] = st.step_time_s
         scenarios.append(sc)

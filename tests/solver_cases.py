@@ -503,7 +503,14 @@ def cases() -> list[Case]:
         Case("interleave-two-sites-20km", interleave_instance(20.0)),
         Case("interleave-two-sites-200km", interleave_instance(200.0)),
     ]
-    return out + UNEVEN_SPLIT_CASES + PART_FILLED_CASES + UNEVEN_CHUNK_CASES + BUCKET_LATENCY_CASES
+    return (
+        out
+        + UNEVEN_SPLIT_CASES
+        + PART_FILLED_CASES
+        + UNEVEN_CHUNK_CASES
+        + BUCKET_LATENCY_CASES
+        + STAGGER_RESILIENCE_CASES
+    )
 
 
 # 8 layers of h = 2048 at s = 2048: ~1 ms per stage forward, 8 MB pipeline messages, so that
@@ -739,4 +746,23 @@ def _bucket_latency_split() -> dict[str, Any]:
 BUCKET_LATENCY_CASES = [
     Case("bucket-latency-20km", part_filled_instance(20.0, overlap=True)),
     Case("bucket-latency-split", _bucket_latency_split()),
+]
+
+
+# the staggered WAN phase (PerfModel.dp_release_s) under resilience: the survival limit is
+# (1 + max_slowdown) x the healthy step, which is staggered, while a failure scenario
+# prices every stage's exchange at once (placer.resilience), so both formulations need
+# the healthy step exact (milp/cpsat _exact_step: T_dpst's one-hots). At 10% the split
+# optimum of bucket-latency-20km survives the loss of one of its 2 waves; at 6% it does
+# not and all 5 replicas stay at one site: an overstated T_dpst would let the split
+# through at 6%, an understated one would reject it at 10%
+def _stagger_resilience(slowdown: float) -> dict[str, Any]:
+    inst = part_filled_instance(20.0, overlap=True)
+    inst["resilience"] = {"survive": ["wave"], "collective": "ring", "max_slowdown": slowdown}
+    return inst
+
+
+STAGGER_RESILIENCE_CASES = [
+    Case("stagger-resilience-10pct", _stagger_resilience(0.1)),
+    Case("stagger-resilience-6pct", _stagger_resilience(0.06)),
 ]

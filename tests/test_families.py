@@ -44,6 +44,13 @@ CPSAT_ONLY = (
     ".hop_off",
     "exact.tau",
     "route.tick_flow",
+    # the staggered WAN phase: CP-SAT's per release group share tables and demands (the
+    # MILP scales the class's demand by the group's share of its bytes) and their exact
+    # rows; its exact max over the groups' terms
+    "dp.pair_group",
+    "exact.share_group",
+    "exact.pair_off_group",
+    "exact.dpst",
 )
 # rows that exist in both but are indexed by a backend's own decomposition
 INDEXED_APART = ("exact.chain_path_on",)

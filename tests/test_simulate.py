@@ -761,14 +761,17 @@ STEP_BOUNDS: dict[tuple[str, bool], tuple[float, float]] = {
     # as above, with a T_pipe outlier where the per-tick transfer exceeds a stage tick
     # and the early ranks' NIC rings share the routes' NICs; measured -13.6% / +0.0%
     ("inside one site, a part-filled node", False): (-0.14, 0.005),
-    # the WAN phase: the closed form charges the busiest route with every rank's exchange
-    # at once, the simulated ranks sync as they finish (pessimistic, median +6-7%), and
-    # the node count of the NIC ring is ceil(d / q) of all replicas, not the site's own
-    # (pessimistic); optimistic only by T_pipe; measured -6.9% / +37.4%
-    ("across sites, full nodes", False): (-0.07, 0.38),
+    # the WAN phase: each stage's exchange from its backward's end, released at a lower
+    # bound of its real stagger in at most 4 groups (PerfModel.dp_release_s; before it
+    # charged every rank's at once: median +6-7%, now +4-5%), the NIC phase before it
+    # at the slowest stage's, and the node count of the NIC ring ceil(d / q) of all
+    # replicas, not the site's own (all pessimistic); optimistic only by T_pipe;
+    # measured -4.6% / +37.4% (was -6.9% / +37.4%)
+    ("across sites, full nodes", False): (-0.05, 0.38),
     # as above, and no NIC term in the WAN phase: a site hosting few members of a stage
-    # sends its whole shard through their NICs (optimistic); measured -14.7% / +46.3%
-    ("across sites, a part-filled node", False): (-0.15, 0.47),
+    # sends its whole shard through their NICs (optimistic, no longer masked by every
+    # stage's exchange at once); measured -15.7% / +39.1% (was -14.7% / +46.3%)
+    ("across sites, a part-filled node", False): (-0.16, 0.40),
     # overlap on: the bucketed sync under the last backward; the closed form charges the
     # ring's hop latencies once where every bucket pays them and the continuous window
     # above EXACT_BUCKETS buckets (optimistic), plus T_pipe; measured -6.1% / +3.9%
@@ -776,12 +779,13 @@ STEP_BOUNDS: dict[tuple[str, bool], tuple[float, float]] = {
     # measured -14.0% / +2.1%
     ("inside one site, a part-filled node", True): (-0.14, 0.025),
     # every bucket pays the WAN latency in both (PerfModel.dp_lat_repeats; before, the
-    # closed form charged it once: -52.4%); the WAN phase at once, and the most buckets
+    # closed form charged it once: -52.4%); the WAN phase as above (staggered but for
+    # ZeRO-1's parameter gather, which every rank starts with the step), the most buckets
     # of any rank at the slowest stage's latency (pessimistic), against the simulated
     # ZeRO-1 gather delaying the first forward (optimistic); measured -7.2% / +67.5%
     ("across sites, full nodes", True): (-0.08, 0.68),
-    # as above, and the missing NIC term (optimistic); measured -11.3% / +52.5% (before
-    # the per-bucket latency: -59.7% / +26.9%)
+    # as above, and the missing NIC term (optimistic); measured -11.7% / +52.5% (before
+    # the per-bucket latency: -59.7% / +26.9%; before the stagger -11.3% / +52.5%)
     ("across sites, a part-filled node", True): (-0.12, 0.53),
 }
 

@@ -183,32 +183,81 @@ def test_backends_agree_on_shipped_instances(path: Path) -> None:
     assert res["cpsat"].objective == pytest.approx(res["milp"].objective, rel=REL["cpsat"])
 
 
+def _no_stagger(self, cfg):  # PerfModel.dp_release_s as before the staggered WAN phase
+    return (0.0,) * cfg.pp
+
+
 def test_bucket_latency_decides_and_prices_the_optimum(monkeypatch) -> None:
     """With job.overlap on every bucket of a stage synced across sites pays the WAN
     latency (PerfModel.dp_lat_repeats; brute force = CP-SAT = MILP on both cases in
-    test_backends_agree_with_brute_force). At 20 km, charged once, the optimum splits a
-    stage over both sites; charged per bucket it keeps all 5 replicas at one site, and
-    the split is slower under the per-bucket price than that: the pricing, not a tie,
-    moves the optimum. Where the split is forced (sites of 4 GPUs, pp 1) the optimum
-    keeps its layout and pays the latency in its step."""
+    test_backends_agree_with_brute_force). With every stage's WAN exchange at once (the
+    stagger off: test_dp_stagger_moves_the_optimum has it on), at 20 km, charged once, the
+    optimum splits a stage over both sites; charged per bucket it keeps all 5 replicas at
+    one site, and the split is slower under the per-bucket price than that: the pricing,
+    not a tie, moves the optimum. Where the split is forced (sites of 4 GPUs, pp 1) the
+    optimum keeps its layout and pays the latency in its step."""
     from placer.perf.step import PerfModel
 
-    kept = outcome("bucket-latency-20km", "brute")
-    assert [(g.count, g.stage_sites) for g in kept.plan.replica_groups] == [(5, ["a", "a"])]
     forced = outcome("bucket-latency-split", "brute")
     problems = {c.id: problem_from_data(c.instance) for c in sc.BUCKET_LATENCY_CASES}
     with monkeypatch.context() as mp:
+        mp.setattr(PerfModel, "dp_release_s", _no_stagger)
+        kept = solve(problems["bucket-latency-20km"], backend="brute", time_limit_s=60)
         mp.setattr(PerfModel, "dp_lat_repeats", lambda self, cfg: (0,) * len(self.dp_pieces(cfg)))
         once = {k: solve(p, backend="brute", time_limit_s=60) for k, p in problems.items()}
-    split = once["bucket-latency-20km"]
+        mp.undo()
+        mp.setattr(PerfModel, "dp_release_s", _no_stagger)
+        split = once["bucket-latency-20km"]
+        priced = evaluate(problems["bucket-latency-20km"], json.loads(split.plan.model_dump_json()))
+    assert [(g.count, g.stage_sites) for g in kept.plan.replica_groups] == [(5, ["a", "a"])]
     assert any(len({g.stage_sites[k] for g in split.plan.replica_groups}) > 1 for k in range(2))
-    priced = evaluate(problems["bucket-latency-20km"], json.loads(split.plan.model_dump_json()))
     assert split.objective < kept.objective < priced.step_time_s
     layout = sorted((g.count, g.stage_sites) for g in forced.plan.replica_groups)
     assert layout == sorted(
         (g.count, g.stage_sites) for g in once["bucket-latency-split"].plan.replica_groups
     )
     assert once["bucket-latency-split"].objective < forced.objective
+
+
+def test_dp_stagger_moves_the_optimum(monkeypatch) -> None:
+    """Each stage's WAN sync priced from its own backward's end (PerfModel.dp_release_s:
+    stage 1 of 2 finishes stage 0's last backward and a gradient message earlier, so its
+    exchange is done before stage 0's starts sharing the route). On bucket-latency-20km
+    (dp 5, nodes of 4, 20 km, overlap on; brute force = CP-SAT = MILP in
+    test_backends_agree_with_brute_force) the optimum splits both stages over the sites
+    (3 at b, 2 at a), where with every stage's exchange at once it keeps all 5 replicas
+    at a (test_bucket_latency_decides_and_prices_the_optimum), and that split is slower
+    than the kept plan when priced all at once: the stagger, not a tie, moves the
+    optimum. The simulator (placer.sim, independent of the closed form) agrees on the
+    order: the split runs faster than the kept plan."""
+    from placer.perf.step import PerfModel
+    from placer.sim import simulate
+
+    problem = problem_from_data(BY_ID["bucket-latency-20km"].instance)
+    split = outcome("bucket-latency-20km", "brute")
+    assert all(len({g.stage_sites[k] for g in split.plan.replica_groups}) == 2 for k in range(2)), (
+        split.plan.replica_groups
+    )
+    with monkeypatch.context() as mp:
+        mp.setattr(PerfModel, "dp_release_s", _no_stagger)
+        kept = solve(problem, backend="brute", time_limit_s=60)
+        at_once = evaluate(problem, json.loads(split.plan.model_dump_json())).step_time_s
+    assert [(g.count, g.stage_sites) for g in kept.plan.replica_groups] == [(5, ["a", "a"])]
+    # the kept plan syncs inside one site: the stagger does not change its price
+    kept_now = evaluate(problem, json.loads(kept.plan.model_dump_json())).step_time_s
+    assert kept_now == pytest.approx(kept.objective, rel=1e-9)
+    assert split.objective < kept_now < at_once
+    sims = {
+        k: simulate(problem, json.loads(r.plan.model_dump_json())).step_time_s
+        for k, r in (("split", split), ("kept", kept))
+    }
+    assert sims["split"] < sims["kept"], sims
+    # under resilience the cases around the split's survival (solver_cases: brute force =
+    # CP-SAT = MILP there needs the healthy step exact)
+    survives = outcome("stagger-resilience-10pct", "brute")
+    assert sorted(g.count for g in survives.plan.replica_groups) == [2, 3]
+    fails = outcome("stagger-resilience-6pct", "brute")
+    assert [(g.count, g.stage_sites) for g in fails.plan.replica_groups] == [(5, ["a", "a"])]
 
 
 @pytest.mark.parametrize("case", sc.PART_FILLED_MOVES, ids=lambda c: c.id)

@@ -417,6 +417,13 @@ class CpsatInner:
         pair_dem: dict[
             Any, list[tuple[Any, Any, int]]
         ] = {}  # routed pair -> (D, b, share bound) per class
+        # the staggered WAN phase's release groups (milp.define_dp_hosting): per group but
+        # the last, the demand of each class's stages released at or after T_pipe - g
+        groups = d.release_groups
+        group_load: dict[float, dict[Any, list[Any]]] = {
+            g: {r: [] for r in d.routes} for g in groups[:-1]
+        }
+        self._group_pairs: list[tuple[Any, Any, Any]] = []  # (demand, share, on) per group
         for cls in d.stage_classes:
             k = cls[0]  # the class's representative stage
             hosts = d.stage_sites[k]
@@ -442,6 +449,7 @@ class CpsatInner:
             add(M.Add(n_hosts == sum(h[(s, k)] for s in hosts)), row("dp.k_count", k))
             share = M.NewIntVar(0, max(shares), f"share[{k}]")
             add(M.AddElement(n_hosts, shares, share), row("dp.k_share", k))
+            group_share: dict[float, tuple[Any, int] | None] = {}
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
                     add(
@@ -475,7 +483,18 @@ class CpsatInner:
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
-        self._route_data_parallel(pair_dem, T_lat, dp_load)
+                for g in groups[:-1]:
+                    dem_g = self._group_demand(cls, n_hosts, g, (a, b), bp, group_share)
+                    if dem_g is not None:
+                        for r in d.pair_routes[(a, b)]:
+                            group_load[g][r].append(dem_g)
+        routed_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
+        self._route_data_parallel(pair_dem, T_lat, routed_load)
+        for r in d.routes:
+            dp_load[r] += routed_load[r]
+            for g in groups[:-1]:  # a flow-routed pair: all its stages in every group
+                group_load[g][r] += routed_load[r]
+        self._define_dp_stagger(groups, group_load)
         self.dp_loads: dict[Any, Any] = {}
         for r in d.routes:
             if dp_load[r]:
@@ -492,10 +511,74 @@ class CpsatInner:
                     by_route=True,
                 )
 
+    def _group_demand(
+        self,
+        cls: list[int],
+        n_hosts: Any,
+        g: float,
+        pair: tuple[str, str],
+        on: Any,
+        shares: dict[float, tuple[Any, int] | None],
+    ) -> Any:
+        """A pair's demand of the class's stages in release group g (the share table of
+        dp.k_share on those stages' bytes; None: the class has none in the group)."""
+        d, M, add, k = self.d, self.m, self.add, cls[0]
+        if g not in shares:
+            S_g = sum(d.wan_bytes[j] for j in cls if d.dp_release[j] <= g)
+            shares[g] = None
+            if S_g > 0:
+                n = len(d.stage_sites[k])
+                tab = [0] + [round(2 * S_g / K) if K >= 2 else 0 for K in range(1, n + 1)]
+                sg = M.NewIntVar(0, max(tab), f"share_g[{k}][{g}]")
+                add(M.AddElement(n_hosts, tab, sg), row("dp.k_share_group", k, g))
+                shares[g] = (sg, max(tab))
+        if shares[g] is None:
+            return None
+        sg, mx = shares[g]
+        dem = M.NewIntVar(0, mx, f"D_g[{pair[0]},{pair[1]}][{k}][{g}]")
+        add(M.Add(dem >= sg), row("dp.pair_group", *pair, k, g)).OnlyEnforceIf(on)
+        self._group_pairs.append((dem, sg, on))
+        return dem
+
+    def _define_dp_stagger(
+        self, groups: list[float], group_load: dict[float, dict[Any, list[Any]]]
+    ) -> None:
+        """T_dpst, the staggered WAN phase's bandwidth time (milp._define_dp_stagger), the
+        release offsets on the tick grid rounded down (pessimistic by under a tick)."""
+        M, add = self.m, self.add
+        self._stagger_terms: list[tuple[Any, int, list[tuple[Any, Any]]]] = []
+        if len(groups) < 2:
+            self.T_dpst = self.T_dpbw
+            return
+        self.T_dpst = M.NewIntVar(0, self.TW, "T_dpst")
+        for i, g in enumerate(groups[:-1]):
+            loads = [(r, sum(group_load[g][r])) for r in self.d.routes if group_load[g][r]]
+            if not loads:
+                continue
+            U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]")
+            for r, load in loads:
+                self._hull(
+                    U,
+                    load,
+                    r,
+                    self._wave_caps(r),
+                    None,
+                    self.TW,
+                    f"route.dpst{i}",
+                    self.Q_wan,
+                    by_route=True,
+                )
+            gt = math.floor(g / self.tau)
+            add(M.Add(self.T_dpst >= U - gt), row("dp.stagger", i))
+            self._stagger_terms.append((U, gt, loads))
+        self._stagger_last = math.floor(groups[-1] / self.tau)
+        add(M.Add(self.T_dpst >= self.T_dpbw - self._stagger_last), row("dp.stagger", "all"))
+
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan when
-        synchronous) less what its overlap windows hide (in 1/L ticks), plus the sync
-        policy's part of T_wan otherwise; on the tick grid (rounded up)."""
+        synchronous, with the staggered WAN phase for the pieces that see it) less what its
+        overlap windows hide (in 1/L ticks), plus the sync policy's part of T_wan otherwise;
+        on the tick grid (rounded up)."""
         M, add, rule = self.m, self.add, self.sync
         T_pipe, T_intra = self.T_pipe, self.T_intra
         T_wan = self.T_dpbw + self.T_lat
@@ -505,7 +588,8 @@ class CpsatInner:
         self._overlap_terms: list[tuple[Any, int, Any, int]] = []  # (piece, L f, sync, L window)
         L = self._overlap_den()
         if self.d.sync_mode == "synchronous":
-            E = self._dp_exposed(T_intra + T_wan, None, self.TW, self.T_lat)
+            st = T_intra + self.T_dpst + self.T_lat
+            E = self._dp_exposed(T_intra + T_wan, None, self.TW, self.T_lat, st)
             add(M.Add(L * T >= L * T_pipe + E), row("step.time"))
             add(M.Add(L * T < L * T_pipe + E + L), row("step.time_round"))
         elif not rule.overlapped:
@@ -714,6 +798,24 @@ class CpsatInner:
             for r, load in self.dp_loads.items()
         ]
         add(M.AddMaxEquality(T_dpbw, dp), row("exact.dpbw"))
+        if self.T_dpst is not T_dpbw:
+            for i, (dem_g, sg, on) in enumerate(self._group_pairs):
+                add(M.Add(dem_g <= sg), row("exact.share_group", i))
+                add(M.Add(dem_g == 0), row("exact.pair_off_group", i)).OnlyEnforceIf(on.Not())
+            st = [0, T_dpbw - self._stagger_last]
+            for i, (U, gt, loads) in enumerate(self._stagger_terms):
+                u = [0] + [
+                    self._exact_route_time(load, r, self.TW, self.Q_wan, f"exact.dpst{i}")
+                    for r, load in loads
+                ]
+                add(M.AddMaxEquality(U, u), row("exact.dpst_u", i))
+                st.append(U - gt)
+            terms = []  # AddMaxEquality over variables
+            for j, e in enumerate(st):
+                v = M.NewIntVar(-self.TW, self.TW, f"exact.dpst_term[{j}]")
+                add(M.Add(v == e), row("exact.dpst_term", j))
+                terms.append(v)
+            add(M.AddMaxEquality(self.T_dpst, terms), row("exact.dpst"))
         add(
             M.AddMaxEquality(
                 T_lat,
@@ -749,24 +851,31 @@ class CpsatInner:
             *(Fraction(f).limit_denominator(64).denominator for f, _ in self.d.dp_pieces)
         )
 
-    def _dp_exposed(self, sync: Any, tag: str | None, ub: int, lat: Any = None) -> Any:
+    def _dp_exposed(
+        self, sync: Any, tag: str | None, ub: int, lat: Any = None, sync_st: Any = None
+    ) -> Any:
         """The per-step sync's exposed part (milp._dp_exposed) in 1/L ticks: a piece with
         fraction f of the sync, window w and latency repeats R (PerfModel.dp_lat_repeats)
-        is e >= L f (sync + R lat) - L w, e >= 0 (lat None: no latency term); `tag` None
-        is the healthy step, a tag one failure scenario's."""
+        is e >= L f (sync + R lat) - L w, e >= 0 (lat None: no latency term); `sync_st`
+        the sync with the staggered WAN phase for the pieces that see it (None: `sync`);
+        `tag` None is the healthy step, a tag one failure scenario's."""
         M, L, terms = self.m, self._overlap_den(), []
         reps = self.d.dp_lat_repeats
         for i, (f, window) in enumerate(self.d.dp_pieces):
+            if sync_st is not None and self.d.dp_staggered[i]:
+                piece_sync = sync_st
+            else:
+                piece_sync = sync
             num = round(Fraction(f).limit_denominator(64) * L)
             w = round(L * window / self.tau)
             extra = num * reps[i] * lat if lat is not None and reps[i] else 0
             e = M.NewIntVar(0, 4 * L * ub * (1 + reps[i]), f"T_dp_exposed[{tag or 'healthy'}][{i}]")
             self.add(
-                M.Add(e >= num * sync + extra - w),
+                M.Add(e >= num * piece_sync + extra - w),
                 row("dp.overlap", *([] if tag is None else [tag]), i),
             )
             if tag is None:
-                self._overlap_terms.append((e, num, sync, w, extra))
+                self._overlap_terms.append((e, num, piece_sync, w, extra))
             terms.append(e)
         return sum(terms)
 

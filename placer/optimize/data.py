@@ -102,6 +102,11 @@ class InnerData:
     # per piece, R (PerfModel.dp_lat_repeats): its half's buckets pay the WAN latency R
     # more times, the piece exposing max(0, f (sync + R T_lat) - window) when synchronous
     dp_lat_repeats: tuple[int, ...] = (0,)
+    # per stage, delta_k (PerfModel.dp_release_s): its WAN sync starts at T_pipe - delta_k
+    # (a few distinct values, the release groups); per piece, whether it sees that
+    # staggered WAN phase (PerfModel.dp_staggered) or every stage's at once
+    dp_release: tuple[float, ...] = ()
+    dp_staggered: tuple[bool, ...] = (True,)
     # physical nodes per formulation "node": 1, or the whole nodes one replica stage of
     # tp x cp x ep GPUs spans when it is wider than a node (rules.replica_slots)
     site_node_block: dict[str, int] = field(default_factory=dict)
@@ -131,6 +136,17 @@ class InnerData:
 
     def class_wan_bytes(self, cls: list[int]) -> float:
         return sum(self.wan_bytes[k] for k in cls)
+
+    @property
+    def release_groups(self) -> list[float]:
+        """The distinct release offsets, smallest first (one: no stagger)."""
+        return sorted(set(self.dp_release)) or [0.0]
+
+    def class_release_fraction(self, cls: list[int], g: float) -> float:
+        """The part of the class's WAN bytes released at or after T_pipe - g."""
+        total = self.class_wan_bytes(cls)
+        part = sum(self.wan_bytes[k] for k in cls if self.dp_release[k] <= g)
+        return part / total if total > 0 else 1.0
 
     def class_intra(self, cls: list[int], site: str) -> float:
         return max(self.intra[(k, site)] for k in cls)
@@ -293,6 +309,8 @@ def build_inner(
         chain_level_time=chain_level_time,
         dp_pieces=perf.dp_pieces(cfg),
         dp_lat_repeats=perf.dp_lat_repeats(cfg),
+        dp_release=perf.dp_release_s(cfg),
+        dp_staggered=perf.dp_staggered(cfg),
         amortization_s=amortization_s(cat),
         energy_usd_per_j=energy_usd_per_j(cat),
         resilience=resilience_data(problem, cfg, routes, options, optic, sites, collective),

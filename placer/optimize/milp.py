@@ -403,6 +403,11 @@ class MilpInner:
         h: dict[tuple[str, int], pulp.LpVariable] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
         dp_max: dict[Any, float] = {r: 0.0 for r in d.routes}
+        # the staggered WAN phase's release groups (PerfModel.dp_release_s): the stages
+        # released at or after T_pipe - g, per route (the last group is every stage: dp_load)
+        groups = d.release_groups
+        group_load = {g: {r: [] for r in d.routes} for g in groups[:-1]}
+        group_max = {g: {r: 0.0 for r in d.routes} for g in groups[:-1]}
         pair_dem: dict[
             Any, list[tuple[Any, Any, float]]
         ] = {}  # routed pair -> (D, b, S_k) per class
@@ -455,7 +460,21 @@ class MilpInner:
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
                     dp_max[r] += S_k
-        self._route_data_parallel(pair_dem, T_lat, dp_load, dp_max)
+                    for g in groups[:-1]:
+                        fr = d.class_release_fraction(cls, g)
+                        if fr > 0:
+                            group_load[g][r].append(fr * dem)
+                            group_max[g][r] += fr * S_k
+        routed_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
+        routed_max: dict[Any, float] = {r: 0.0 for r in d.routes}
+        self._route_data_parallel(pair_dem, T_lat, routed_load, routed_max)
+        for r in d.routes:
+            dp_load[r] += routed_load[r]
+            dp_max[r] += routed_max[r]
+            for g in groups[:-1]:  # a flow-routed pair: all its stages in every group
+                group_load[g][r] += routed_load[r]
+                group_max[g][r] += routed_max[r]
+        self._define_dp_stagger(groups, group_load, group_max)
         self.dp_loads: dict[Any, Load] = {}
         for r in d.routes:
             if dp_load[r]:
@@ -470,13 +489,47 @@ class MilpInner:
                     "route.dp",
                 )
 
+    def _define_dp_stagger(
+        self,
+        groups: list[float],
+        group_load: dict[float, dict[Any, list[Any]]],
+        group_max: dict[float, dict[Any, float]],
+    ) -> None:
+        """T_dpst, the WAN bandwidth time of the staggered phase (PerfModel.step): >= 0,
+        >= U_g - g for each release group g but the last (U_g >= the group's load / capacity
+        on every route, a hull), and >= T_dpbw - g_last (every stage's load). Without a
+        stagger (one group) it is T_dpbw."""
+        self._stagger_terms: list[tuple[Any, float, list[tuple[Any, Load]]]] = []
+        if len(groups) < 2:
+            self.T_dpst = self.T_dpbw
+            return
+        self.T_dpst = pulp.LpVariable("T_dpst", 0)
+        ts, window = self.ts, self.t_max * self.sync.window
+        for i, g in enumerate(groups[:-1]):
+            loads = [
+                (r, Load(pulp.lpSum(group_load[g][r]), group_max[g][r]))
+                for r in self.d.routes
+                if group_load[g][r]
+            ]
+            if not loads:
+                continue
+            U = pulp.LpVariable(_name("U_dpst", i), 0)
+            for r, load in loads:
+                self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
+            self.add(self.T_dpst >= U - g / ts, row("dp.stagger", i))
+            self._stagger_terms.append((U, g / ts, loads))
+        self.add(self.T_dpst >= self.T_dpbw - groups[-1] / ts, row("dp.stagger", "all"))
+        self._stagger_last = groups[-1] / ts
+
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan =
-        T_dpbw + T_lat when synchronous) less what its overlap windows hide, plus the sync
-        policy's part of T_wan otherwise."""
+        T_dpbw + T_lat when synchronous, T_dpst + T_lat for the staggered pieces) less what
+        its overlap windows hide, plus the sync policy's part of T_wan otherwise."""
         self._exposed = None
         self._overlap_terms: list[tuple[Any, Any]] = []  # (exposed piece, f sync - window)
-        T_dp = self._dp_part(self.T_intra, self.T_dpbw + self.T_lat, self.T_pipe, None)
+        T_dp = self._dp_part(
+            self.T_intra, self.T_dpbw + self.T_lat, self.T_pipe, None, self.T_dpst + self.T_lat
+        )
         self.T = pulp.LpVariable("T", 0)
         self.add(self.T == self.T_pipe + T_dp, row("step.time"))
 
@@ -674,6 +727,16 @@ class MilpInner:
         # the WAN exchange may last H (diloco) or 2H (streaming) steps: its bigs scale with it
         big_wan = big * self.sync.window
         self._exact_max(T_dpbw, dp_terms, big_wan, "exact.dpbw")
+        if self.T_dpst is not T_dpbw:
+            st_terms: list[tuple[Any, Any]] = [(0, None), (T_dpbw - self._stagger_last, None)]
+            for i, (U, g, loads) in enumerate(self._stagger_terms):
+                u_terms: list[tuple[Any, Any]] = [(0, None)]
+                for r, load in loads:
+                    t = self._exact_route_time(load, r, f"exact.dpst{i}", self.sync.window)
+                    u_terms.append((t, None))
+                self._exact_max(U, u_terms, big_wan, f"exact.dpst{i}")
+                st_terms.append((U - g, None))
+            self._exact_max(self.T_dpst, st_terms, big_wan, "exact.dpst")
         self._exact_max(
             T_lat,
             [(0, None)]
@@ -696,17 +759,19 @@ class MilpInner:
         for i, (piece, expr) in enumerate(self._overlap_terms):
             self._exact_max(piece, [(0, None), (expr, None)], big_wan, f"exact.dp_overlap.{i}")
 
-    def _dp_exposed(self, sync: Any, tag: str | None, lat: Any = None) -> Any:
+    def _dp_exposed(self, sync: Any, tag: str | None, lat: Any = None, sync_st: Any = None) -> Any:
         """The part of a per-step data-parallel sync that its overlap windows do not hide
         (PerfModel.dp_pieces): one variable per piece with exposed >= f (sync + R lat) -
         window and exposed >= 0, convex piecewise-linear in the sync and the latency (R:
         PerfModel.dp_lat_repeats, its half's buckets paying `lat` again; None: no latency
-        term); `tag` as in _wan_part."""
+        term); `sync_st` the sync with the staggered WAN phase, for the pieces that see it
+        (PerfModel.dp_staggered; None: `sync` for all); `tag` as in _wan_part."""
         terms = []
         reps = self.d.dp_lat_repeats
         for i, (f, window) in enumerate(self.d.dp_pieces):
             e = pulp.LpVariable(_name("T_dp_exposed", tag or "healthy", i), 0)
-            expr = f * sync - window / self.ts
+            piece_sync = sync_st if sync_st is not None and self.d.dp_staggered[i] else sync
+            expr = f * piece_sync - window / self.ts
             if lat is not None and reps[i]:
                 expr = expr + (f * reps[i]) * lat
             self.add(e >= expr, row("dp.overlap", *([] if tag is None else [tag]), i))
@@ -715,12 +780,17 @@ class MilpInner:
             terms.append(e)
         return pulp.lpSum(terms)
 
-    def _dp_part(self, T_intra: Any, T_wan: Any, T_pipe: Any, tag: str | None) -> Any:
+    def _dp_part(
+        self, T_intra: Any, T_wan: Any, T_pipe: Any, tag: str | None, T_wan_st: Any = None
+    ) -> Any:
         """The data-parallel term of the step for the sync policy: the per-step sync with
-        its overlap, the WAN exchange every H steps (diloco) or under the step (streaming)."""
+        its overlap, the WAN exchange every H steps (diloco) or under the step (streaming).
+        `T_wan_st`: the staggered WAN phase (healthy step; None: every stage's at once,
+        the failure scenarios as placer.resilience prices them)."""
         if self.d.sync_mode == "synchronous":
             # every bucket's collective pays the WAN latency (PerfModel.dp_lat_repeats)
-            return self._dp_exposed(T_intra + T_wan, tag, self.T_lat)
+            st = None if T_wan_st is None else T_intra + T_wan_st
+            return self._dp_exposed(T_intra + T_wan, tag, self.T_lat, st)
         return self._dp_exposed(T_intra, tag) + self._wan_part(T_wan, T_pipe, tag)
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str | None) -> Any:

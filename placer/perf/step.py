@@ -43,7 +43,11 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   share a node and over the NICs between nodes (intra_sync_s), at the slowest site
   hosting the stage; a site's member count prices a part-filled node, whose fewer NICs
   carry the node's whole share of the ring (node_fill). The WAN phase pays the bandwidth
-  of its busiest route plus two one-way path latencies, on top. The per-step sync hides
+  of its busiest route plus two one-way path latencies, on top; each stage's exchange
+  starts when its own last backward ends (a lower bound of its offset before T_pipe,
+  dp_release_s), the routes shared only by the stages released at or after a moment
+  (T_wan_st in step; every stage's at once for ZeRO-1's overlapped parameter gather, in
+  failure scenarios and on instances with a multi-path site pair). The per-step sync hides
   partly under the backward of the last micro-batch and the forward of the first
   (Megatron's --overlap-grad-reduce and --overlap-param-gather): X above.
 """
@@ -79,6 +83,10 @@ Hop = tuple[str, str]  # a route traversed from its first site to its second
 MEGATRON_BUCKET_MIN = 40_000_000
 MEGATRON_BUCKET_PER_DP = 1_000_000
 EXACT_BUCKETS = 4  # dp_pieces: bucket pieces priced exactly up to this many buckets
+# dp_release_s: the stages' staggered WAN syncs in at most this many release groups (each
+# stage released at its group's first, latest-finishing stage: pessimistic). Assumption: a
+# size limit of the formulations (G - 1 more hulls per route), not a measured quantity
+DP_RELEASE_GROUPS = 4
 
 
 def hops_of(path: Path, start: str) -> list[Hop]:
@@ -149,7 +157,8 @@ class StepResult:
     route_pp_s: dict[RouteKey, float] = field(default_factory=dict)
     route_dp_s: dict[RouteKey, float] = field(default_factory=dict)
     route_tick_s: dict[Hop, float] = field(default_factory=dict)  # lockstep, per direction
-    wan_s: float = 0.0
+    wan_s: float = 0.0  # every stage's WAN exchange at once (busiest route + latency)
+    wan_staggered_s: float = 0.0  # the same with each stage's from its backward's end
     intra_s: float = 0.0
     unreachable: list[tuple[str, str]] = field(default_factory=list)
     hidden: dict[str, float] = field(default_factory=dict)  # communication overlapped with compute
@@ -167,6 +176,7 @@ class PerfModel:
         self.global_batch = problem.instance.job.global_batch
         self._stage_times = cache(self._stage_times_uncached)
         self._chain_time = cache(self._chain_time_uncached)
+        self._memo: dict[tuple[str, ...], bool] = {}
 
     # ------------------------------------------------------------------ hardware rates
 
@@ -574,6 +584,78 @@ class PerfModel:
             r if bucketed else 0 for pieces, bucketed in self._dp_halves(cfg) for _ in pieces
         )
 
+    def dp_release_s(self, cfg: Config) -> tuple[float, ...]:
+        """Per stage k, delta_k: how long before the pipeline's end (T_pipe, stage 0's last
+        backward) stage k's WAN sync may start, in at most DP_RELEASE_GROUPS groups.
+
+        In 1F1B (and interleaved 1F1B: rank k's last backward is chunk 0 of the last
+        micro-batch) the last backward runs from rank p - 1 down to rank 0, so rank k
+        finishes at least the backwards of ranks 0 .. k - 1 before the end: delta_k =
+        sum_{j<k} of rank j's last backward (chunk 0) and of the gradient message into it,
+        the shortest over the instance's GPU types and sites (a message inside a site: the
+        fabric latency and its NIC serialization), so that it is a constant of
+        the configuration (the formulations read it as data) and never more than the real
+        stagger (Megatron reduces each rank's gradients as soon as that rank is done;
+        placer.sim does too). Grouped by stage index into G prefix groups, each stage
+        released at its group's first stage's delta (later: pessimistic).
+
+        All zero (every stage's exchange at once, as before) where the stagger does not
+        apply: one stage, fewer than two replicas, a sync mode other than synchronous
+        (the outer exchange is its own phase) and HSDP (the replicate all-reduce follows
+        each layer's reduce-scatter, not the rank's end); and, a limitation, on instances
+        where some site pair has several candidate paths (solver.paths_per_pair >= 2 on a
+        route graph with a cycle): there the formulations split a pair's flow over paths
+        summed over stages, so a release group could only count all of a routed pair's
+        stages, and the extra rows made CP-SAT miss its proof on four-site-metro-longhaul
+        in 60 s (18 s without: benchmarks/README.md)."""
+        p = cfg.pp
+        if p < 2 or cfg.dp < 2 or cfg.sync_mode != "synchronous" or cfg.dp_shard > 1:
+            return (0.0,) * p
+        if self.any_dp_pair_routed():
+            return (0.0,) * p
+        gpus = sorted({s.gpu for s in self.problem.instance.sites})
+        last_bwd = [min(self.chunk_times(cfg, g)[j].bwd for g in gpus) for j in range(p)]
+        # the gradient message from rank j + 1 to rank j: at least one inside a site
+        msg = min(sum(self.boundary(cfg, s.name, s.name)) for s in self.problem.instance.sites)
+        delta = [sum(last_bwd[:k]) + k * msg for k in range(p)]
+        G = min(p, DP_RELEASE_GROUPS)
+        first = [min(k for k in range(p) if k * G // p == g) for g in range(G)]
+        return tuple(delta[first[k * G // p]] for k in range(p))
+
+    def dp_pair_routed(self, a: str, b: str) -> bool:
+        """Whether the formulations split the pair's traffic over several candidate paths
+        (a flow per path, summed over stages: the staggered WAN phase counts all its
+        stages' bytes in every release group, pessimistic; placer.optimize.data.routed)."""
+        key = ("routed", *route_key(a, b))
+        if key not in self._memo:
+            k = self.problem.instance.solver.paths_per_pair
+            self._memo[key] = len(self.net.candidate_paths(*route_key(a, b), k)) >= 2
+        return self._memo[key]
+
+    def any_dp_pair_routed(self) -> bool:
+        """Whether some connected site pair of the instance has several candidate paths
+        (dp_pair_routed): no staggered WAN phase then (dp_release_s)."""
+        if ("any_routed",) not in self._memo:
+            sites = [s.name for s in self.problem.instance.sites]
+            self._memo[("any_routed",)] = any(
+                self.net.path(a, b) is not None and self.dp_pair_routed(a, b)
+                for i, a in enumerate(sites)
+                for b in sites[i + 1 :]
+            )
+        return self._memo[("any_routed",)]
+
+    def dp_staggered(self, cfg: Config) -> tuple[bool, ...]:
+        """Per dp_pieces piece, whether its WAN phase is the staggered one (each stage's
+        from its backward's end, dp_release_s): all but ZeRO-1's parameter all-gather
+        under --overlap-param-gather, which every rank starts with the step (placer.sim;
+        every stage's at once). Without that overlap the gather follows each rank's own
+        optimizer step, itself after that rank's reduce: staggered too."""
+        return tuple(
+            not (cfg.zero1 and cfg.overlap_param_gather and i == 1)
+            for i, (pieces, _) in enumerate(self._dp_halves(cfg))
+            for _ in pieces
+        )
+
     def dp_exposed_s(self, cfg: Config, sync_s: float, lat_s: float = 0.0) -> float:
         """The exposed part of a per-step sync of `sync_s` whose collectives each pay
         `lat_s` of latency (the WAN phase's, PerfModel.step; 0: only the sync once)."""
@@ -934,11 +1016,14 @@ class PerfModel:
         dp_route_factor: dict[RouteKey, float] | None = None,
         intra_factor: float = 1.0,
         routing: Routing | None = None,
+        stagger: bool = True,
     ) -> StepResult:
         """Step time of a placement. The factors price failures (placer.resilience): a
         route's pipeline or data-parallel time is multiplied by its factor, the intra-site
         sync by `intra_factor`. `routing` splits pairs' traffic over paths (placer.network);
-        pairs it does not list use their shortest path."""
+        pairs it does not list use their shortest path. `stagger` False prices every
+        stage's WAN exchange at once (failure scenarios: the formulations' survival rows
+        are written that way, pessimistic)."""
         net = self.net
         optics = optics or {}
         ppf, dpf = pp_route_factor or {}, dp_route_factor or {}
@@ -970,6 +1055,12 @@ class PerfModel:
         t_intra = 0.0
         dp_load: dict[RouteKey, float] = defaultdict(float)
         wan_lat = 0.0
+        # the staggered WAN phase (dp_release_s): per release group delta, the load of the
+        # stages released at or after T_pipe - delta (a flow-routed pair: all its stages')
+        release = self.dp_release_s(cfg) if stagger else (0.0,) * cfg.pp
+        group_load: dict[float, dict[RouteKey, float]] = {
+            g: defaultdict(float) for g in sorted(set(release))
+        }
         for k in range(cfg.pp):
             h = hosts[k]
             if cfg.dp >= 2:
@@ -985,9 +1076,13 @@ class PerfModel:
                         if uses is None:
                             unreachable.append((a, b))
                             continue
+                        routed = self.dp_pair_routed(a, b)
                         for use in uses:
                             for key in use.path.routes:
                                 dp_load[key] += demand * use.share
+                                for g, load in group_load.items():
+                                    if routed or release[k] <= g:
+                                        load[key] += demand * use.share
                         wan_lat = max(
                             wan_lat, 2 * net.pair_latency_s(routing, "data_parallel", a, b)
                         )
@@ -997,15 +1092,37 @@ class PerfModel:
         if t_intra > 0:
             t_intra *= intra_factor
         t_wan = (max(route_dp_s.values()) + wan_lat) if route_dp_s else 0.0
+        # each group's routes finish its stages' exchanges delta after T_pipe - delta at
+        # the earliest (one work-conserving route: max over release times r of r + the work
+        # released at or after r); delta 0 is the last stage group alone, the largest delta
+        # every stage's
+        t_wan_st = t_wan
+        if route_dp_s and len(group_load) > 1:
+            t_wan_st = wan_lat + max(
+                0.0,
+                max(
+                    max(_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()) - g
+                    for g, load in group_load.items()
+                    if load
+                ),
+            )
         if unreachable:
-            t_wan = math.inf
+            t_wan = t_wan_st = math.inf
         # the per-step sync hides partly under the backward / forward (dp_pieces); the
         # diloco outer exchange is a separate phase, streaming's overlaps the whole step
         t_dp_raw = t_intra + wan_part_s(cfg.sync_mode, cfg.every_steps, t_wan, t_pipe)
         if cfg.sync_mode == "synchronous":
-            # every bucket's collective pays the WAN phase's latency (dp_lat_repeats)
-            t_dp = self.dp_exposed_s(cfg, t_intra + t_wan, wan_lat)
+            # every bucket's collective pays the WAN phase's latency (dp_lat_repeats); the
+            # pieces of a staggered half see the staggered WAN phase (dp_staggered)
             pieces, reps = self.dp_pieces(cfg), self.dp_lat_repeats(cfg)
+            t_dp = sum(
+                max(0.0, f * (t_intra + (t_wan_st if st else t_wan) + r * wan_lat) - w)
+                for (f, w), r, st in zip(pieces, reps, self.dp_staggered(cfg), strict=True)
+            )
+            t_dp_raw = t_intra + sum(
+                f * (t_wan_st if st else t_wan)
+                for (f, _), st in zip(pieces, self.dp_staggered(cfg), strict=True)
+            )
             t_dp_raw += wan_lat * sum(f * r for (f, _), r in zip(pieces, reps, strict=True))
         else:
             t_dp = self.dp_exposed_s(cfg, t_intra) + wan_part_s(
@@ -1065,6 +1182,7 @@ class PerfModel:
             route_tick_s=tick_s,
             route_dp_s=route_dp_s,
             wan_s=t_wan,
+            wan_staggered_s=t_wan_st,
             intra_s=t_intra,
             unreachable=sorted(set(unreachable)),
         )

@@ -70,9 +70,11 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
 * Sync between sites: in each of the two WAN rounds every member of a hosting site sends
   its share of the site's 1/K shard to the members of the other sites through its NIC
   and the routed paths (max(n_a, n_b) flows a pair). Differs: the closed form charges
-  the busiest route with the sum of all ranks' WAN phases at once and no NIC term
-  (pessimistic when the ranks' syncs do not coincide, optimistic when a site has so few
-  members that their NICs are narrower than the route).
+  the busiest route with the WAN phases of the ranks released at or after a moment,
+  each rank from a lower bound of its finish time in at most 4 groups
+  (PerfModel.dp_release_s; all at once on instances with a multi-path pair), and no NIC
+  term (pessimistic where the ranks' syncs spread wider than that bound, optimistic
+  when a site has so few members that their NICs are narrower than the route).
 * A device's NIC links carry all its traffic: activations out, gradients out, both
   inbound streams and its sync flows share them (max-min fair). Differs: the closed form
   gives each direction of each boundary a NIC of its own.

@@ -1,0 +1,110 @@
+"""The staggered WAN phase of the data-parallel sync (PerfModel.dp_release_s): each stage's
+exchange between sites priced from its own backward's end, the routes shared only by the
+stages whose syncs overlap. Hand arithmetic here; brute force = CP-SAT = MILP on a case
+where it moves the optimum in tests/test_solver_library.py (test_dp_stagger_moves_the_
+optimum); the simulator's envelope in tests/test_simulate.py (STEP_BOUNDS)."""
+
+from __future__ import annotations
+
+import pytest
+import solver_cases as sc
+
+from placer.evaluate import config_of
+from placer.io import plan_from_data, problem_from_data
+from placer.perf.step import DP_RELEASE_GROUPS, PerfModel
+from placer.sim import simulate
+
+ROUTE = ("a", "b")
+
+
+def _plan(groups: list[tuple[int, list[str]]], waves: int = 1, stage_layers=(5, 3)) -> dict:
+    dp = sum(n for n, _ in groups)
+    return {
+        "instance": "case-part-filled",
+        "parallelism": {"tp": 1, "pp": len(stage_layers), "dp": dp, "micro_batch": 1},
+        "stage_layers": list(stage_layers),
+        "replica_groups": [{"count": n, "stage_sites": s} for n, s in groups],
+        "links": [{"sites": list(ROUTE), "waves": waves, "optic": "800zr"}],
+        "sync_mode": "synchronous",
+    }
+
+
+def _step(prob, p, **kw):
+    perf = PerfModel(prob)
+    cfg = config_of(prob, plan_from_data(p))
+    groups = [(g["count"], tuple(g["stage_sites"])) for g in p["replica_groups"]]
+    return perf, cfg, perf.step(cfg, groups, {ROUTE: p["links"][0]["waves"]}, **kw)
+
+
+def test_staggered_wan_phase_by_hand() -> None:
+    """pp 2, 3 replicas at b and 2 at a, overlap off, 20 km, one wave: both stages sync
+    across the route. Stage 1 is done stage 0's last backward and one gradient message
+    (fabric latency + its NIC serialization) before stage 0, so the route carries stage
+    1's exchange alone first: T_wan = 2 lat + max(S_0 / C, (S_0 + S_1) / C - delta_1)
+    with S_k = 2 S_k / 2 per direction, where every stage's exchange at once is
+    2 lat + (S_0 + S_1) / C."""
+    prob = problem_from_data(sc.part_filled_instance(20.0))
+    p = _plan([(3, ["b", "b"]), (2, ["a", "a"])])
+    perf, cfg, st = _step(prob, p)
+    cap = perf.net.capacity_Bps(ROUTE, 1, "800zr")
+    s0, s1 = perf.stage_wan_bytes(cfg, 0), perf.stage_wan_bytes(cfg, 1)
+    bwd0 = perf.stage_times(cfg, "h100-sxm")[0].bwd
+    msg = perf.catalog.network.intra_site_latency_s + perf.message_bytes(cfg) / perf.nic_Bps(
+        perf.catalog.gpus["h100-sxm"]
+    )
+    assert perf.dp_release_s(cfg) == pytest.approx((0.0, bwd0 + msg), rel=1e-12)
+    lat = 2 * perf.net.path_latency_s(*ROUTE)
+    at_once = lat + (s0 + s1) / cap
+    staggered = lat + max(s0 / cap, (s0 + s1) / cap - (bwd0 + msg))
+    assert st.wan_s == pytest.approx(at_once, rel=1e-12)
+    assert st.wan_staggered_s == pytest.approx(staggered, rel=1e-12)
+    assert staggered < at_once - 1e-4  # the case is one where the stagger matters
+    # overlap off: the whole sync is exposed, after the pipeline
+    assert st.step_time_s == pytest.approx(st.pipe_s + st.intra_s + staggered, rel=1e-12)
+    # failure scenarios price every stage's exchange at once (placer.resilience)
+    _, _, flat = _step(prob, p, stagger=False)
+    assert flat.step_time_s == pytest.approx(st.pipe_s + st.intra_s + at_once, rel=1e-12)
+
+
+def test_staggered_wan_phase_is_not_optimistic_against_the_simulation() -> None:
+    """On the same plans the simulated step (each rank reducing when its own schedule is
+    done, flows sharing the route max-min fair) is no slower than the staggered closed
+    form, and closer to it than every stage's exchange at once."""
+    prob = problem_from_data(sc.part_filled_instance(20.0))
+    for waves in (1, 2):
+        p = _plan([(3, ["b", "b"]), (2, ["a", "a"])], waves)
+        _, _, st = _step(prob, p)
+        _, _, flat = _step(prob, p, stagger=False)
+        sim = simulate(prob, p)
+        assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
+        assert sim.step_time_s <= st.step_time_s * (1 + 1e-9)
+        assert abs(st.step_time_s - sim.step_time_s) < abs(flat.step_time_s - sim.step_time_s)
+
+
+def test_release_groups() -> None:
+    """Prefix groups by stage index, each stage released at its group's first stage's
+    offset (a later release: pessimistic); no stagger with one stage or one replica, or
+    outside the synchronous sync."""
+    inst = sc.part_filled_instance(20.0)
+    inst["job"]["model"] = dict(inst["job"]["model"], layers=16)
+    inst["job"]["parallelism"]["pp"] = [8]
+    inst["job"]["gpus"] = 40
+    inst["sites"] = [dict(s, gpus=40) for s in inst["sites"]]
+    prob = problem_from_data(inst)
+    perf = PerfModel(prob)
+    p = _plan([(3, ["b"] * 8), (2, ["a"] * 8)], stage_layers=(2,) * 8)
+    cfg = config_of(prob, plan_from_data(p))
+    rel = perf.dp_release_s(cfg)
+    bwd = [t.bwd for t in perf.stage_times(cfg, "h100-sxm")]
+    msg = perf.catalog.network.intra_site_latency_s + perf.message_bytes(cfg) / perf.nic_Bps(
+        perf.catalog.gpus["h100-sxm"]
+    )
+    assert DP_RELEASE_GROUPS == 4
+    first = [0, 0, 2, 2, 4, 4, 6, 6]
+    assert rel == pytest.approx([sum(bwd[:f]) + f * msg for f in first], rel=1e-12)
+    assert len(set(rel)) == 4
+    # fewer than two replicas, or an outer (DiLoCo) exchange: every stage's at once
+    inst1 = dict(inst, job=dict(inst["job"], sync={"mode": "diloco", "every_steps": 8}))
+    prob1 = problem_from_data(inst1)
+    cfg1 = config_of(prob1, plan_from_data(dict(p, sync_mode="diloco")))
+    assert PerfModel(prob1).dp_release_s(cfg1) == (0.0,) * 8
