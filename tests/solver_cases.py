@@ -762,7 +762,22 @@ def _stagger_resilience(slowdown: float) -> dict[str, Any]:
     return inst
 
 
+# a NIC or a wave lost, 3%: no plan survives (brute force). The MILP once returned the
+# single-site plan here (ModelMismatchError): an unused route's exact time (hull cell of
+# zero waves, zero capacity) was free, the staggered WAN phase's max picked it up, and the
+# overstated healthy step relaxed the survival limit (milp._hull, exact)
+def _nic_survival(slowdown: float) -> dict[str, Any]:
+    inst = part_filled_instance(20.0, overlap=True)
+    inst["resilience"] = {
+        "survive": ["wave", "nic"],
+        "collective": "ring",
+        "max_slowdown": slowdown,
+    }
+    return inst
+
+
 STAGGER_RESILIENCE_CASES = [
     Case("stagger-resilience-10pct", _stagger_resilience(0.1)),
     Case("stagger-resilience-6pct", _stagger_resilience(0.06)),
+    Case("nic-survival-3pct", _nic_survival(0.03)),
 ]

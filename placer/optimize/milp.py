@@ -944,6 +944,11 @@ class MilpInner:
         taus, terms = [], []
         for cell in hull_cells(caps, zp is not None):
             i, p = cell.option, cell.participants
+            if exact and cell.capacity_Bps <= 0:
+                # no capacity (no wave lit, or a lost route): the load must be 0 and so is
+                # its time; a slack tau here would leave an exact route time free up to t_max
+                # on an unused route, and a max over it could overstate the step
+                continue
             tau = pulp.LpVariable(
                 _name("tau", family, *r, i) if by_route else _name("tau", family, i, p), 0
             )
