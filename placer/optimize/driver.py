@@ -39,7 +39,7 @@ from placer.optimize.explain import explain_infeasible
 from placer.optimize.families import tiebreak_key
 from placer.optimize.greedy import greedy
 from placer.optimize.heuristic import first_plan, heuristic_plans
-from placer.optimize.milp import TIE_TOL, TIE_TOL_TIGHT, MilpInner
+from placer.optimize.milp import MilpInner
 from placer.optimize.presolve import SiteCap, presolve, site_caps, tighten
 from placer.optimize.quiet import absorb_highs_banner
 from placer.optimize.space import (
@@ -528,26 +528,15 @@ def _break_ties(
     same value, no slower than the plan found (`value_s`: HiGHS' tie-break may take a plan
     up to TIE_TOL above the optimum, and the plan found is proven); None keeps that plan."""
     data, sol, model = ties
-    # MILP: HiGHS' tie-break admits plans up to TIE_TOL (1e-6) above the optimum, and may
-    # return one (four-site-metro-longhaul: a 73-wave plan 1.0e-6 slower than the 80-wave
-    # optimum, while a 73-wave plan at the optimum exists, which CP-SAT returns). Such a
-    # plan is slower than the plan found, so the tie-break row is tightened to
-    # TIE_TOL_TIGHT and solved again before the plan found is kept.
-    tols = (TIE_TOL, TIE_TOL_TIGHT) if isinstance(model, MilpInner) else (None,)
-    for tol in tols:
-        left = until - time.perf_counter()
-        if left <= 0.05 or interrupt.requested():
-            return None
-        tied = model.break_ties(left) if tol is None else model.break_ties(left, tol)
-        if tied is sol:
-            return None
-        plan = solution_plan(problem, data, tied)
-        ev = evaluate(problem, plan, perf)
-        if not ev.feasible:
-            return None
-        if ev.step_time_s <= value_s * (1 + 1e-9):
-            break
-    else:
+    left = until - time.perf_counter()
+    if left <= 0.05 or interrupt.requested():
+        return None
+    tied = model.break_ties(left)
+    if tied is sol:
+        return None
+    plan = solution_plan(problem, data, tied)
+    ev = evaluate(problem, plan, perf)
+    if not ev.feasible or ev.step_time_s > value_s * (1 + 1e-9):
         return None
     if data.planes is not None and _add_planes(problem, perf, data, tied, ev):
         return None

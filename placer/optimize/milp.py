@@ -39,11 +39,12 @@ from placer.optimize.families import (
 
 GBYTE = 1e9
 MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
-TIE_TOL = 1e-6  # relative slack on the optimum while breaking ties (HiGHS feasibility tolerance)
-# the second tie-break's slack, when the first returned a plan slower than the optimum by
-# more than the evaluator's 1e-9: below HiGHS' primal feasibility tolerance (1e-7), so
-# the row may be violated by that much, and the driver checks the plan again
-TIE_TOL_TIGHT = 1e-10
+# relative slack on the optimum while breaking ties. 1e-6 before (HiGHS' feasibility
+# tolerance), and HiGHS took plans at that edge: four-site-metro-longhaul's tie-break gave
+# a 73-wave plan 1.0e-6 slower than the 80-wave optimum (priced exactly by the model), so
+# the driver kept the 80-wave plan while a 73-wave plan at the optimum exists (CP-SAT's).
+# At 1e-10 it gives a 73-wave plan at +1.0e-10, and its tie-break took 0.8 s instead of 3.4 s.
+TIE_TOL = 1e-10
 
 
 _HIGHS_THREADS: list[int | None] = []  # the thread count HiGHS' global scheduler runs with
@@ -939,40 +940,26 @@ class MilpInner:
             routing=self.routing(),
         )
         self._tie = (plan, value, threads, options)
-        self._tie_row: tuple[Any, float] | None = None  # the tie-break row, once added
         if not tiebreak:
             return plan
         return self.break_ties(time_limit_s - (time.perf_counter() - t0))
 
-    def break_ties(self, time_limit_s: float, tol: float = TIE_TOL) -> InnerSolution:
+    def break_ties(self, time_limit_s: float) -> InnerSolution:
         """tie-break (families.TieBreak, as CP-SAT): same objective, then fewer waves, fewer
         sites, fewer listed paths, replicas on lower chain-type indices. It only chooses
-        among plans of the first solve's value (up to `tol` relative above it): if it fails
-        or runs out of time without a plan, the first plan stands. Called again with a
-        smaller `tol`, the same tie-break row is tightened and solved again (the driver
-        does so when the tie-broken plan is slower than the first by more than the
-        evaluator's tolerance: four-site-metro-longhaul's 73-wave plan at +1e-6)."""
+        among plans of the first solve's value: if it fails or runs out of time without a
+        plan, the first plan stands."""
         plan, value, threads, options = self._tie
-        rhs = value + tol * max(1.0, abs(value))
-        tie_row = self._tie_row
-        if tie_row is not None:  # a second tie-break: the same row, a tighter right side
-            con, old = tie_row
-            con.constant += old - rhs
-            self._tie_row = (con, rhs)
-            self.warm = dict(self._tie_start)
-        else:
-            con = self._main() <= rhs
-            self.add(con, row("objective.tiebreak"))
-            self._tie_row = (con, rhs)
-            tb = tiebreak_weights(self.d.cfg.dp, len(self.d.chains), len(self.w), len(self.d.sites))
-            self.prob.setObjective(
-                tb.waves * self.total_waves
-                + tb.sites * pulp.lpSum(self.sites_used.values())
-                + tb.paths * pulp.lpSum(self.w.values())
-                + pulp.lpSum(tb.chain_index * chain_weight(c) * v for c, v in self.n.items())
-            )
-            self.warm = self.integer_values()  # the first solve's plan starts the tie-break
-            self._tie_start = dict(self.warm)
+        main = self._main()
+        self.add(main <= value + TIE_TOL * max(1.0, abs(value)), row("objective.tiebreak"))
+        tb = tiebreak_weights(self.d.cfg.dp, len(self.d.chains), len(self.w), len(self.d.sites))
+        self.prob.setObjective(
+            tb.waves * self.total_waves
+            + tb.sites * pulp.lpSum(self.sites_used.values())
+            + tb.paths * pulp.lpSum(self.w.values())
+            + pulp.lpSum(tb.chain_index * chain_weight(c) * v for c, v in self.n.items())
+        )
+        self.warm = self.integer_values()  # the first solve's plan starts the tie-break
         if (
             time_limit_s > 0.05
             and not interrupt.requested()
