@@ -134,6 +134,25 @@ def test_capacity_bound_is_below_every_configuration_optimum(inst: dict) -> None
         assert cand.lower_bound <= _config_optimum(problem, perf, cand.cfg) * (1 + 1e-9)
 
 
+def test_capacity_bound_survives_a_milp_with_other_threads() -> None:
+    """HiGHS keeps one thread scheduler per process: the capacity LP asked for one thread
+    and, after a two-thread MILP in the same process, every LP failed and the bound fell to
+    0 (valid, but lost: make test's parallel pass). The LP now takes the scheduler as is."""
+    from pathlib import Path
+
+    from placer.io import load_instance
+    from placer.optimize.driver import solve
+
+    root = Path(__file__).resolve().parent.parent
+    solve(load_instance(root / "instances" / "two-campus-100km.yaml"), backend="milp", threads=2)
+    problem, perf, _report, cfgs, caps = _space(CAPACITY_CASES[0])
+    kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in problem.instance.sites}
+    hosts = stage_hosts(problem, perf, cfgs[0], SpaceReport())
+    assert capacity_bound(problem, perf, cfgs[0], hosts, caps, kinds) > slow_slot_bound(
+        problem, perf, cfgs[0], hosts, caps
+    )
+
+
 def test_bounds_are_shared_across_sync_policies_only() -> None:
     """A configuration's bound with several sync modes on offer equals its bound when its
     mode is the only one (the bound is computed once per bound_shape), and bound_shape

@@ -128,7 +128,6 @@ def capacity_bound(
     lp.a_matrix_.value_ = np.array([v for r in rows for v in r[1]], dtype=np.float64)
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    h.setOptionValue("threads", 1)
     h.setOptionValue("presolve", "off")  # tiny LPs: presolve costs more than it saves
     h.passModel(lp)
     h.run()
