@@ -13,12 +13,14 @@ import solver_cases as sc
 
 from placer.io import problem_from_data
 from placer.optimize.brute import brute_inner
+from placer.optimize.capacity import capacity_bound
 from placer.optimize.data import build_inner
-from placer.optimize.driver import bound_shape, prepare_candidates
+from placer.optimize.driver import bound_shape, prepare_candidates, slow_slot_bound, stage_hosts
 from placer.optimize.presolve import MEMORY_DROP, presolve, site_caps
 from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
 from placer.perf.flops import config_stage_memory_bytes
 from placer.perf.step import PerfModel
+from placer.rules import site_gpus_per_node
 
 
 def _space(inst: dict):
@@ -86,6 +88,69 @@ def test_slow_slot_bound_prunes_a_configuration_the_plain_bound_keeps() -> None:
             if plain[c.cfg] < best <= c.lower_bound:
                 pruned += 1
     assert pruned >= 1
+
+
+def _capacity_case(name: str, gpus: tuple[str, str], dp: int, site_gpus: tuple[int, int]) -> dict:
+    """A B200 site of one tp-4 group beside a slower site of many, a 4-layer model heavy
+    enough that compute, not communication, sets the step: most of the pp 2 x dp replica
+    stages must run on the slow GPU, which one slow slot (slow_slot_bound) undercounts."""
+    inst = sc.mixed_gpu_pair(name, gpus, global_batch=4 * dp, dp=dp, site_gpus=site_gpus)
+    inst["job"]["model"] = {
+        "name": "capacity-4l",
+        "layers": 4,
+        "hidden": 8192,
+        "heads": 64,
+        "vocab": 1024,
+        "seq_len": 8192,
+    }
+    return inst
+
+
+CAPACITY_CASES = [
+    _capacity_case("case-capacity-h100", ("h100-sxm", "b200"), 3, (20, 4)),
+    _capacity_case("case-capacity-a100", ("a100-80g", "b200"), 4, (28, 4)),
+]
+
+
+@pytest.mark.parametrize("inst", CAPACITY_CASES, ids=lambda i: i["name"])
+def test_capacity_bound_is_below_every_configuration_optimum(inst: dict) -> None:
+    """The capacity bound (placer.optimize.capacity: the average replica over a fractional
+    assignment of stages to the GPU kinds' powered groups) is never above brute force's
+    optimum of its configuration, and it is above the slow-slot bound where the fast
+    GPUs hold one stage slot of 2 x dp (so the test exercises more than that bound)."""
+    problem, perf, _report, cfgs, caps = _space(inst)
+    kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in problem.instance.sites}
+    assert cfgs
+    for cfg in cfgs:
+        hosts = stage_hosts(problem, perf, cfg, SpaceReport())
+        assert hosts is not None
+        cap = capacity_bound(problem, perf, cfg, hosts, caps, kinds)
+        slow = slow_slot_bound(problem, perf, cfg, hosts, caps)
+        opt = _config_optimum(problem, perf, cfg)
+        assert opt is not None
+        assert slow * 1.02 < cap <= opt * (1 + 1e-9), (cfg.label(), slow, cap, opt)
+    # and through the driver: the candidates' bounds carry it
+    for cand in prepare_candidates(problem, perf, cfgs, SpaceReport(), "step_time", caps=caps):
+        assert cand.lower_bound <= _config_optimum(problem, perf, cand.cfg) * (1 + 1e-9)
+
+
+def test_capacity_bound_survives_a_milp_with_other_threads() -> None:
+    """HiGHS keeps one thread scheduler per process: the capacity LP asked for one thread
+    and, after a two-thread MILP in the same process, every LP failed and the bound fell to
+    0 (valid, but lost: make test's parallel pass). The LP now takes the scheduler as is."""
+    from pathlib import Path
+
+    from placer.io import load_instance
+    from placer.optimize.driver import solve
+
+    root = Path(__file__).resolve().parent.parent
+    solve(load_instance(root / "instances" / "two-campus-100km.yaml"), backend="milp", threads=2)
+    problem, perf, _report, cfgs, caps = _space(CAPACITY_CASES[0])
+    kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in problem.instance.sites}
+    hosts = stage_hosts(problem, perf, cfgs[0], SpaceReport())
+    assert capacity_bound(problem, perf, cfgs[0], hosts, caps, kinds) > slow_slot_bound(
+        problem, perf, cfgs[0], hosts, caps
+    )
 
 
 def test_bounds_are_shared_across_sync_policies_only() -> None:

@@ -31,6 +31,7 @@ from placer.network import RouteKey
 from placer.optimize import deadline as dl
 from placer.optimize.brute import brute_inner
 from placer.optimize.canonical import canonical_routing_plan, routed_pairs
+from placer.optimize.capacity import capacity_bound
 from placer.optimize.contention import add_violated_planes
 from placer.optimize.cpsat import CpsatInner
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, build_inner, solution_plan
@@ -209,7 +210,7 @@ def solve(
         f = first_plan(
             problem,
             perf,
-            [c.cfg for c in new if not c.rest],
+            [c.cfg for c in _by_bound(new) if not c.rest],
             caps,
             lambda ev, plan, cfg: _tiebreak(objective, ev, plan, cfg),
             deadline,
@@ -288,7 +289,7 @@ def solve(
         found = heuristic_plans(
             problem,
             perf,
-            [c.cfg for c in cands],
+            [c.cfg for c in _by_bound(cands)],
             caps,
             lambda ev, plan, cfg: _tiebreak(objective, ev, plan, cfg),
             deadline,
@@ -502,6 +503,16 @@ def solve(
     return SolveResult(final, ev, status, value, bound, gap, seconds, backend, len(configs), solved)
 
 
+def _by_bound(cands: list[Candidate]) -> list[Candidate]:
+    """The heuristic's order: the raised bound first (the power caps' slow-slot and
+    capacity bounds), then the search order. power-bound-8-sites: the plain bound puts
+    tp8-pp20-dp1024 first (11.7 s), which half the replica stages must run on H100/H200
+    (capacity bound 15.8 s); the configurations the B200 groups can hold (dp 512, bound
+    13.35 s) came after the heuristic's 24 tries, and its plan was 23-26 s instead of 13.7 s.
+    The exact search keeps the plain order (Candidate.order: three-sites-80-300-500km)."""
+    return sorted(cands, key=lambda c: (c.lower_bound, c.key()))
+
+
 def _break_ties(
     problem: Problem,
     perf: PerfModel,
@@ -637,7 +648,13 @@ def resilience_summary(
     return out
 
 
-PREPARE_SHARE = 0.5  # of the time to the deadline, at most, for bounding configurations
+# of the time to the deadline, at most, for bounding configurations: a configuration left
+# unbounded keeps bound 0, so the gap stays 1.0 whatever the search finds. 0.5 before;
+# power-bound-8-sites needs 8-10 CPU s to bound its 1,522 configurations and is within
+# 0.6% once they are (the heuristic's plan against the least bound), while its exact
+# models take minutes each, so the share goes to the bounds. Instances whose bounding
+# pass is short are unchanged.
+PREPARE_SHARE = 0.75
 PREPARE_CHUNK = 32  # configurations bounded between two looks at the clock
 
 
@@ -762,7 +779,16 @@ def _pipe_intra_bound(
     hosts = [_one_per_kind(kinds, h, reduced) for h in hosts]
     plain = lb_pipe = perf.pipeline_lower_bound(cfg, host_cover(hosts))
     if caps is not None:
-        lb_pipe = max(lb_pipe, slow_slot_bound(problem, perf, cfg, hosts, caps))
+        # the fastest GPUs cannot hold every stage: count every kind's groups too
+        slow = slow_slot_bound(
+            problem,
+            perf,
+            cfg,
+            hosts,
+            caps,
+            lambda: capacity_bound(problem, perf, cfg, hosts, caps, kinds),
+        )
+        lb_pipe = max(lb_pipe, slow)
     lb_intra = 0.0
     if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
         lb_intra = max(
@@ -778,15 +804,17 @@ def slow_slot_bound(
     cfg: Config,
     hosts: list[set[str]],
     caps: dict[str, SiteCap],
+    other: Callable[[], float] | None = None,
 ) -> float:
     """A pipeline bound for configurations the fastest GPUs cannot hold alone (0 when they
-    can). F: the GPU types that give some model stage its fastest forward or backward
-    (pipeline_lower_bound's choice). The pp x dp replica stages each take one TP group;
-    when the sites of F-type GPUs have fewer powered groups than that, some replica runs
-    some stage k on a GPU outside F. That replica's chain is at least the 1F1B time with
-    stage k at its fastest host outside F and every other stage at its fastest host, no
-    communication (the makespan is non-decreasing in every stage time, as in
-    pipeline_lower_bound); the bound is the least of these over k."""
+    can), or the larger of it and `other()` (another bound, computed only when the fastest
+    GPUs cannot hold alone: the capacity bound). F: the GPU types that give some model stage
+    its fastest forward or backward (pipeline_lower_bound's choice). The pp x dp replica
+    stages each take one TP group; when the sites of F-type GPUs have fewer powered groups
+    than that, some replica runs some stage k on a GPU outside F. That replica's chain is at
+    least the 1F1B time with stage k at its fastest host outside F and every other stage at
+    its fastest host, no communication (the makespan is non-decreasing in every stage time,
+    as in pipeline_lower_bound); the bound is the least of these over k."""
     inst = problem.instance
     v, pp = cfg.virtual_stages, cfg.pp
     gpu = {s.name: s.gpu for s in inst.sites}
@@ -815,21 +843,46 @@ def slow_slot_bound(
     m = cfg.num_micro_batches
     if v > 1 and m % pp:
         return 0.0  # no interleaved schedule: pipeline_lower_bound is already infinite
-    best = math.inf
+    slowed = []  # per rank k with a host outside F: its model stages' times there
     for k in range(pp):
         slow = [x for x in hosts[k] if gpu[x] not in fast]
-        if not slow:
-            continue  # stage k runs only on F types: not the slot outside F
-        f2, b2 = list(fwd), list(bwd)
-        for s in range(k, v * pp, pp):  # rank k's model stages
-            f2[s] = min(times[x][s].fwd for x in slow)
-            b2[s] = min(times[x][s].bwd for x in slow)
+        if slow:  # else stage k runs only on F types: not the slot outside F
+            ks = range(k, v * pp, pp)  # rank k's model stages
+            slowed.append(
+                (
+                    k,
+                    {
+                        s: (min(times[x][s].fwd for x in slow), min(times[x][s].bwd for x in slow))
+                        for s in ks
+                    },
+                )
+            )
+
+    def makespan(f2: list[float], b2: list[float]) -> float:
         if v == 1:
-            t = one_f_one_b_time(f2, b2, zeros, zeros, m)
-        else:
-            t = critical_path(f2, b2, zeros, zeros, m, v).makespan_s
-        best = min(best, t + opt)
-    return 0.0 if math.isinf(best) else best
+            return one_f_one_b_time(f2, b2, zeros, zeros, m)
+        return critical_path(f2, b2, zeros, zeros, m, v).makespan_s
+
+    cap = other() if other is not None else 0.0
+    if other is not None and slowed:
+        # the makespan is a longest path that visits each of rank k's 2m operations at
+        # most once, so slowing rank k adds at most m x its slow-minus-fast time: when
+        # `other` is above that for some k, it is above this bound, and the pp 1F1B
+        # evaluations are skipped (power-bound-8-sites: a fifth of the bounding pass)
+        base = makespan(fwd, bwd)
+        ceiling = min(
+            base + m * sum(ft - fwd[s] + bt - bwd[s] for s, (ft, bt) in d.items())
+            for _k, d in slowed
+        )
+        if cap >= ceiling + opt:
+            return cap
+    best = math.inf
+    for _k, d in slowed:
+        f2, b2 = list(fwd), list(bwd)
+        for s, (ft, bt) in d.items():
+            f2[s], b2[s] = ft, bt
+        best = min(best, makespan(f2, b2) + opt)
+    return max(cap, 0.0 if math.isinf(best) else best)
 
 
 # what each split source's claim covers besides itself: every split includes the listed,
