@@ -779,5 +779,5 @@ def _nic_survival(slowdown: float) -> dict[str, Any]:
 STAGGER_RESILIENCE_CASES = [
     Case("stagger-resilience-10pct", _stagger_resilience(0.1)),
     Case("stagger-resilience-6pct", _stagger_resilience(0.06)),
-    Case("nic-survival-3pct", _nic_survival(0.03)),
+    Case("nic-survival-3pct", _nic_survival(0.03), infeasible="no feasible plan"),
 ]

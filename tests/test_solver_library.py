@@ -68,7 +68,8 @@ def _check_plan(case: sc.Case, res: SolveResult) -> None:
 def test_library_covers_the_space() -> None:
     generated = [c for c in CASES if c.id.startswith("gen-")]
     assert len(generated) >= 20
-    assert {c.id.rsplit("-", 1)[0] for c in CASES if c.infeasible} == set(sc.FLAVORS)
+    # every generator flavor has an infeasible case (hand-written ones may add others)
+    assert set(sc.FLAVORS) <= {c.id.rsplit("-", 1)[0] for c in CASES if c.infeasible}
     insts = [c.instance for c in CASES]
     assert {i["objective"]["minimize"] for i in insts} == {"step_time", "cost"}
     assert all(
