@@ -100,15 +100,18 @@ def test_overlap_left_out_where_megatron_core_refuses_it() -> None:
         _config(forced)
 
 
+# the full-recompute arguments placer exports (granularity full, method uniform, 1 layer)
+FULL_RECOMPUTE = {
+    "--recompute-granularity": ["full"],
+    "--recompute-method": ["uniform"],
+    "--recompute-num-layers": ["1"],
+}
+
+
 def test_full_recompute_with_the_overlap_is_refused_by_megatron_core() -> None:
     """What placer's instance check (Job: overlap.ep_comm with recompute full) mirrors: the
     full-recompute arguments placer exports (granularity full, method uniform, 1 layer)."""
-    a = {
-        **_export("pp1"),
-        "--recompute-granularity": ["full"],
-        "--recompute-method": ["uniform"],
-        "--recompute-num-layers": ["1"],
-    }
+    a = _export("pp1") | FULL_RECOMPUTE
     with pytest.raises(AssertionError, match="full recomputation"):
         _config(a)
 
@@ -140,12 +143,7 @@ def test_cuda_graph_export_accepted_by_megatron_core() -> None:
 def test_cuda_graphs_with_full_recompute_refused_by_megatron_core() -> None:
     """What placer's instance check (Job: moe_cuda_graphs with recompute full) mirrors; and
     the eager export asks for no graphs."""
-    a = {
-        **_export("graphs"),
-        "--recompute-granularity": ["full"],
-        "--recompute-method": ["uniform"],
-        "--recompute-num-layers": ["1"],
-    }
+    a = _export("graphs") | FULL_RECOMPUTE
     with pytest.raises(AssertionError, match="full iteration CUDA graph"):
         _config(a)
     assert "--cuda-graph-impl" not in _export("pp1")
