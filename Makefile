@@ -91,7 +91,7 @@ test-consumers: venv $(CVENV)/.installed $(CVENV)/tools.txt consumer-exports
 	PLACER_EXPORT=$(CURDIR)/$(CBUILD)/export PLACER_EXPORT_02=$(CURDIR)/$(CBUILD)/export-0.2 PLACER_EXPORT_5D=$(CURDIR)/$(CBUILD)/export-5d PLACER_EXPORT_DS3=$(CURDIR)/$(CBUILD)/export-ds3 PLACER_EXPORT_HSDP=$(CURDIR)/$(CBUILD)/export-hsdp PLACER_EXPORT_HSDP_02=$(CURDIR)/$(CBUILD)/export-hsdp-0.2 PLACER_EXPORT_MOE=$(CURDIR)/$(CBUILD)/export-moe \
 	  PLACER_EXPORT_VPP=$(CURDIR)/$(CBUILD)/export-interleaved PLACER_EXPORT_VPP_LAYOUT=$(CURDIR)/$(CBUILD)/export-interleaved-layout PLACER_EXPORT_VPP_CHUNKS=$(CURDIR)/$(CBUILD)/export-interleaved-chunks \
 	  PLACER_EXPORT_UNEVEN=$(CURDIR)/$(CBUILD)/export-uneven PLACER_SPLITS=$(CURDIR)/$(CBUILD)/megatron_splits.json \
-	  $(CBIN)/python -m pytest consumers -rs -s -p no:cacheprovider
+	  $(CBIN)/python -m pytest consumers -rs -s -p no:cacheprovider --durations=10
 
 clean:
 	rm -rf $(VENV) $(CVENV) build out .pytest_cache
