@@ -185,12 +185,16 @@ PUBLISHED: list[dict] = [
         pp=8,
         ep=64,
         v=4,
-        dispatcher="deepep",  # HybridEP: Megatron-Bridge recipes/deepseek (flex backend hybridep)
+        # Megatron-Bridge f37f883a8 (the 25.09 DeepSeek-V3 perf script, run_script.py): for
+        # h100 enable_deepep = True and A2A_1F1B = True -> overlap_moe_expert_parallel_comm
+        # and delay_wgrad_compute True
+        dispatcher="deepep",
+        overlap=True,
         published=1297,
     ),
     dict(
         row="GPT-OSS-120B, 25.11",
-        src=MB + ", 25.11, DGX-B200",
+        src=MB + ", 25.11, DGX-B200 (EP 64: the 25.11 preset's, the table prints 8)",
         model="gpt-oss-120b",
         gpu="b200",
         gpus=64,
@@ -199,7 +203,11 @@ PUBLISHED: list[dict] = [
         mbs=4,
         tp=1,
         pp=1,
-        ep=8,
+        # The table's EP column says 8; Megatron-Bridge v0.2.0 (the 25.11 release)
+        # GPT_OSS_120B_B200_BF16_BASE_CONFIG runs expert_model_parallel_size = 64, mbs 4
+        # (alltoall, eager, no overlap), as its 26.02 preset, whose table row says EP 64 at
+        # 8047 tokens/s/GPU (this row: 8213). At EP 8 placer needs 185.9 GB per GPU of 174.
+        ep=64,
         published=8213,
     ),
     dict(
@@ -215,7 +223,10 @@ PUBLISHED: list[dict] = [
         pp=8,
         ep=8,
         v=2,
-        dispatcher="deepep",
+        # v0.2.0 (25.11) QWEN3_235B_A22B_B200_FP8_MX_BASE_CONFIG: moe_a2a_overlap = True, no
+        # flex backend (the provider's alltoall); set_qwen3_common_configs: no recompute
+        overlap=True,
+        recompute="none",
         published=3269,
     ),
     dict(
@@ -230,7 +241,8 @@ PUBLISHED: list[dict] = [
         tp=1,
         pp=16,
         ep=8,
-        dispatcher="deepep",
+        # v0.2.0 (25.11) DEEPSEEK_V3_B200_BASE_CONFIG: no flex backend (DeepSeekProvider's
+        # alltoall dispatcher), moe_a2a_overlap = False
         published=2139,
     ),
     dict(
@@ -245,8 +257,8 @@ PUBLISHED: list[dict] = [
         tp=1,
         pp=1,
         ep=64,
-        overlap=True,
-        dispatcher="deepep",
+        # v0.3.0 (26.02) GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2: no flex backend
+        # (GPTOSSProvider's alltoall), moe_a2a_overlap False (WorkloadBaseConfig default), eager
         published=15784,
     ),
     dict(
@@ -263,6 +275,7 @@ PUBLISHED: list[dict] = [
         ep=32,
         dispatcher="deepep",
         graphs=True,  # QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (attn, router, preprocess)
+        recompute="none",  # v0.3.0 set_qwen3_common_configs: recompute_granularity None
         published=5448,
     ),
 ]
@@ -324,7 +337,8 @@ for _row, _gbs, _pub in (("25.11", 2048, 1575), ("26.02", 8192, 1633)):
             ep=32,
             etp=1,
             v=4,
-            overlap=True,
+            overlap=True,  # v0.2.0 / v0.3.0 H100 presets: moe_a2a_overlap = True, alltoall
+            recompute="none",  # set_qwen3_common_configs: recompute_granularity None
             published=_pub,
         )
     )
@@ -408,7 +422,25 @@ NEW_ROWS: list[dict] = [
         v=3,
         dispatcher="deepep",
         graphs=True,
+        recompute="none",  # v0.2.0 set_qwen3_common_configs: recompute_granularity None
         published=4916,
+    ),
+    # The 26.02 table's GPT-OSS on DGX-B200 (not in the 25.11-era set): EP 64 over 8 nodes,
+    # v0.3.0 GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2 (mbs 4, gbs 1280, alltoall, no overlap,
+    # eager, recompute layernorm / moe_act).
+    dict(
+        row="GPT-OSS-120B, 26.02",
+        src=MB + ", 26.02, DGX-B200",
+        model="gpt-oss-120b",
+        gpu="b200",
+        gpus=64,
+        precision="bf16",
+        gbs=1280,
+        mbs=4,
+        tp=1,
+        pp=1,
+        ep=64,
+        published=8047,
     ),
 ]
 # The rows above whose run interleaved at a VP placer could not express before issue 16,
