@@ -190,6 +190,9 @@ PUBLISHED: list[dict] = [
         # and delay_wgrad_compute True
         dispatcher="deepep",
         overlap=True,
+        # recipes/deepseek/deepseek_v3.py at f37f883a8: CommOverlapConfig(tp_comm_overlap=False)
+        # (the perf script sets no userbuffer config for DeepSeek-V3)
+        tp_overlap=False,
         published=1297,
     ),
     dict(
@@ -339,6 +342,7 @@ for _row, _gbs, _pub in (("25.11", 2048, 1575), ("26.02", 8192, 1633)):
             v=4,
             overlap=True,  # v0.2.0 / v0.3.0 H100 presets: moe_a2a_overlap = True, alltoall
             recompute="none",  # set_qwen3_common_configs: recompute_granularity None
+            tp_overlap=False,  # qwen3_235b_a22b_h100_config: tp_comm_overlap=False
             published=_pub,
         )
     )
@@ -464,7 +468,7 @@ def published_row(r: dict, host_s: float | None = None) -> tuple[float, float, d
         "precision": r["precision"],
         "recompute": r.get("recompute", "selective"),
         "expert_load_imbalance": r.get("imbalance", 1.0),
-        "overlap": {"ep_comm": r.get("overlap", False)},
+        "overlap": {"ep_comm": r.get("overlap", False), "tp_comm": r.get("tp_overlap", True)},
         "moe_dispatcher": r.get("dispatcher", "alltoall"),
         "moe_dispatch_precision": r.get("dispatch_precision", "bf16"),
         "moe_cuda_graphs": r.get("graphs", False),
