@@ -216,6 +216,12 @@ class GpuSpec(Strict):
         le=1,
         description="seconds of host (CPU) time exposed per MoE layer forward (and recomputed forward) when the job runs the MoE layers eagerly (job.moe_cuda_graphs false): Megatron-Core's dispatchers copy the tokens-per-expert counts to the host every MoE layer, which drains the GPU's queue, so the kernels after it wait for the host to launch them (placer.perf.compute.moe_host_s); 0 = not priced",  # noqa: E501
     )
+    deepep_sm_fraction: Num = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="fraction of the GPU's SMs that the deepep dispatcher's dispatch / combine kernels occupy while they run (Megatron-Core moe_deepep_num_sms, 20 by default, over the GPU's SM count): under job.overlap.ep_comm the compute that hides them runs on the rest, so a layer's hidden all-to-all still costs this fraction of its time (placer.perf.compute.ep_exposed_s); 0 = not priced",  # noqa: E501
+    )
     source: str
 
     @model_validator(mode="before")

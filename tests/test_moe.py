@@ -304,6 +304,40 @@ def test_overlap_in_a_stage_by_hand() -> None:
     assert pp2v.ep_overlap
 
 
+def test_deepep_sm_share_under_overlap_by_hand() -> None:
+    """DeepEP's kernels hold a fraction f of the SMs while they run (catalog
+    deepep_sm_fraction, 20 / 132 on H100): a comm of C beside compute P ends at
+    C + max(0, P - C (1 - f)) (the compute's C (1 - f) done during the comm, the rest after
+    it), so P + the exposed share. Checked against that timeline at both sides of the
+    kink C = P / (1 - f), and f = 0 is the plain window."""
+    f = 20 / 132
+
+    def timeline(c: float, p: float) -> float:
+        return c + max(0.0, p - c * (1 - f)) - p
+
+    for c, p in ((3e-3, 10e-3), (3e-3, 5e-3), (4e-3, 1e-3), (5e-3, 5e-3 * (1 - f))):
+        got = compute.ep_exposed_s(c, c, p, p, True, f)
+        assert got[0] == pytest.approx(timeline(c, p), rel=1e-12, abs=1e-18)
+        assert got[1] == got[0]
+    assert compute.ep_exposed_s(3e-3, 4e-3, 5e-3, 10e-3, True, f) == pytest.approx(
+        (f * 3e-3, f * 4e-3), rel=1e-12
+    )
+    assert compute.ep_exposed_s(3e-3, 4e-3, 5e-3, 10e-3, False, f) == (3e-3, 4e-3)
+    assert H100.deepep_sm_fraction == pytest.approx(f, rel=1e-3)
+    # in a stage: tiny-moe ep 4 on NVLink under the overlap, its 3 MoE layers' 2 + 2
+    # all-to-alls per micro-batch are hidden by the layer's GEMMs; with deepep f of each is
+    # still exposed, with alltoall (NCCL, not charged) none
+    for disp, share in (("deepep", H100.deepep_sm_fraction), ("alltoall", 0.0)):
+        prob = _overlap_problem(overlap={"ep_comm": True}, moe_dispatcher=disp)
+        cfg = job_config(prob.instance.job, 1, 1, 1, 1, 16, (4,), "synchronous", 1, 4)
+        perf = PerfModel(prob)
+        a2a = perf.ep_all_to_all_s(H100, 1, 1, 4, 1, 1.1, disp)
+        t = perf.stage_times(cfg, "h100-sxm")[0]
+        assert t.ops.ep_fwd == pytest.approx(3 * 2 * share * a2a, rel=1e-9, abs=1e-15)
+        assert t.ops.ep_bwd == pytest.approx(3 * 2 * share * a2a, rel=1e-9, abs=1e-15)
+        assert t.ops.ep_hidden == pytest.approx(3 * 4 * (1 - share) * a2a, rel=1e-9)
+
+
 def test_overlap_with_full_recompute_is_refused() -> None:
     """Megatron-Core asserts 'disable full recomputation when enabling
     overlap_moe_expert_parallel_comm': the instance is rejected, naming the field."""

@@ -321,6 +321,7 @@ def ep_exposed_s(
     compute_fwd_s: float,
     compute_bwd_s: float,
     overlap: bool,
+    sm_fraction: float = 0.0,
 ) -> tuple[float, float]:
     """Exposed (forward, backward) all-to-all seconds of one MoE layer. Without overlap all
     of it. With Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) the
@@ -329,12 +330,24 @@ def ep_exposed_s(
 
         forward  max(0, comm_fwd - compute_bwd),  backward  max(0, comm_bwd - compute_fwd)
 
+    When the communication kernels occupy a fraction f of the SMs while they run
+    (`sm_fraction`, the GPU's deepep_sm_fraction under the deepep dispatcher: DeepEP's
+    kernels are SM-driven, DeepSeek-V3 report section 3.2.2), the compute under them runs
+    at 1 - f: a comm of C seconds beside P seconds of compute ends at max(C, P + f C)
+    (compute does C (1 - f) of its work while the comm runs, the rest at full speed after
+    it), so the exposed share is max(C - P, f C): f C while the compute outlasts the comm,
+    C - P once the comm is longer (the two meet at C = P / (1 - f)).
+
     Every micro-batch is priced as if paired; the 1F1B warm-up forwards and cool-down
     backwards that Megatron runs alone are not distinguished (an approximation that
     overstates the hidden share by at most (pp - 1) / m of the micro-batches)."""
     if not overlap:
         return comm_fwd_s, comm_bwd_s
-    return max(0.0, comm_fwd_s - compute_bwd_s), max(0.0, comm_bwd_s - compute_fwd_s)
+    f = sm_fraction
+    return (
+        max(0.0, comm_fwd_s - compute_bwd_s, f * comm_fwd_s),
+        max(0.0, comm_bwd_s - compute_fwd_s, f * comm_bwd_s),
+    )
 
 
 def moe_host_s(gpu: GpuSpec, m: ModelSpec, cuda_graphs: bool) -> float:
@@ -455,6 +468,7 @@ def stage_ops(
     ep_overlap: bool = False,
     etp: int = 1,
     moe_host_s: float = 0.0,
+    ep_sm_fraction: float = 0.0,
 ) -> StageOps:
     """Operator times of one micro-batch on a stage of `layers` blocks starting at block
     `first_layer`; `tp_allreduce_s` is one all-reduce of the rank's b s h / cp activations
@@ -466,7 +480,9 @@ def stage_ops(
     KV around the cp ring, `etp` the expert tensor parallelism (moe_ffn_s), `moe_host_s` the
     host time exposed per MoE layer forward (the function moe_host_s): once in the forward
     and once more in the recomputed forward under full recompute; the backward reuses the
-    counts the forward copied to the host (no sync) and its launches run ahead of the GPU."""
+    counts the forward copied to the host (no sync) and its launches run ahead of the GPU;
+    `ep_sm_fraction` the SMs the all-to-all kernels take from the compute that hides them
+    under ep_overlap (ep_exposed_s)."""
     tokens = micro_batch * m.seq_len // cp
     n_moe = m.moe_layers_in(first_layer, layers)
     n_dense = layers - n_moe
@@ -500,7 +516,9 @@ def stage_ops(
     a2a_b = 2 * a2a_s
     moe_fwd_compute = attn_gemm + attn_layer + moe_ffn + mem_moe
     moe_bwd_compute = 2 * moe_fwd_compute + (attn_layer if recompute == "selective" else 0.0)
-    ep_f, ep_b = ep_exposed_s(a2a_f, a2a_b, moe_fwd_compute, moe_bwd_compute, ep_overlap)
+    ep_f, ep_b = ep_exposed_s(
+        a2a_f, a2a_b, moe_fwd_compute, moe_bwd_compute, ep_overlap, ep_sm_fraction
+    )
     ep_hidden = n_moe * (a2a_f + a2a_b - ep_f - ep_b)
     cp_bwd_raw = layers * max(0.0, 2 * cp_ring_s - 2 * attn_layer)  # KV + dKV under 2x core
     if recompute == "full":  # one more forward of every block (not the LM head)

@@ -379,6 +379,9 @@ class PerfModel:
                 ep_overlap=ep_overlap,
                 etp=etp,
                 moe_host_s=compute.moe_host_s(gpu, self.model, moe_graphs),
+                # DeepEP's SM-driven kernels (catalog deepep_sm_fraction); NCCL's all-to-all
+                # under the alltoall dispatcher is not charged (no sourced SM count)
+                ep_sm_fraction=gpu.deepep_sm_fraction if dispatcher == "deepep" else 0.0,
             )
             fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
             bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
