@@ -507,6 +507,7 @@ def cases() -> list[Case]:
         out
         + UNEVEN_SPLIT_CASES
         + PART_FILLED_CASES
+        + SITE_RING_CASES
         + UNEVEN_CHUNK_CASES
         + BUCKET_LATENCY_CASES
         + STAGGER_RESILIENCE_CASES
@@ -708,6 +709,23 @@ PART_FILLED_CASES = [
     Case("part-filled-100km-dp6", part_filled_instance(dp=6)),
 ]
 PART_FILLED_MOVES = [c for c in PART_FILLED_CASES if c.instance["job"]["gpus"] == 10]
+
+
+# the site's own NIC ring (PerfModel.site_ring_nodes): pp 1, dp 16 replicas of 1 GPU on
+# sites of three 4-GPU nodes, so the stage splits (at most 12 at a site). Ringed over all
+# 16 replicas' 4 nodes every split pays 2 x 3/4 of the node shard (12 / 4 and 8 / 8 tie);
+# with each site ringing its own nodes 8 / 8 pays 2 x 1/2 while 12 / 4 keeps the 1-node
+# site's stand-in (node_fill), so 8 / 8 becomes the optimum
+# (test_site_ring_decides_the_optimum)
+def _site_ring() -> dict[str, Any]:
+    inst = part_filled_instance(100.0, dp=16)
+    inst["job"]["parallelism"]["pp"] = [1]
+    inst["job"]["gpus"] = 16
+    inst["job"]["global_batch"] = 64
+    return inst
+
+
+SITE_RING_CASES = [Case("site-ring-100km-dp16", _site_ring())]
 
 
 # ----------------------------------------------------------------------------- uneven chunks

@@ -293,6 +293,42 @@ def test_part_filled_node_pricing_decides_the_optimum(case: sc.Case, monkeypatch
     assert old.objective < res.objective < priced
 
 
+def test_site_ring_decides_the_optimum(monkeypatch) -> None:
+    """site-ring-100km-dp16: with each site's NIC ring over its own nodes (brute = CP-SAT
+    = MILP in test_backends_agree_with_brute_force) the optimum splits the stage 8 / 8;
+    the 12 / 4 split is strictly slower under the site's ring and ties with 8 / 8 under
+    the ring over all replicas' nodes (the model before, which kept 12 / 4), and the
+    simulation agrees on the order."""
+    from placer.perf.step import PerfModel
+    from placer.sim import simulate
+
+    case = sc.SITE_RING_CASES[0]
+    res = outcome(case.id, "brute")
+    problem = problem_from_data(case.instance)
+    new_plan = json.loads(res.plan.model_dump_json())
+    members = Counter()
+    for g in new_plan["replica_groups"]:
+        for k, s in enumerate(g["stage_sites"]):
+            members[(k, s)] += g["count"]
+    assert members == {(0, "a"): 8, (0, "b"): 8}
+    old_plan = json.loads(res.plan.model_dump_json())
+    old_plan["replica_groups"] = [
+        {"count": 12, "stage_sites": ["a"]},
+        {"count": 4, "stage_sites": ["b"]},
+    ]
+    for key in ("step_time_s", "breakdown", "tokens_per_s", "mfu", "cost", "power_mw"):
+        old_plan.pop(key, None)
+    assert evaluate(problem, old_plan).step_time_s > res.objective * 1.01
+    with monkeypatch.context() as mp:
+        mp.setattr(
+            PerfModel, "site_ring_nodes", staticmethod(lambda cfg, own, ranks, q: -(-ranks // q))
+        )
+        before = [evaluate(problem, p).step_time_s for p in (new_plan, old_plan)]
+    assert before[0] == pytest.approx(before[1], rel=1e-12)
+    assert before[1] == pytest.approx(evaluate(problem, old_plan).step_time_s, rel=1e-12)
+    assert simulate(problem, new_plan).step_time_s < simulate(problem, old_plan).step_time_s
+
+
 @pytest.mark.parametrize("case", sc.UNEVEN_CHUNK_CASES, ids=lambda c: c.id)
 def test_uneven_chunk_cases_plan_uneven_chunks(case: sc.Case) -> None:
     """The uneven-chunk cases exercise what they are for: every backend's plan interleaves

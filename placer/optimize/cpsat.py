@@ -375,26 +375,39 @@ class CpsatInner:
         )
 
     def _define_node_fill(self, cls: list[int], s: str, k: int, hv: Any) -> None:
-        """The site's NIC phase by its member count x = q a + r (PerfModel.node_fill), as
-        MilpInner._define_node_fill: whole nodes pay the class's coefficient, a one-hot
-        z_r over the remainders r >= 1 the sync's seconds at that remainder."""
+        """The site's NIC phase by its member count x = q a + r (PerfModel.intra_sync_s), as
+        MilpInner._define_node_fill: a one-hot z_r over the remainders r >= 1, a one-hot
+        w_N over the node count N = a + [r > 0] summing to the host indicator, and per
+        count n the sync's seconds at n members, enforced by w_N and z_r (r > 0) or w_N and
+        no z (r = 0)."""
         d, M, add, x, T_intra = self.d, self.m, self.add, self.x, self.T_intra
         q, D = d.fill_q[s], d.cfg.dp
-        base, times = d.class_intra(cls, s), d.class_intra_fill(cls, s)
-        if base > 0:
-            add(M.Add(T_intra >= self.ticks(base)), row("dp.intra", s, k)).OnlyEnforceIf(hv)
-            self._intra_terms.append(IntraTerm(hv, x[(s, k)], self.ticks(base)))
-        if not any(t > base for t in times.values()):
-            return  # dp <= q: one node, no NIC phase at any count
-        z = {r: M.NewBoolVar(f"fill_r[{s}][{k}][{r}]") for r in times}
+        times = d.class_intra_fill(cls, s)  # by member count n = 1 .. D
+        lo = min(times.values())
+        if lo > 0:
+            add(M.Add(T_intra >= self.ticks(lo)), row("dp.intra", s, k)).OnlyEnforceIf(hv)
+        if max(times.values()) <= lo:
+            if lo > 0:
+                self._intra_terms.append(IntraTerm(hv, x[(s, k)], self.ticks(lo)))
+            return  # one time at every count (dp <= q with no NIC phase)
+        z = {r: M.NewBoolVar(f"fill_r[{s}][{k}][{r}]") for r in range(1, min(q - 1, D) + 1)}
+        w = {N: M.NewBoolVar(f"fill_N[{s}][{k}][{N}]") for N in range(1, -(-D // q) + 1)}
         a = M.NewIntVar(0, D // q, f"fill_nodes[{s}][{k}]")
         add(M.AddAtMostOne(list(z.values())), row("dp.fill_onehot", s, k))
         add(M.Add(x[(s, k)] == q * a + sum(r * z[r] for r in z)), row("dp.fill_count", s, k))
-        for r in z:
-            add(
-                M.Add(T_intra >= self.ticks(times[r])), row("dp.intra_fill", s, k, r)
-            ).OnlyEnforceIf(z[r])
-            self._intra_terms.append(IntraTerm(z[r], x[(s, k)], self.ticks(times[r])))
+        add(M.Add(sum(w.values()) == hv), row("dp.fill_nodes_onehot", s, k))
+        add(
+            M.Add(sum(N * w[N] for N in w) == a + sum(z.values())),
+            row("dp.fill_nodes_count", s, k),
+        )
+        for n, t in times.items():
+            N, r = -(-n // q), n % q
+            if r:
+                cond, on = [w[N], z[r]], w[N] + z[r] - 1
+            else:
+                cond, on = [w[N], *(v.Not() for v in z.values())], w[N] - sum(z.values())
+            add(M.Add(T_intra >= self.ticks(t)), row("dp.intra_fill", s, k, n)).OnlyEnforceIf(cond)
+            self._intra_terms.append(IntraTerm(on, x[(s, k)], self.ticks(t)))
 
     def define_dp_hosting(self) -> None:
         d, M, add, x = self.d, self.m, self.add, self.x

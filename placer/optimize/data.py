@@ -82,10 +82,10 @@ class InnerData:
     energy_usd_per_j: float = 0.0
     resilience: ResilienceData | None = None
     stage_classes: list[list[int]] = field(default_factory=list)
-    # part-filled nodes (PerfModel.node_fill): replicas per node of a site whose NIC phase
-    # depends on its member count (0: one coefficient, intra), and per (stage, site) the
-    # intra-site sync seconds by remainder r = members mod q, 1 <= r < min(q, dp + 1)
-    # (r = 0, whole nodes, is intra)
+    # part-filled nodes and the site's own ring (PerfModel.intra_sync_s): replicas per node
+    # of a site whose NIC phase depends on its member count (0: one coefficient, intra),
+    # and per (stage, site) the intra-site sync seconds by member count n = 1 .. dp (its
+    # ring of ceil(n / q) nodes, its fill by n mod q)
     fill_q: dict[str, int] = field(default_factory=dict)
     intra_fill: dict[tuple[int, str], dict[int, float]] = field(default_factory=dict)
     # multi-commodity routing: pairs with several candidate paths get flow variables
@@ -152,7 +152,7 @@ class InnerData:
         return max(self.intra[(k, site)] for k in cls)
 
     def class_intra_fill(self, cls: list[int], site: str) -> dict[int, float]:
-        """The class's intra-site sync seconds by remainder (see intra_fill)."""
+        """The class's intra-site sync seconds by member count (see intra_fill)."""
         states = self.intra_fill[(cls[0], site)]
         return {st: max(self.intra_fill[(k, site)][st] for k in cls) for st in states}
 
@@ -162,7 +162,15 @@ class InnerData:
         lb = 0.0
         for k, hosts in enumerate(self.stage_sites):
             if self.cfg.dp >= 2 and hosts:
-                lb = max(lb, min(self.intra[(k, s)] for s in hosts))
+                lb = max(
+                    lb,
+                    min(
+                        min(self.intra_fill[(k, s)].values())
+                        if (k, s) in self.intra_fill
+                        else self.intra[(k, s)]
+                        for s in hosts
+                    ),
+                )
         return lb
 
     @property
@@ -322,9 +330,9 @@ def build_inner(
 
 
 def _fill_states(perf: PerfModel, cfg: Config, k: int, site: str, q: int) -> dict[int, float]:
-    """intra_sync_s by remainder r of the site's member count (1 <= r < q, r <= dp),
-    priced by the evaluator at r members."""
-    return {r: perf.intra_sync_s(cfg, k, site, members=r) for r in range(1, min(q, cfg.dp + 1))}
+    """intra_sync_s by the site's member count n = 1 .. dp, priced by the evaluator at n
+    members (its fill by n mod q, its ring of ceil(n / q) nodes)."""
+    return {n: perf.intra_sync_s(cfg, k, site, members=n) for n in range(1, cfg.dp + 1)}
 
 
 def _contention(

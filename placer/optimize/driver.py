@@ -791,8 +791,19 @@ def _pipe_intra_bound(
         lb_pipe = max(lb_pipe, slow)
     lb_intra = 0.0
     if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
+        # some host holds at least ceil(dp / hosts) members; a site's NIC phase depends on
+        # its count where node_fill applies (its ring of ceil(n / q) nodes, its fill)
         lb_intra = max(
-            min(_intra(problem, perf, cfg, k, s, memo) for s in hosts[k]) for k in range(cfg.pp)
+            min(
+                _intra(problem, perf, cfg, k, s, memo, n)
+                for s in hosts[k]
+                for n in (
+                    range(-(-cfg.dp // len(hosts[k])), cfg.dp + 1)
+                    if perf.node_fill_q(cfg, s)
+                    else (None,)
+                )
+            )
+            for k in range(cfg.pp)
         )
         lb_intra = perf.dp_exposed_s(cfg, lb_intra)  # what the overlap windows cannot hide
     return plain, lb_pipe, lb_intra
@@ -978,8 +989,10 @@ def _intra(
     k: int,
     site: str,
     memo: dict[tuple[Any, ...], float],
+    members: int | None = None,
 ) -> float:
-    """PerfModel.intra_sync_s, once per (stage shape, GPU type, node size): it reads the
+    """PerfModel.intra_sync_s (at `members`), once per (stage shape, GPU type, node size,
+    members): it reads the
     stage's gradient bytes (its layers, embedding or head) and the site's GPU and node,
     and 8 sites x 160 stages x 200 configurations called it 90,000 times (2.8 s)."""
     key = (
@@ -988,9 +1001,10 @@ def _intra(
         k == cfg.pp - 1,
         problem.instance.site(site).gpu,
         site_gpus_per_node(problem, site),
+        members,
     )
     if key not in memo:
-        memo[key] = perf.intra_sync_s(cfg, k, site)
+        memo[key] = perf.intra_sync_s(cfg, k, site, members=members)
     return memo[key]
 
 

@@ -378,24 +378,46 @@ class MilpInner:
         )
 
     def _define_node_fill(self, cls: list[int], s: str, k: int, hv: Any) -> None:
-        """The site's NIC phase by its member count x = q a + r (PerfModel.node_fill): whole
-        nodes pay the class's coefficient (dp.intra), a one-hot z_r over the remainders
-        r >= 1 (none: r = 0) the sync's seconds at that remainder."""
+        """The site's NIC phase by its member count x = q a + r (PerfModel.intra_sync_s):
+        its fill by the remainder r (a one-hot z_r over r >= 1, none: r = 0) and its ring
+        by its node count N = a + [r > 0] (a one-hot w_N, N = 1 .. ceil(dp / q), summing
+        to the host indicator); the count n = q (N - 1) + r (r > 0) or q N (r = 0) pays
+        the sync's seconds at n members, enforced by w_N + z_r - 1 (r > 0) or w_N - sum z
+        (r = 0), which are 1 exactly at that count and at most 0 otherwise (the exact
+        step's term is active on both indicators: _exact_max's conjunction)."""
         d, add, x, ts, T_intra = self.d, self.add, self.x, self.ts, self.T_intra
         q, D = d.fill_q[s], d.cfg.dp
-        base, times = d.class_intra(cls, s), d.class_intra_fill(cls, s)
-        if base > 0:
-            add(T_intra >= (base / ts) * hv, row("dp.intra", s, k))
-            self._intra_terms.append(IntraTerm(hv, x[(s, k)], base / ts))
-        if not any(t > base for t in times.values()):
-            return  # dp <= q: one node, no NIC phase at any count
-        z = {r: pulp.LpVariable(_name("fill_r", s, k, r), cat="Binary") for r in times}
+        times = d.class_intra_fill(cls, s)  # by member count n = 1 .. D
+        lo = min(times.values())
+        if lo > 0:
+            add(T_intra >= (lo / ts) * hv, row("dp.intra", s, k))
+        if max(times.values()) <= lo:
+            if lo > 0:
+                self._intra_terms.append(IntraTerm(hv, x[(s, k)], lo / ts))
+            return  # one time at every count (dp <= q with no NIC phase)
+        z = {r: pulp.LpVariable(_name("fill_r", s, k, r), cat="Binary") for r in range(1, q)}
+        z = {r: v for r, v in z.items() if r <= D}
+        w = {
+            N: pulp.LpVariable(_name("fill_N", s, k, N), cat="Binary")
+            for N in range(1, -(-D // q) + 1)
+        }
         a = pulp.LpVariable(_name("fill_nodes", s, k), 0, D // q, cat="Integer")
         add(pulp.lpSum(z.values()) <= 1, row("dp.fill_onehot", s, k))
         add(x[(s, k)] == q * a + pulp.lpSum(r * z[r] for r in z), row("dp.fill_count", s, k))
-        for r in z:
-            add(T_intra >= (times[r] / ts) * z[r], row("dp.intra_fill", s, k, r))
-            self._intra_terms.append(IntraTerm(z[r], x[(s, k)], times[r] / ts))
+        add(pulp.lpSum(w.values()) == hv, row("dp.fill_nodes_onehot", s, k))
+        add(
+            pulp.lpSum(N * w[N] for N in w) == a + pulp.lpSum(z.values()),
+            row("dp.fill_nodes_count", s, k),
+        )
+        for n, t in times.items():
+            N, r = -(-n // q), n % q
+            no_r = 1 - pulp.lpSum(z.values())
+            add(
+                T_intra >= (t / ts) * (w[N] + (z[r] if r else no_r) - 1),
+                row("dp.intra_fill", s, k, n),
+            )
+            # the exact step's term: active where both indicators are 1 (_exact_max)
+            self._intra_terms.append(IntraTerm((w[N], z[r] if r else no_r), x[(s, k)], t / ts))
 
     def define_dp_hosting(self) -> None:
         d, add, x, ts = self.d, self.add, self.x, self.ts
@@ -682,8 +704,10 @@ class MilpInner:
         deltas = []
         for i, (expr, active) in enumerate(terms):
             dl = pulp.LpVariable(_name(name, "delta", i), cat="Binary")
-            if active is not None:
-                self.add(dl <= active, row(f"{name}.active", i))
+            # a term active when all of a tuple's expressions are 1 (a conjunction)
+            for j, act in enumerate(active if isinstance(active, tuple) else (active,)):
+                if act is not None:
+                    self.add(dl <= act, row(f"{name}.active", i, *((j,) if j else ())))
             self.add(var <= expr + big * (1 - dl), row(f"{name}.pick", i))
             deltas.append(dl)
         self.add(pulp.lpSum(deltas) == 1, row(f"{name}.onehot"))

@@ -945,8 +945,15 @@ class PerfModel:
         node_fill applies, its NIC bandwidth term is scaled by node_fill(members): a site
         whose count leaves a node with r < q members has that node's q shard rings on its
         r NICs, ceil(q / r) each (NCCL's rings enter and leave every node once whatever its
-        member count: NVIDIA/nccl#687, #569). The node count stays ceil(d / q)
-        (pessimistic for a site with fewer; with d <= q there is no NIC phase).
+        member count: NVIDIA/nccl#687, #569), and its ring is the site's own: ceil(members /
+        q) nodes (NCCL's hierarchical all-reduce rings each site's nodes: placer.sim), its
+        (N - 1)/N and 2 (N - 1) hop latencies those of N. A site whose members fit one node
+        (N = 1, no NIC phase in the simulation) keeps the ring over ceil(d / q) nodes at
+        the fill, in lieu of the NIC term its WAN phase lacks (node_fill). Without members
+        (or where node_fill does not apply: q = 1, CP, EP, HSDP) the ring is ceil(d / q)
+        nodes of all d replicas (pessimistic for a site with fewer; with d <= q there is no
+        NIC phase). Both formulations encode the count by a one-hot over the site's node
+        count and its remainder (milp._define_node_fill).
 
         With CP and EP the dense gradients are reduced over the dp x cp x ep ranks that
         hold the same tp slice (at stride tp), the routed experts' over the dp x tp x cp
@@ -967,7 +974,8 @@ class PerfModel:
             out += comm.ring_allreduce_s(math.ceil(cfg.dp / q), shard / q, self.nic_Bps(gpu), lat)
             return out
         fill = 1.0
-        if members is not None and self.node_fill_q(cfg, site):
+        fill_site = members is not None and self.node_fill_q(cfg, site) > 0
+        if fill_site:
             fill = node_fill(members, self.node_fill_q(cfg, site))
         # dense over dp x cp x ranks_per_replica (dp x cp x ep unfolded) at stride tp; experts
         # over dp x expert_dp_per_replica (dp x tp x cp unfolded) at stride ep x etp
@@ -980,6 +988,8 @@ class PerfModel:
             q = max(1, min(n, gpn // stride))
             out += comm.ring_allreduce_s(q, g, self.nvlink_Bps(gpu))
             nodes = math.ceil(n / q)
+            if fill_site:
+                nodes = self.site_ring_nodes(cfg, members * (n // cfg.dp), n, q)
             if fill == 1.0:
                 out += comm.ring_allreduce_s(nodes, g / q, self.nic_Bps(gpu), lat)
             elif nodes > 1:
@@ -987,6 +997,15 @@ class PerfModel:
                 out += fill * comm.ring_allreduce_s(nodes, g / q, self.nic_Bps(gpu))
                 out += comm.ring_allreduce_s(nodes, 0.0, self.nic_Bps(gpu), lat)
         return out
+
+    @staticmethod
+    def site_ring_nodes(cfg: Config, site_ranks: int, ranks: int, q: int) -> int:
+        """The nodes of a site's NIC ring (intra_sync_s, where node_fill applies): the
+        site's own ceil(site_ranks / q) when that is two or more (NCCL rings each site's
+        nodes: placer.sim), else the ring of all `ranks` (the stand-in of a site whose
+        members fit one node, node_fill)."""
+        own = math.ceil(site_ranks / q)
+        return own if own >= 2 else math.ceil(ranks / q)
 
     def node_fill_q(self, cfg: Config, site: str) -> int:
         """Replicas of a stage per node at `site` where the NIC phase depends on the site's

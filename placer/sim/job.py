@@ -42,9 +42,10 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   the site's member count: node_fill, ceil(q / r) on the NIC bandwidth). Differs: a site
   whose members fit one node has no NIC phase here; the closed form charges it as a
   partial node of the ring (ceil(q / r), q = 1: the ring's phase), pessimistic, in lieu
-  of the NIC term its WAN phase lacks (next item). And the closed form's
-  node count is ceil(d/q) of all d replicas, not the site's ceil(n/q): pessimistic when
-  a site holds fewer (its (N-1)/N and 2 (N-1) hop latencies are those of the larger
+  of the NIC term its WAN phase lacks (next item). The closed form's ring is the site's
+  own ceil(n/q) nodes, as here, where node_fill applies (q >= 2, no CP/EP/HSDP:
+  PerfModel.site_ring_nodes); elsewhere it is ceil(d/q) of all d replicas, pessimistic
+  when a site holds fewer (its (N-1)/N and 2 (N-1) hop latencies are those of the larger
   ring); it takes the max over sites of NVLink + NIC phase where the simulation runs
   each phase at every site before the next (the same when one site is the slowest in
   both, as with one site).
