@@ -813,8 +813,9 @@ def slow_slot_bound(
     stages each take one TP group; when the sites of F-type GPUs have fewer powered groups
     than that, some replica runs some stage k on a GPU outside F. That replica's chain is at
     least the 1F1B time with stage k at its fastest host outside F and every other stage at
-    its fastest host, no communication (the makespan is non-decreasing in every stage time,
-    as in pipeline_lower_bound); the bound is the least of these over k."""
+    its fastest host, every pipeline message at PerfModel.message_floor (the makespan is
+    non-decreasing in every stage and boundary time, as in pipeline_lower_bound); the bound
+    is the least of these over k."""
     inst = problem.instance
     v, pp = cfg.virtual_stages, cfg.pp
     gpu = {s.name: s.gpu for s in inst.sites}
@@ -839,7 +840,9 @@ def slow_slot_bound(
         max(min(perf.stage_times(cfg, gpu[x])[k].optimizer for x in hosts[k]) for k in range(pp))
         / shard
     )
-    zeros = [0.0] * (pp - 1 if v == 1 else pp)
+    n_bound = pp - 1 if v == 1 else pp
+    lat_f, tx_f = perf.message_floor(cfg, set().union(*hosts))  # as pipeline_lower_bound
+    lat, tx = [lat_f] * n_bound, [tx_f] * n_bound
     m = cfg.num_micro_batches
     if v > 1 and m % pp:
         return 0.0  # no interleaved schedule: pipeline_lower_bound is already infinite
@@ -860,8 +863,8 @@ def slow_slot_bound(
 
     def makespan(f2: list[float], b2: list[float]) -> float:
         if v == 1:
-            return one_f_one_b_time(f2, b2, zeros, zeros, m)
-        return critical_path(f2, b2, zeros, zeros, m, v).makespan_s
+            return one_f_one_b_time(f2, b2, lat, tx, m)
+        return critical_path(f2, b2, lat, tx, m, v).makespan_s
 
     cap = other() if other is not None else 0.0
     if other is not None and slowed:

@@ -890,10 +890,20 @@ class PerfModel:
             pipe = critical_path(fwd, bwd, lat, tx, m, v).makespan_s
         return pipe + self.optimizer_step_s(cfg, chain)
 
+    def message_floor(self, cfg: Config, sites: set[str] | list[str]) -> tuple[float, float]:
+        """(latency, transmit) no pipeline message of a chain over `sites` is below: every
+        message pays the fabric hop (boundary: plus the fiber path between sites) and its
+        serialization at the slower NIC of its two sites (with lockstep contention at
+        least that), so at least the fabric latency and the serialization at the fastest
+        NIC of the sites."""
+        lat = self.catalog.network.intra_site_latency_s
+        return lat, min(self.boundary(cfg, x, x)[1] for x in sorted(sites))
+
     def pipeline_lower_bound(self, cfg: Config, chains: list[Chain]) -> float:
-        """A bound no chain beats: every stage on the fastest GPU any chain gives it, and no
-        pipeline communication. Valid because the 1F1B makespan is non-decreasing in every
-        stage and boundary time (it is a max-plus expression of them)."""
+        """A bound no chain beats: every stage on the fastest GPU any chain gives it, and
+        every pipeline message at message_floor. Valid because the 1F1B makespan is
+        non-decreasing in every stage and boundary time (it is a max-plus expression of
+        them: placer.perf.critical_path)."""
         inst = self.problem.instance
         v = cfg.virtual_stages
         fwd, bwd = [], []
@@ -902,7 +912,9 @@ class PerfModel:
             options = [self.chunk_times(cfg, inst.site(x).gpu)[s] for x in {c[k] for c in chains}]
             fwd.append(min(t.fwd for t in options))
             bwd.append(min(t.bwd for t in options))
-        zeros = [0.0] * (cfg.pp - 1 if v == 1 else cfg.pp)
+        n_bound = cfg.pp - 1 if v == 1 else cfg.pp
+        lat_f, tx_f = self.message_floor(cfg, {x for c in chains for x in c})
+        lat, tx = [lat_f] * n_bound, [tx_f] * n_bound
         shard = cfg.optimizer_shard_over_dp
         opt = (
             max(
@@ -916,10 +928,10 @@ class PerfModel:
         )
         m = cfg.num_micro_batches
         if v == 1:
-            return one_f_one_b_time(fwd, bwd, zeros, zeros, m) + opt
+            return one_f_one_b_time(fwd, bwd, lat, tx, m) + opt
         if m % cfg.pp:
             return math.inf
-        return critical_path(fwd, bwd, zeros, zeros, m, v).makespan_s + opt
+        return critical_path(fwd, bwd, lat, tx, m, v).makespan_s + opt
 
     def chain_crossings(
         self, chain: Chain, routing: Routing | None = None, v: int = 1
