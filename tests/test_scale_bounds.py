@@ -292,3 +292,54 @@ def test_capacity_bound_counts_the_message_floor(monkeypatch: pytest.MonkeyPatch
         assert with_floor <= _config_optimum(problem, perf, cfg) * (1 + 1e-9)
         raised += with_floor > without + most * (1 - 1e-3)
     assert raised
+
+
+def test_two_pass_bounding_gives_the_capped_bounds_or_prunes_by_the_plain_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """driver._prepare_until bounds every configuration plainly first, then raises the
+    bounds (slow slot, capacity) smallest plain bound first. With no incumbent every bound
+    ends as prepare_candidates gives it with the caps; with an incumbent the refinement
+    stops at the first plain bound no better than it, and every candidate left unrefined
+    has a plain bound at or above the incumbent (it is pruned either way), every refined
+    one the capped bound."""
+    import math
+
+    from placer.optimize import driver
+    from placer.optimize.driver import _prepare_until
+
+    monkeypatch.setattr(driver, "PREPARE_CHUNK", 1)  # one configuration per chunk
+    problem, perf, report, cfgs, caps = _space(CAPACITY_CASES[1])
+    capped = {
+        c.cfg: c.lower_bound
+        for c in prepare_candidates(problem, perf, cfgs, SpaceReport(), "step_time", caps=caps)
+    }
+    plain = {
+        c.cfg: c.lower_bound
+        for c in prepare_candidates(problem, perf, cfgs, SpaceReport(), "step_time")
+    }
+    assert any(capped[c] > plain[c] * 1.01 for c in cfgs)  # the caps raise some bound
+    full, left = _prepare_until(
+        problem, perf, cfgs, SpaceReport(), "step_time", math.inf, caps=caps
+    )
+    assert left == 0 and {c.cfg: c.lower_bound for c in full} == capped
+    assert not any(c.pending for c in full)
+    inc = sorted(plain.values())[len(plain) // 2]  # half the plain bounds are below it
+    seen: list[float] = []
+    part, _ = _prepare_until(
+        problem,
+        perf,
+        cfgs,
+        SpaceReport(),
+        "step_time",
+        math.inf,
+        caps=caps,
+        incumbent=lambda: inc,
+        on_refined=lambda new: seen.extend(c.lower_bound for c in new),
+    )
+    assert seen and any(c.pending for c in part)
+    for c in part:
+        if c.pending:
+            assert c.lower_bound == plain[c.cfg] >= inc * (1 - 1e-9)
+        else:
+            assert c.lower_bound == capped[c.cfg]

@@ -906,10 +906,12 @@ class PerfModel:
         them: placer.perf.critical_path)."""
         inst = self.problem.instance
         v = cfg.virtual_stages
+        # the GPU types that may run each rank (a stage's time reads only its site's GPU)
+        kinds = [sorted({inst.site(c[k]).gpu for c in chains}) for k in range(cfg.pp)]
+        times = {g: self.chunk_times(cfg, g) for g in sorted(set().union(*kinds))}
         fwd, bwd = [], []
         for s in range(v * cfg.pp):
-            k = s % cfg.pp
-            options = [self.chunk_times(cfg, inst.site(x).gpu)[s] for x in {c[k] for c in chains}]
+            options = [times[g][s] for g in kinds[s % cfg.pp]]
             fwd.append(min(t.fwd for t in options))
             bwd.append(min(t.bwd for t in options))
         n_bound = cfg.pp - 1 if v == 1 else cfg.pp
@@ -918,10 +920,7 @@ class PerfModel:
         shard = cfg.optimizer_shard_over_dp
         opt = (
             max(
-                min(
-                    self.stage_times(cfg, inst.site(s).gpu)[k].optimizer
-                    for s in {c[k] for c in chains}
-                )
+                min(self.stage_times(cfg, g)[k].optimizer for g in kinds[k])
                 for k in range(cfg.pp)
             )
             / shard
