@@ -407,8 +407,14 @@ def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, f
         entry = _MEMORY_MEMO[id(m)] = (weakref.ref(m), {})
     chunks = cfg.rank_chunks(stage) if getattr(cfg, "chunk_split", None) else None
     first_layer = sum(cfg.stage_layers[:stage]) if m.moe is not None else 0
+    v = getattr(cfg, "virtual_stages", 1)
+    if v == 1 and chunks is None:  # the stage's place: first, last, micro-batches in flight
+        held = in_flight_chunks(cfg.pp, cfg.num_micro_batches, 1, stage)
+        where: tuple[Any, ...] = (stage == 0, stage == cfg.pp - 1, held)
+    else:
+        where = (stage, cfg.pp)
     key = (
-        cfg.stage_layers[stage], stage, cfg.pp, cfg.tp, cfg.dp, cfg.micro_batch,
+        cfg.stage_layers[stage], where, cfg.tp, cfg.dp, cfg.micro_batch,
         cfg.num_micro_batches, cfg.recompute, cfg.zero1, first_layer, getattr(cfg, "cp", 1),
         getattr(cfg, "ep", 1), getattr(cfg, "expert_load_imbalance", 1.0),
         getattr(cfg, "virtual_stages", 1), getattr(cfg, "dp_shard", 1),
