@@ -919,10 +919,7 @@ class PerfModel:
         lat, tx = [lat_f] * n_bound, [tx_f] * n_bound
         shard = cfg.optimizer_shard_over_dp
         opt = (
-            max(
-                min(self.stage_times(cfg, g)[k].optimizer for g in kinds[k])
-                for k in range(cfg.pp)
-            )
+            max(min(self.stage_times(cfg, g)[k].optimizer for g in kinds[k]) for k in range(cfg.pp))
             / shard
         )
         m = cfg.num_micro_batches
