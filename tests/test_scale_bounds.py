@@ -236,3 +236,110 @@ def test_hall_condition_drops_only_configurations_without_a_plan() -> None:
     for cfg in dropped:
         assert _config_optimum(problem, perf, cfg) is None, cfg.label()
     assert kept and all(_config_optimum(problem, perf, c) is not None for c in kept)
+
+
+MESSAGE_FLOOR_CASES = [
+    sc.interleave_instance(20.0),  # pp 4, v 1 and 2: boundaries and the wrap cross the route
+    sc.uneven_chunk_instance(20.0),  # uneven interleaved chunks
+    sc.mixed_gpu_pair("case-floor-mixed", ("a100-80g", "b200"), dp=2, site_gpus=(4, 12)),
+]
+
+
+@pytest.mark.parametrize("inst", MESSAGE_FLOOR_CASES, ids=lambda i: i["name"])
+def test_pipeline_bound_with_message_floor_is_exact_on_one_site_chains(inst: dict) -> None:
+    """PerfModel.pipeline_lower_bound charges every pipeline message its floor
+    (message_floor: the fabric latency and the fastest NIC's serialization). On a chain
+    inside one site every message is exactly that, so the bound of that chain alone is its
+    1F1B (interleaved) time; on a chain across sites it is not above the chain's time; and
+    the floor is not zero (the bound without it is lower), so the test would catch a floor
+    above what a message costs, or one that is lost."""
+    problem = problem_from_data(inst)
+    perf = PerfModel(problem)
+    report = SpaceReport()
+    one_site = across = raised = 0
+    for cfg in enumerate_configs(problem, report, perf):
+        for chain in chain_types(problem, perf, cfg):
+            lb, t = perf.pipeline_lower_bound(cfg, [chain]), perf.chain_time(cfg, chain)
+            if len(set(chain)) == 1:
+                assert lb == pytest.approx(t, rel=1e-12), (cfg.label(), chain)
+                one_site += 1
+            else:
+                assert lb <= t * (1 + 1e-12), (cfg.label(), chain, lb, t)
+                across += 1
+            if cfg.pp > 1 and lb > perf.chain_time(cfg, chain, with_comm=False) * (1 + 1e-9):
+                raised += 1
+    assert one_site and across and raised
+
+
+def test_capacity_bound_counts_the_message_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capacity bound's rows charge one micro-batch's 2 (S - 1) crossings and rank k's
+    2 k at the message floor d: the bound rises by at most 2 (S - 1) d over the bound
+    without the floor, by that much where a crossing row binds, and stays below brute
+    force's optimum (test_capacity_bound_is_below_every_configuration_optimum checks
+    every configuration)."""
+    problem, perf, _report, cfgs, caps = _space(CAPACITY_CASES[0])
+    kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in problem.instance.sites}
+    raised = 0
+    for cfg in cfgs:
+        hosts = stage_hosts(problem, perf, cfg, SpaceReport())
+        lat, tx = perf.message_floor(cfg, set().union(*hosts))
+        most = 2 * (cfg.virtual_stages * cfg.pp - 1) * (lat + tx)
+        with_floor = capacity_bound(problem, perf, cfg, hosts, caps, kinds)
+        with monkeypatch.context() as mp:
+            mp.setattr(PerfModel, "message_floor", lambda self, cfg, sites: (0.0, 0.0))
+            without = capacity_bound(problem, perf, cfg, hosts, caps, kinds)
+        assert without <= with_floor <= without + most * (1 + 1e-6)
+        assert with_floor <= _config_optimum(problem, perf, cfg) * (1 + 1e-9)
+        raised += with_floor > without + most * (1 - 1e-3)
+    assert raised
+
+
+def test_two_pass_bounding_gives_the_capped_bounds_or_prunes_by_the_plain_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """driver._prepare_until bounds every configuration plainly first, then raises the
+    bounds (slow slot, capacity) smallest plain bound first. With no incumbent every bound
+    ends as prepare_candidates gives it with the caps; with an incumbent the refinement
+    stops at the first plain bound no better than it, and every candidate left unrefined
+    has a plain bound at or above the incumbent (it is pruned either way), every refined
+    one the capped bound."""
+    import math
+
+    from placer.optimize import driver
+    from placer.optimize.driver import _prepare_until
+
+    monkeypatch.setattr(driver, "PREPARE_CHUNK", 1)  # one configuration per chunk
+    problem, perf, report, cfgs, caps = _space(CAPACITY_CASES[1])
+    capped = {
+        c.cfg: c.lower_bound
+        for c in prepare_candidates(problem, perf, cfgs, SpaceReport(), "step_time", caps=caps)
+    }
+    plain = {
+        c.cfg: c.lower_bound
+        for c in prepare_candidates(problem, perf, cfgs, SpaceReport(), "step_time")
+    }
+    assert any(capped[c] > plain[c] * 1.01 for c in cfgs)  # the caps raise some bound
+    full, left = _prepare_until(
+        problem, perf, cfgs, SpaceReport(), "step_time", math.inf, caps=caps
+    )
+    assert left == 0 and {c.cfg: c.lower_bound for c in full} == capped
+    assert not any(c.pending for c in full)
+    inc = sorted(plain.values())[len(plain) // 2]  # half the plain bounds are below it
+    seen: list[float] = []
+    part, _ = _prepare_until(
+        problem,
+        perf,
+        cfgs,
+        SpaceReport(),
+        "step_time",
+        math.inf,
+        caps=caps,
+        incumbent=lambda: inc,
+        on_refined=lambda new: seen.extend(c.lower_bound for c in new),
+    )
+    assert seen and any(c.pending for c in part)
+    for c in part:
+        if c.pending:
+            assert c.lower_bound == plain[c.cfg] >= inc * (1 - 1e-9)
+        else:
+            assert c.lower_bound == capped[c.cfg]

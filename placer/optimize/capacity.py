@@ -6,20 +6,24 @@ tests/instances/power-bound-8-sites.yaml, tp8-pp20-dp1024 has a plain bound of 1
 while half of its 20,480 stages must run on H100/H200 groups, 2.3x slower. slow_slot_bound
 (driver) charges one slow stage; this bound charges as many as the capacities force.
 
-Each replica's chain, without communication, takes at least (any schedule that respects
-the micro-batches' dependencies and runs one operation at a time per device; the 1F1B
-closed form is one such schedule, and communication only delays it), with f_s, b_s the
-forward and backward of model stage (chunk) s on its host and m micro-batches:
+Each replica's chain takes at least (any schedule that respects the micro-batches'
+dependencies and runs one operation at a time per device; the 1F1B closed form is one
+such schedule), with f_s, b_s the forward and backward of model stage (chunk) s on its
+host, m micro-batches, S = v pp model stages and d the least delay of one pipeline
+message between consecutive model stages (PerfModel.message_floor: its latency plus its
+transmit; every delivery on a dependency path pays both, placer.perf.critical_path):
 
-* sum_s (f_s + b_s): one micro-batch passes every chunk forward and back;
-* sum_s (f_s + b_s) + (m - 1) f_s0 for each chunk s0: its m forwards run one after the
-  other; the first cannot start before the chunks ahead of it, and after the last one
-  that micro-batch still runs every later chunk forward and back and every chunk up to
-  s0 back; likewise with (m - 1) b_s0;
-* m (work of device k) + sum_{s < k} (f_s + b_s) for each pipeline rank k: the device
-  runs all its m micro-batches of its chunks, cannot start before the first micro-batch
-  has passed the chunks ahead of its first one, and after its last operation (a
-  backward of a chunk >= k) the gradient still runs back through chunks 0..k-1.
+* sum_s (f_s + b_s) + 2 (S - 1) d: one micro-batch passes every chunk forward and back,
+  crossing S - 1 boundaries each way;
+* the same + (m - 1) f_s0 for each chunk s0: its m forwards run one after the other; the
+  first cannot start before the chunks ahead of it (and s0 boundaries), and after the
+  last one that micro-batch still runs every later chunk forward and back and every
+  chunk up to s0 back (the other 2 (S - 1) - s0 crossings); likewise with (m - 1) b_s0;
+* m (work of device k) + sum_{s < k} (f_s + b_s) + 2 k d for each pipeline rank k: the
+  device runs all its m micro-batches of its chunks, cannot start before the first
+  micro-batch has passed the chunks ahead of its first one (k boundaries), and after its
+  last operation (a backward of a chunk >= k) the gradient still runs back through
+  chunks 0..k-1 (at least k boundaries).
 
 Every one is linear in per-slot terms, so each holds for the average over the dp
 replicas, and T_pipe (the slowest chain) is at least that average. The average
@@ -92,14 +96,16 @@ def capacity_bound(
     ip = n + 2
     ncol = ip + pp
     inf = highspy.kHighsInf
+    lat_f, tx_f = perf.message_floor(cfg, set().union(*hosts))
+    through = 2 * (S - 1) * (lat_f + tx_f)  # one micro-batch's crossings, there and back
     rows: list[tuple[list[int], list[float], float, float]] = []
     rows.append(([*range(n), iw], [*work, -1.0], 0.0, 0.0))  # W = ...
-    rows.append(([iz, iw], [1.0, -1.0], 0.0, inf))  # one micro-batch through
+    rows.append(([iz, iw], [1.0, -1.0], through, inf))  # one micro-batch through
     for s in range(S):
         js = rank_cols[s % pp]
         for d in (0, 1):  # m forwards (backwards) of chunk s one after the other
             vals = [-(m - 1) * fb[(j, s)][d] for j in js]
-            rows.append(([iz, iw, *js], [1.0, -1.0, *vals], 0.0, inf))
+            rows.append(([iz, iw, *js], [1.0, -1.0, *vals], through, inf))
     rows.append(([ip], [1.0], 0.0, 0.0))  # P_0 = 0
     for k in range(pp - 1):  # P_{k+1} = P_k + chunk k (rank k's first chunk)
         js = rank_cols[k]
@@ -107,7 +113,8 @@ def capacity_bound(
         rows.append(([ip + k + 1, ip + k, *js], [1.0, -1.0, *vals], 0.0, 0.0))
     for k in range(pp):  # device k: m x its work, after the chunks ahead of it
         js = rank_cols[k]
-        rows.append(([iz, ip + k, *js], [1.0, -1.0, *(-m * work[j] for j in js)], 0.0, inf))
+        ahead = 2 * k * (lat_f + tx_f)  # micro-batch 0 there, the last gradient back
+        rows.append(([iz, ip + k, *js], [1.0, -1.0, *(-m * work[j] for j in js)], ahead, inf))
     for k in range(pp):
         rows.append((rank_cols[k], [1.0] * len(rank_cols[k]), 1.0, 1.0))
     for q in sorted({q for _, q in cols}):

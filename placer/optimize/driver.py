@@ -47,8 +47,9 @@ from placer.optimize.space import (
     _check_chain_space,
     chain_types,
     enumerate_configs,
-    memory_fits,
+    memory_gap_gb,
     site_group_capacity,
+    stage_memory_gb,
 )
 from placer.optimize.splits import rest_lower_bound_s
 from placer.optimize.warmstart import hint_from_plan, start_values
@@ -79,6 +80,10 @@ class Candidate:
     # GPUs cannot hold after worse ones, and the incumbent came late (three-sites-80-300-
     # 500km: 118 s on one configuration, against 7 s)
     order: float | None = None
+    # bounded without the power caps' slow-slot and capacity bounds (the first, cheap pass
+    # of _prepare_until): lower_bound is the plain bound, valid but weaker, until refined
+    pending: bool = False
+    dropped: bool = False  # refined above objective.max_step_time_s: not a candidate
 
     def key(self) -> tuple[float, bool, str]:
         return (self.lower_bound if self.order is None else self.order, self.rest, self.cfg.label())
@@ -220,6 +225,27 @@ def solve(
             finish_s = max(finish_s, 3 * f.eval_s)
             say(f"first plan in {time.perf_counter() - t_h:.2f} s, bounding goes on")
 
+    def refined(new: list[Candidate]) -> None:
+        """A refined chunk (raised bounds, sorted) whose best bound is below the incumbent:
+        its first construction may beat the incumbent, and a better incumbent ends the
+        refinement sooner (_prepare_until)."""
+        nonlocal finish_s
+        if best is None or interrupt.requested() or not new:
+            return
+        if objective == "cost" or new[0].lower_bound >= best[0][0] * (1 - 1e-9):
+            return
+        f = first_plan(
+            problem,
+            perf,
+            [c.cfg for c in new if not c.rest and c.lower_bound < best[0][0]],
+            caps,
+            lambda ev, plan, cfg: _tiebreak(objective, ev, plan, cfg),
+            deadline,
+        )
+        if f is not None:
+            offer(f.plan, f.ev, f.cfg, "heuristic (refined chunk)")
+            finish_s = max(finish_s, 3 * f.eval_s)
+
     # bounding stops at a share of the limit, so that the heuristic and the search get the
     # rest; configurations left unbounded stay open with the trivial bound 0
     # (a share of what is left once enumeration and presolve are done: on a slow or loaded
@@ -235,6 +261,8 @@ def solve(
         deadline,
         caps,
         early,
+        lambda: best[0][0] if best is not None and objective != "cost" else None,
+        refined,
     )
     if unbounded:
         say(f"time limit: {unbounded} configurations left unbounded (bound 0)")
@@ -668,14 +696,26 @@ def _prepare_until(
     deadline: float | None = None,
     caps: dict[str, SiteCap] | None = None,
     on_chunk: Callable[[list[Candidate]], None] | None = None,
+    incumbent: Callable[[], float | None] | None = None,
+    on_refined: Callable[[list[Candidate]], None] | None = None,
 ) -> tuple[list[Candidate], int]:
     """prepare_candidates in chunks until `stop_at`: the candidates bounded (sorted) and
     how many configurations were left unbounded. While no configuration has a candidate
     yet, bounding goes on up to `deadline` (without a candidate there is no plan to
     find). `on_chunk` sees each chunk's candidates (sorted) while more configurations
-    remain to bound (the driver's first plan). A stop request raises as before."""
+    remain to bound (the driver's first plan). A stop request raises as before.
+
+    Two passes when the power caps are given: first every configuration's plain bound
+    (pipeline, message floor, intra-site sync: about half the work), then the slow-slot
+    and capacity bounds (refine_candidates) in the order of the plain bounds, smallest
+    first, until `stop_at` or until the next plain bound is no better than the
+    incumbent's value (`incumbent()`: those configurations are pruned by the plain bound
+    already; power-bound-8-sites: 1,324 of its 1,522). A time limit inside the second
+    pass leaves the rest with their plain bounds, not 0. `on_refined` sees each refined
+    chunk (sorted by bound)."""
     cands: list[Candidate] = []
     done = 0
+    two_pass = caps is not None and objective != "cost"
     try:
         while done < len(configs):
             until = stop_at if cands or deadline is None else deadline
@@ -683,19 +723,41 @@ def _prepare_until(
                 break
             chunk = configs[done : done + PREPARE_CHUNK]
             with dl.until(until):
-                new = prepare_candidates(problem, perf, chunk, report, objective, caps=caps)
+                new = prepare_candidates(
+                    problem, perf, chunk, report, objective, caps=caps, refine=not two_pass
+                )
             cands += new
             done += len(chunk)
             if on_chunk is not None and new and done < len(configs):
                 on_chunk(new)
+        pending = sorted((c for c in cands if c.pending), key=lambda c: (c.lower_bound, c.key()))
+        memo: dict[Config, tuple[float, float, float] | None] = {}
+        i = 0
+        while i < len(pending):
+            inc = incumbent() if incumbent is not None else None
+            if time.perf_counter() > stop_at or interrupt.requested():
+                break
+            if inc is not None and pending[i].lower_bound >= inc * (1 - 1e-9):
+                break  # these and all later ones are pruned by their plain bounds
+            chunk_c = pending[i : i + PREPARE_CHUNK]
+            with dl.until(stop_at):
+                refine_candidates(problem, perf, chunk_c, report, objective, caps, memo)  # type: ignore[arg-type]
+            i += len(chunk_c)
+            if on_refined is not None:
+                on_refined(sorted((c for c in chunk_c if not c.dropped), key=_bound_key))
     except dl.DeadlinePassed:
         pass
     if interrupt.requested():
         raise SearchInterrupted(
             f"interrupted while preparing the search: {done} of {len(configs)} configurations bounded, no plan yet"  # noqa: E501
         )
+    cands = [c for c in cands if not c.dropped]
     cands.sort(key=Candidate.key)
     return cands, len(configs) - done
+
+
+def _bound_key(c: Candidate) -> tuple[Any, ...]:
+    return (c.lower_bound, c.key())
 
 
 def prepare_candidates(
@@ -706,14 +768,18 @@ def prepare_candidates(
     objective: str,
     deadline: float | None = None,
     caps: dict[str, SiteCap] | None = None,
+    refine: bool = True,
 ) -> list[Candidate]:
     """Chain types and a lower bound on step time per configuration, sorted by bound
-    (with the sites' power caps, `caps`, the bound also counts the fast GPUs' groups)."""
+    (with the sites' power caps, `caps`, the bound also counts the fast GPUs' groups;
+    with `refine` False it does not yet, and the candidates are `pending`:
+    refine_candidates raises their bounds)."""
     inst = problem.instance
     cands: list[Candidate] = []
     kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in inst.sites}
     reduced: dict[frozenset[str], set[str]] = {}
     same_bound: dict[Config, tuple[float, float, float] | None] = {}
+    later = caps is not None and not refine and objective != "cost"
     for n, cfg in enumerate(configs):
         if deadline is not None and (time.perf_counter() > deadline or interrupt.requested()):
             raise (SearchInterrupted if interrupt.requested() else TimeLimitError)(
@@ -721,25 +787,17 @@ def prepare_candidates(
             )
         shape = bound_shape(cfg)
         if shape not in same_bound:
-            same_bound[shape] = _pipe_intra_bound(problem, perf, cfg, report, kinds, reduced, caps)
+            same_bound[shape] = _pipe_intra_bound(
+                problem, perf, cfg, report, kinds, reduced, None if later else caps
+            )
         parts = same_bound[shape]
         if parts is None:
             report.drop("no stage placement fits in GPU memory")
             continue
-        plain_pipe, lb_pipe, lb_intra = parts
-        if (
-            inst.objective.max_step_time_s is not None
-            and lb_pipe + lb_intra > inst.objective.max_step_time_s
-        ):
-            report.drop_slow(lb_pipe + lb_intra)
-            continue
-        lb, order = lb_pipe + lb_intra, plain_pipe + lb_intra
-        if objective == "cost":
-            lb = order = 0.0
-        elif objective == "cost_per_token":
-            rate = min_usd_per_s(problem, cfg) / perf.tokens_per_step()
-            lb, order = lb * rate, order * rate
-        cands.append(Candidate(cfg, lb, order=order))
+        cand = _candidate(problem, perf, cfg, parts, objective, report)
+        if cand is not None:
+            cand.pending = later
+            cands.append(cand)
     for cfg in report.unsearched:
         lb = rest_lower_bound_s(problem, perf, cfg, split_gpus(problem, cfg))
         if inst.objective.max_step_time_s is not None and lb > inst.objective.max_step_time_s:
@@ -751,6 +809,63 @@ def prepare_candidates(
         cands.append(Candidate(cfg, lb, rest=True))
     cands.sort(key=Candidate.key)
     return cands
+
+
+def _candidate(
+    problem: Problem,
+    perf: PerfModel,
+    cfg: Config,
+    parts: tuple[float, float, float],
+    objective: str,
+    report: SpaceReport,
+) -> Candidate | None:
+    """The candidate of a configuration from its bound parts (None: dropped, no plan
+    within objective.max_step_time_s)."""
+    limit = problem.instance.objective.max_step_time_s
+    plain_pipe, lb_pipe, lb_intra = parts
+    if limit is not None and lb_pipe + lb_intra > limit:
+        report.drop_slow(lb_pipe + lb_intra)
+        return None
+    lb, order = lb_pipe + lb_intra, plain_pipe + lb_intra
+    if objective == "cost":
+        lb = order = 0.0
+    elif objective == "cost_per_token":
+        rate = min_usd_per_s(problem, cfg) / perf.tokens_per_step()
+        lb, order = lb * rate, order * rate
+    return Candidate(cfg, lb, order=order)
+
+
+def refine_candidates(
+    problem: Problem,
+    perf: PerfModel,
+    cands: list[Candidate],
+    report: SpaceReport,
+    objective: str,
+    caps: dict[str, SiteCap],
+    memo: dict[Config, tuple[float, float, float] | None] | None = None,
+) -> None:
+    """The bounds of `pending` candidates raised by the power caps (what prepare_candidates
+    gives with them), in place; a candidate whose raised bound exceeds objective.
+    max_step_time_s is marked `dropped`. `memo` shares the parts across calls (shape)."""
+    kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in problem.instance.sites}
+    reduced: dict[frozenset[str], set[str]] = {}
+    memo = {} if memo is None else memo
+    for cand in cands:
+        if not cand.pending:
+            continue
+        shape = bound_shape(cand.cfg)
+        if shape not in memo:
+            memo[shape] = _pipe_intra_bound(
+                problem, perf, cand.cfg, SpaceReport(), kinds, reduced, caps
+            )
+        parts = memo[shape]
+        assert parts is not None  # the plain pass found a stage placement
+        new = _candidate(problem, perf, cand.cfg, parts, objective, report)
+        if new is None:
+            cand.dropped = True
+        else:
+            cand.lower_bound, cand.order = max(cand.lower_bound, new.lower_bound), new.order
+        cand.pending = False
 
 
 def bound_shape(cfg: Config) -> Config:
@@ -824,8 +939,9 @@ def slow_slot_bound(
     stages each take one TP group; when the sites of F-type GPUs have fewer powered groups
     than that, some replica runs some stage k on a GPU outside F. That replica's chain is at
     least the 1F1B time with stage k at its fastest host outside F and every other stage at
-    its fastest host, no communication (the makespan is non-decreasing in every stage time,
-    as in pipeline_lower_bound); the bound is the least of these over k."""
+    its fastest host, every pipeline message at PerfModel.message_floor (the makespan is
+    non-decreasing in every stage and boundary time, as in pipeline_lower_bound); the bound
+    is the least of these over k."""
     inst = problem.instance
     v, pp = cfg.virtual_stages, cfg.pp
     gpu = {s.name: s.gpu for s in inst.sites}
@@ -850,7 +966,9 @@ def slow_slot_bound(
         max(min(perf.stage_times(cfg, gpu[x])[k].optimizer for x in hosts[k]) for k in range(pp))
         / shard
     )
-    zeros = [0.0] * (pp - 1 if v == 1 else pp)
+    n_bound = pp - 1 if v == 1 else pp
+    lat_f, tx_f = perf.message_floor(cfg, set().union(*hosts))  # as pipeline_lower_bound
+    lat, tx = [lat_f] * n_bound, [tx_f] * n_bound
     m = cfg.num_micro_batches
     if v > 1 and m % pp:
         return 0.0  # no interleaved schedule: pipeline_lower_bound is already infinite
@@ -871,8 +989,8 @@ def slow_slot_bound(
 
     def makespan(f2: list[float], b2: list[float]) -> float:
         if v == 1:
-            return one_f_one_b_time(f2, b2, zeros, zeros, m)
-        return critical_path(f2, b2, zeros, zeros, m, v).makespan_s
+            return one_f_one_b_time(f2, b2, lat, tx, m)
+        return critical_path(f2, b2, lat, tx, m, v).makespan_s
 
     cap = other() if other is not None else 0.0
     if other is not None and slowed:
@@ -943,20 +1061,22 @@ def stage_hosts(
     if n_chains <= EXACT_HOSTS_CHAINS:
         chains = chain_types(problem, perf, cfg, report)
         return [{c[k] for c in chains} for k in range(cfg.pp)] if chains else None
-    fits: dict[tuple[int, str], bool] = {}
-    for s in sites:
-        gpu = inst.site(s).gpu
-        for k in range(cfg.pp):
-            key = (k, gpu)
-            if key not in fits:
-                ok, gap = memory_fits(problem, cfg, k, gpu)
-                fits[key] = ok
-                if not ok and gap < report.best_memory_gap_gb:
-                    report.best_memory_gap_gb = gap
-                    report.memory_example = (
-                        f"{cfg.label()}: stage {k} on {gpu} needs {gap:.1f} GB more than it has"
-                    )
-    hosts = [{s for s in sites if fits[(k, inst.site(s).gpu)]} for k in range(cfg.pp)]
+    gpu_of = {s: inst.site(s).gpu for s in sites}
+    gpus = sorted(set(gpu_of.values()))
+    hosts = []
+    for k in range(cfg.pp):
+        mem = stage_memory_gb(problem, cfg, k)  # once per stage, for every GPU type
+        fit = set()
+        for gpu in gpus:
+            gap = memory_gap_gb(problem, mem, gpu)
+            if gap <= 0:
+                fit.add(gpu)
+            elif gap < report.best_memory_gap_gb:
+                report.best_memory_gap_gb = gap
+                report.memory_example = (
+                    f"{cfg.label()}: stage {k} on {gpu} needs {gap:.1f} GB more than it has"
+                )
+        hosts.append({s for s in sites if gpu_of[s] in fit})
     if any(not h for h in hosts):
         return None
     if _min_blocks(hosts, sites) > k_max:

@@ -21,7 +21,7 @@ shortfall at once (exit 3), instead of an empty search.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from placer.errors import InfeasibleError
 from placer.io import Problem
@@ -111,12 +111,17 @@ def presolve(
     groups_by_gpu: dict[tuple[int, int, str], int] = {}  # (tp, width, GPU) -> capped groups
     gpus = sorted({c.gpu for c in caps.values()})
     out: list[Config] = []
+    # the memory check reads no sync policy: once per configuration of every policy
+    short: dict[Config, str | None] = {}
     for cfg in configs:
         need = cfg.pp * cfg.dp
         if usable_groups(caps, cfg.tp, need, cfg.width) < need:
             report.drop(POWER_DROP)
             continue
-        why = _memory_short(problem, cfg, caps, gpus, groups_by_gpu, report)
+        shape = replace(cfg, sync_mode="synchronous", sync_bits=16, every_steps=1)
+        if shape not in short:
+            short[shape] = _memory_short(problem, cfg, caps, gpus, groups_by_gpu, report)
+        why = short[shape]
         if why is not None:
             report.drop(why)
             continue

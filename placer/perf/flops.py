@@ -9,6 +9,7 @@ reduce to Megatron's SC21 count `72 B s l h^2 (1 + s/(6h) + V/(12 l h))`
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -390,8 +391,44 @@ def peak_chunk_layers(pp: int, m: int, rank: int, chunks: tuple[int, ...]) -> in
     return peak
 
 
+# config_stage_memory_bytes by model (its id, with a weak reference that tells a reused
+# id apart; ModelSpec is frozen) and by what stage_memory_bytes reads: the presolve, the
+# split candidates and the bounds ask for the same stages of every split of a shape
+_MEMORY_MEMO: dict[int, tuple[Any, dict[tuple[Any, ...], dict[str, float]]]] = {}
+MEMORY_MEMO_MAX = 200_000  # entries per model before the memo starts again (a long study)
+
+
 def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, float]:
-    """stage_memory_bytes for stage `stage` of a configuration (placer.rules.Config)."""
+    """stage_memory_bytes for stage `stage` of a configuration (placer.rules.Config), a
+    fresh dict each call. It reads the split only through the stage's layers and (through
+    the MoE blocks among them) its first block, and the chunks of an uneven interleaving."""
+    entry = _MEMORY_MEMO.get(id(m))
+    if entry is None or entry[0]() is not m or len(entry[1]) > MEMORY_MEMO_MAX:
+        entry = _MEMORY_MEMO[id(m)] = (weakref.ref(m), {})
+    chunks = cfg.rank_chunks(stage) if getattr(cfg, "chunk_split", None) else None
+    first_layer = sum(cfg.stage_layers[:stage]) if m.moe is not None else 0
+    v = getattr(cfg, "virtual_stages", 1)
+    if v == 1 and chunks is None:  # the stage's place: first, last, micro-batches in flight
+        held = in_flight_chunks(cfg.pp, cfg.num_micro_batches, 1, stage)
+        where: tuple[Any, ...] = (stage == 0, stage == cfg.pp - 1, held)
+    else:
+        where = (stage, cfg.pp)
+    key = (
+        cfg.stage_layers[stage], where, cfg.tp, cfg.dp, cfg.micro_batch,
+        cfg.num_micro_batches, cfg.recompute, cfg.zero1, first_layer, getattr(cfg, "cp", 1),
+        getattr(cfg, "ep", 1), getattr(cfg, "expert_load_imbalance", 1.0),
+        getattr(cfg, "virtual_stages", 1), getattr(cfg, "dp_shard", 1),
+        getattr(cfg, "reshard_after_forward", True), getattr(cfg, "etp", None), chunks,
+    )  # fmt: skip
+    hit = entry[1].get(key)
+    if hit is None:
+        hit = entry[1][key] = _config_stage_memory_bytes(m, cfg, stage, chunks)
+    return dict(hit)
+
+
+def _config_stage_memory_bytes(
+    m: ModelSpec, cfg: Any, stage: int, chunks: tuple[int, ...] | None
+) -> dict[str, float]:
     return stage_memory_bytes(
         m,
         cfg.stage_layers[stage],
@@ -411,5 +448,5 @@ def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, f
         dp_shard=getattr(cfg, "dp_shard", 1),
         reshard_after_forward=getattr(cfg, "reshard_after_forward", True),
         etp=getattr(cfg, "etp", None),
-        chunks=cfg.rank_chunks(stage) if getattr(cfg, "chunk_split", None) else None,
+        chunks=chunks,
     )

@@ -176,7 +176,11 @@ class PerfModel:
         self.global_batch = problem.instance.job.global_batch
         self._stage_times = cache(self._stage_times_uncached)
         self._chain_time = cache(self._chain_time_uncached)
-        self._memo: dict[tuple[str, ...], bool] = {}
+        self._memo: dict[tuple[object, ...], object] = {}
+        # one stage's StageTime by (the per-configuration arguments of _stage_times_uncached,
+        # the stage's layers, whether it is the first and the last, its first block when the
+        # model's blocks differ): every split of a shape shares its stages' times
+        self._stage_memo: dict[tuple[object, ...], StageTime] = {}
 
     # ------------------------------------------------------------------ hardware rates
 
@@ -355,41 +359,91 @@ class PerfModel:
             else None
         )
         ring = self.cp_ring_s(gpu, tp, cp, b)
+        # what a stage's time reads besides its own layers, position and first block (its
+        # first block only through the MoE blocks it holds: 0 for a model without them)
+        outer = (tp, pp > 1, b, gpu_key, recompute, precision, sequence_parallel, tp_overlap)
+        outer += (cp, ep, imbalance, zero1, dp_shard, reshard, ep_overlap, dispatcher)
+        outer += (dispatch_precision, fold_etp, moe_graphs)
+        moe = self.model.moe is not None
         out = []
+        first_layer = 0
         for k, layers in enumerate(stage_layers):
-            ops = compute.stage_ops(
-                gpu,
-                self.model,
-                layers,
-                k == pp - 1,
-                b,
-                tp,
-                recompute,
-                precision,
-                sequence_parallel,
-                ar,
-                overlap,
-                first_layer=sum(stage_layers[:k]),
-                cp=cp,
-                ep=ep,
-                a2a_s=a2a,
-                cp_ring_s=ring,
-                load_imbalance=imbalance,
-                a2a_dispatch_s=a2a_disp,
-                ep_overlap=ep_overlap,
-                etp=etp,
-                moe_host_s=compute.moe_host_s(gpu, self.model, moe_graphs),
-                # DeepEP's SM-driven kernels (catalog deepep_sm_fraction); NCCL's all-to-all
-                # under the alltoall dispatcher is not charged (no sourced SM count)
-                ep_sm_fraction=gpu.deepep_sm_fraction if dispatcher == "deepep" else 0.0,
-            )
-            fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
-            bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
-            if dp_shard > 1:
-                ops = self._with_fsdp(ops, gpu, tp, cp, dp_shard, reshard, pp, k, stage_layers)
-            opt = self._optimizer_s(gpu, tp, pp, k, stage_layers, cp, ep, zero1, dp_shard, fold_etp)
-            out.append(StageTime(ops.fwd, ops.bwd, fc, bc, ops, opt))
+            key = (outer, layers, k == 0, k == pp - 1, first_layer if moe else 0)
+            first_layer += layers
+            hit = self._stage_memo.get(key)
+            if hit is None:
+                hit = self._stage_memo[key] = self._one_stage_time(
+                    gpu, tp, pp, b, k, stage_layers, recompute, precision, sequence_parallel,
+                    ar, overlap, cp, ep, a2a, ring, imbalance, a2a_disp, ep_overlap, etp,
+                    moe_graphs, zero1, dp_shard, reshard, fold_etp, dispatcher,
+                )  # fmt: skip
+            out.append(hit)
         return tuple(out)
+
+    def _one_stage_time(
+        self,
+        gpu: GpuSpec,
+        tp: int,
+        pp: int,
+        b: int,
+        k: int,
+        stage_layers: tuple[int, ...],
+        recompute: str,
+        precision: str,
+        sequence_parallel: bool,
+        ar: float,
+        overlap: float,
+        cp: int,
+        ep: int,
+        a2a: float,
+        ring: float,
+        imbalance: float,
+        a2a_disp: float | None,
+        ep_overlap: bool,
+        etp: int,
+        moe_graphs: bool,
+        zero1: bool,
+        dp_shard: int,
+        reshard: bool,
+        fold_etp: int | None,
+        dispatcher: str,
+    ) -> StageTime:
+        """Stage k's StageTime (_stage_times_uncached): it reads stage_layers only through
+        stage k's layers, whether k is the first or the last stage, and the MoE blocks among
+        its layers (the first block), as _stage_memo's key says."""
+        layers = stage_layers[k]
+        ops = compute.stage_ops(
+            gpu,
+            self.model,
+            layers,
+            k == pp - 1,
+            b,
+            tp,
+            recompute,
+            precision,
+            sequence_parallel,
+            ar,
+            overlap,
+            first_layer=sum(stage_layers[:k]),
+            cp=cp,
+            ep=ep,
+            a2a_s=a2a,
+            cp_ring_s=ring,
+            load_imbalance=imbalance,
+            a2a_dispatch_s=a2a_disp,
+            ep_overlap=ep_overlap,
+            etp=etp,
+            moe_host_s=compute.moe_host_s(gpu, self.model, moe_graphs),
+            # DeepEP's SM-driven kernels (catalog deepep_sm_fraction); NCCL's all-to-all
+            # under the alltoall dispatcher is not charged (no sourced SM count)
+            ep_sm_fraction=gpu.deepep_sm_fraction if dispatcher == "deepep" else 0.0,
+        )
+        fc = ops.gemm_fwd + ops.attn_fwd + ops.mem_fwd
+        bc = ops.gemm_bwd + ops.attn_bwd + ops.mem_bwd
+        if dp_shard > 1:
+            ops = self._with_fsdp(ops, gpu, tp, cp, dp_shard, reshard, pp, k, stage_layers)
+        opt = self._optimizer_s(gpu, tp, pp, k, stage_layers, cp, ep, zero1, dp_shard, fold_etp)
+        return StageTime(ops.fwd, ops.bwd, fc, bc, ops, opt)
 
     def fsdp_collectives_s(
         self, gpu: GpuSpec, tp: int, cp: int, dp_shard: int, layer_params: float
@@ -504,13 +558,24 @@ class PerfModel:
         its parameters per GPU (dense / tp + routed experts / ep) over the default bucket
         size, max(40M, 1M x dp) parameters (DistributedDataParallelConfig.bucket_size; the
         later chunks are not bucketed)."""
-        layers, n_stages = cfg.chunk_layers, cfg.pp * cfg.virtual_stages
-        first = sum(layers[:k])
-        total = stage_params(self.model, layers[k], k == 0, k == n_stages - 1, first)
-        experts = expert_layer_params(self.model, first, layers[k])
-        per_gpu = (total - experts) / cfg.tp + experts / (cfg.ep * cfg.expert_tp)
-        size = max(MEGATRON_BUCKET_MIN, MEGATRON_BUCKET_PER_DP * cfg.dp)
-        return max(1, math.ceil(per_gpu / size))
+        return self._bucket_counts(cfg)[k]
+
+    def _bucket_counts(self, cfg: Config) -> tuple[int, ...]:
+        """grad_buckets of every rank, in one pass over the model stages (memoized)."""
+        key = ("buckets", cfg)
+        hit = self._memo.get(key)
+        if hit is None:
+            layers, n_stages = cfg.chunk_layers, cfg.pp * cfg.virtual_stages
+            size = max(MEGATRON_BUCKET_MIN, MEGATRON_BUCKET_PER_DP * cfg.dp)
+            out, first = [], 0
+            for k in range(cfg.pp):
+                total = stage_params(self.model, layers[k], k == 0, k == n_stages - 1, first)
+                experts = expert_layer_params(self.model, first, layers[k])
+                per_gpu = (total - experts) / cfg.tp + experts / (cfg.ep * cfg.expert_tp)
+                out.append(max(1, math.ceil(per_gpu / size)))
+                first += layers[k]
+            hit = self._memo[key] = tuple(out)
+        return hit  # type: ignore[return-value]
 
     def dp_pieces(self, cfg: Config) -> tuple[tuple[float, float], ...]:
         """How the data-parallel sync overlaps with compute: (fraction of the sync, window
@@ -541,12 +606,21 @@ class PerfModel:
         """dp_pieces by half of the sync, in order: (the half's pieces, whether Megatron
         buckets it: the gradient reduce under --overlap-grad-reduce, ZeRO-1's parameter
         gather under --overlap-param-gather; dp_lat_repeats)."""
+        key = ("dp_halves", cfg)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._dp_halves_uncached(cfg)
+        return hit  # type: ignore[return-value]
+
+    def _dp_halves_uncached(
+        self, cfg: Config
+    ) -> list[tuple[tuple[tuple[float, float], ...], bool]]:
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
         times = [t for g in gpus for t in self.stage_times(cfg, g)]
         # FSDP's exposed collectives occupy the fabric the sync needs: not a window
         w_bwd = min(t.bwd - _fsdp(t, "bwd") for t in times) if cfg.overlap_grad_reduce else 0.0
         w_fwd = min(t.fwd - _fsdp(t, "fwd") for t in times) if cfg.overlap_param_gather else 0.0
-        n = min(self.grad_buckets(cfg, k) for k in range(cfg.pp))
+        n = min(self._bucket_counts(cfg))
 
         def half(f: float, w: float) -> tuple[tuple[float, float], ...]:
             if w <= 0 or n == 1:  # one bucket: ready when the window is over
@@ -582,7 +656,7 @@ class PerfModel:
         below its own sync. A half that is not bucketed (its overlap off: one collective
         after the backward or the optimizer step) and HSDP's replicate all-reduce (not
         Megatron's buckets) repeat nothing."""
-        r = max(self.grad_buckets(cfg, k) for k in range(cfg.pp)) - 1
+        r = max(self._bucket_counts(cfg)) - 1
         return tuple(
             r if bucketed else 0 for pieces, bucketed in self._dp_halves(cfg) for _ in pieces
         )
@@ -820,36 +894,44 @@ class PerfModel:
             pipe = critical_path(fwd, bwd, lat, tx, m, v).makespan_s
         return pipe + self.optimizer_step_s(cfg, chain)
 
+    def message_floor(self, cfg: Config, sites: set[str] | list[str]) -> tuple[float, float]:
+        """(latency, transmit) no pipeline message of a chain over `sites` is below: every
+        message pays the fabric hop (boundary: plus the fiber path between sites) and its
+        serialization at the slower NIC of its two sites (with lockstep contention at
+        least that), so at least the fabric latency and the serialization at the fastest
+        NIC of the sites."""
+        lat = self.catalog.network.intra_site_latency_s
+        return lat, min(self.boundary(cfg, x, x)[1] for x in sorted(sites))
+
     def pipeline_lower_bound(self, cfg: Config, chains: list[Chain]) -> float:
-        """A bound no chain beats: every stage on the fastest GPU any chain gives it, and no
-        pipeline communication. Valid because the 1F1B makespan is non-decreasing in every
-        stage and boundary time (it is a max-plus expression of them)."""
+        """A bound no chain beats: every stage on the fastest GPU any chain gives it, and
+        every pipeline message at message_floor. Valid because the 1F1B makespan is
+        non-decreasing in every stage and boundary time (it is a max-plus expression of
+        them: placer.perf.critical_path)."""
         inst = self.problem.instance
         v = cfg.virtual_stages
+        # the GPU types that may run each rank (a stage's time reads only its site's GPU)
+        kinds = [sorted({inst.site(c[k]).gpu for c in chains}) for k in range(cfg.pp)]
+        times = {g: self.chunk_times(cfg, g) for g in sorted(set().union(*kinds))}
         fwd, bwd = [], []
         for s in range(v * cfg.pp):
-            k = s % cfg.pp
-            options = [self.chunk_times(cfg, inst.site(x).gpu)[s] for x in {c[k] for c in chains}]
+            options = [times[g][s] for g in kinds[s % cfg.pp]]
             fwd.append(min(t.fwd for t in options))
             bwd.append(min(t.bwd for t in options))
-        zeros = [0.0] * (cfg.pp - 1 if v == 1 else cfg.pp)
+        n_bound = cfg.pp - 1 if v == 1 else cfg.pp
+        lat_f, tx_f = self.message_floor(cfg, {x for c in chains for x in c})
+        lat, tx = [lat_f] * n_bound, [tx_f] * n_bound
         shard = cfg.optimizer_shard_over_dp
         opt = (
-            max(
-                min(
-                    self.stage_times(cfg, inst.site(s).gpu)[k].optimizer
-                    for s in {c[k] for c in chains}
-                )
-                for k in range(cfg.pp)
-            )
+            max(min(self.stage_times(cfg, g)[k].optimizer for g in kinds[k]) for k in range(cfg.pp))
             / shard
         )
         m = cfg.num_micro_batches
         if v == 1:
-            return one_f_one_b_time(fwd, bwd, zeros, zeros, m) + opt
+            return one_f_one_b_time(fwd, bwd, lat, tx, m) + opt
         if m % cfg.pp:
             return math.inf
-        return critical_path(fwd, bwd, zeros, zeros, m, v).makespan_s + opt
+        return critical_path(fwd, bwd, lat, tx, m, v).makespan_s + opt
 
     def chain_crossings(
         self, chain: Chain, routing: Routing | None = None, v: int = 1
