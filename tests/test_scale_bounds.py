@@ -343,3 +343,38 @@ def test_two_pass_bounding_gives_the_capped_bounds_or_prunes_by_the_plain_one(
             assert c.lower_bound == plain[c.cfg] >= inc * (1 - 1e-9)
         else:
             assert c.lower_bound == capped[c.cfg]
+
+
+@pytest.mark.parametrize("dp", [4, 6, 9, 13, 16])
+def test_least_intra_members_is_below_every_member_count(dp: int) -> None:
+    """The configuration bound's NIC phase (driver._pipe_intra_bound) takes its min over the
+    member counts some host must hold from two counts (driver._least_intra_members), not
+    from all of them: on part-filled sites (q = 4 replicas a node) that min is at or below
+    intra_sync_s at every count n0 .. dp, for one to three hosts, and equal to it where the
+    bound's whole-node count is itself a count a host can hold (a shortcut above the true
+    min would be an invalid bound: a false `optimal`)."""
+    from placer.optimize.driver import _least_intra_members
+
+    inst = sc.part_filled_instance(100.0, dp=dp)
+    inst["job"]["parallelism"]["pp"] = [1]
+    inst["job"]["gpus"] = dp
+    inst["job"]["global_batch"] = 4 * dp
+    problem, perf, report, configs, _ = _space(inst)
+    checked = 0
+    for cfg in configs:
+        for site in (s.name for s in problem.instance.sites):
+            q = perf.node_fill_q(cfg, site)
+            if not q:
+                continue
+            for hosts in (1, 2, 3):
+                n0 = -(-cfg.dp // hosts)
+                exact = min(perf.intra_sync_s(cfg, 0, site, n) for n in range(n0, cfg.dp + 1))
+                short = min(
+                    perf.intra_sync_s(cfg, 0, site, n)
+                    for n in _least_intra_members(cfg.dp, hosts, q)
+                )
+                assert short <= exact * (1 + 1e-12)
+                if all(n is None or n <= cfg.dp for n in _least_intra_members(cfg.dp, hosts, q)):
+                    assert short == pytest.approx(exact, rel=1e-12)
+                checked += 1
+    assert checked >= 6

@@ -912,11 +912,7 @@ def _pipe_intra_bound(
             min(
                 _intra(problem, perf, cfg, k, s, memo, n)
                 for s in hosts[k]
-                for n in (
-                    range(-(-cfg.dp // len(hosts[k])), cfg.dp + 1)
-                    if perf.node_fill_q(cfg, s)
-                    else (None,)
-                )
+                for n in _least_intra_members(cfg.dp, len(hosts[k]), perf.node_fill_q(cfg, s))
             )
             for k in range(cfg.pp)
         )
@@ -1100,6 +1096,22 @@ def _min_blocks(hosts: list[set[str]], sites: list[str]) -> int:
             return pp + 1
         k, blocks = reach, blocks + 1
     return blocks
+
+
+def _least_intra_members(dp: int, hosts: int, q: int) -> tuple[int | None, ...]:
+    """Member counts whose PerfModel.intra_sync_s is at most that of every count n >=
+    ceil(dp / hosts) some host must hold (the bound's min over n, in two evaluations rather
+    than dp). Where node_fill applies (q >= 2) a site with n members pays the ring of its own
+    N = ceil(n / q) nodes when N >= 2, at a fill >= 1, and the ring's (N - 1)/N and 2 (N - 1)
+    hops grow with N: so q N1 members, N1 = max(2, ceil(n0 / q)), whole nodes (fill 1), is
+    below all of them, whether or not q N1 <= dp. A site whose n <= q members fit one node
+    keeps the ring of all replicas at its fill >= 1: q members (fill 1) is below those.
+    Without node_fill the phase does not depend on the count (None)."""
+    if not q:
+        return (None,)
+    n0 = -(-dp // hosts)
+    whole = (q * max(2, -(-n0 // q)),)
+    return whole + (q,) if n0 <= q else whole
 
 
 def _intra(
