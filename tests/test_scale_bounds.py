@@ -19,7 +19,7 @@ from placer.optimize.driver import bound_shape, prepare_candidates, slow_slot_bo
 from placer.optimize.presolve import MEMORY_DROP, presolve, site_caps
 from placer.optimize.space import SpaceReport, chain_types, enumerate_configs
 from placer.perf.flops import config_stage_memory_bytes
-from placer.perf.step import PerfModel
+from placer.perf.step import PerfModel, balanced_stage_layers
 from placer.rules import site_gpus_per_node
 
 
@@ -113,11 +113,16 @@ CAPACITY_CASES = [
 
 
 @pytest.mark.parametrize("inst", CAPACITY_CASES, ids=lambda i: i["name"])
-def test_capacity_bound_is_below_every_configuration_optimum(inst: dict) -> None:
+def test_capacity_bound_is_below_every_configuration_optimum(
+    inst: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The capacity bound (placer.optimize.capacity: the average replica over a fractional
     assignment of stages to the GPU kinds' powered groups) is never above brute force's
-    optimum of its configuration, and it is above the slow-slot bound where the fast
-    GPUs hold one stage slot of 2 x dp (so the test exercises more than that bound)."""
+    optimum of its configuration, and it is above the one-slow-slot bound (SLOW_SETS 0)
+    where the fast GPUs hold one stage slot of 2 x dp (so the test exercises more than
+    that bound); the pigeonhole slow-slot bound is below the optimum too."""
+    import placer.optimize.driver as drv
+
     problem, perf, _report, cfgs, caps = _space(inst)
     kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in problem.instance.sites}
     assert cfgs
@@ -125,16 +130,20 @@ def test_capacity_bound_is_below_every_configuration_optimum(inst: dict) -> None
         hosts = stage_hosts(problem, perf, cfg, SpaceReport())
         assert hosts is not None
         cap = capacity_bound(problem, perf, cfg, hosts, caps, kinds)
-        slow = slow_slot_bound(problem, perf, cfg, hosts, caps)
+        pigeon = slow_slot_bound(problem, perf, cfg, hosts, caps)
+        with monkeypatch.context() as m:
+            m.setattr(drv, "SLOW_SETS", 0)
+            slow = slow_slot_bound(problem, perf, cfg, hosts, caps)
         opt = _config_optimum(problem, perf, cfg)
         assert opt is not None
         assert slow * 1.02 < cap <= opt * (1 + 1e-9), (cfg.label(), slow, cap, opt)
+        assert pigeon <= opt * (1 + 1e-9), (cfg.label(), pigeon, opt)
     # and through the driver: the candidates' bounds carry it
     for cand in prepare_candidates(problem, perf, cfgs, SpaceReport(), "step_time", caps=caps):
         assert cand.lower_bound <= _config_optimum(problem, perf, cand.cfg) * (1 + 1e-9)
 
 
-def test_capacity_bound_survives_a_milp_with_other_threads() -> None:
+def test_capacity_bound_survives_a_milp_with_other_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     """HiGHS keeps one thread scheduler per process: the capacity LP asked for one thread
     and, after a two-thread MILP in the same process, every LP failed and the bound fell to
     0 (valid, but lost: make test's parallel pass). The LP now takes the scheduler as is."""
@@ -148,6 +157,7 @@ def test_capacity_bound_survives_a_milp_with_other_threads() -> None:
     problem, perf, _report, cfgs, caps = _space(CAPACITY_CASES[0])
     kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in problem.instance.sites}
     hosts = stage_hosts(problem, perf, cfgs[0], SpaceReport())
+    monkeypatch.setattr("placer.optimize.driver.SLOW_SETS", 0)  # the one-slow-slot bound
     assert capacity_bound(problem, perf, cfgs[0], hosts, caps, kinds) > slow_slot_bound(
         problem, perf, cfgs[0], hosts, caps
     )
@@ -378,3 +388,58 @@ def test_least_intra_members_is_below_every_member_count(dp: int) -> None:
                     assert short == pytest.approx(exact, rel=1e-12)
                 checked += 1
     assert checked >= 6
+
+
+def _pigeonhole_case(name: str, gpus: tuple[str, str], pp: int, layers: int) -> dict:
+    """tp 4, dp 2, pp stages: the fast site holds dp = 2 of the 2 pp replica stages, so
+    some replica runs at most one rank there (slow_slot_bound's pigeonhole) and pp - 1 on
+    the slow GPU; one slow slot counts only one of them."""
+    inst = sc.mixed_gpu_pair(name, gpus, global_batch=8, dp=2, site_gpus=(4 * pp * 2, 8))
+    inst["job"]["parallelism"]["pp"] = [pp]
+    inst["job"]["gpus"] = 4 * pp * 2
+    inst["job"]["model"] = {
+        "name": f"pigeon-{layers}l",
+        "layers": layers,
+        "hidden": 8192,
+        "heads": 64,
+        "vocab": 1024,
+        "seq_len": 8192,
+    }
+    return inst
+
+
+PIGEONHOLE_CASES = [
+    _pigeonhole_case("case-pigeon-h100-pp3", ("h100-sxm", "b200"), 3, 6),
+    _pigeonhole_case("case-pigeon-a100-pp4", ("a100-80g", "b200"), 4, 4),
+]
+
+
+@pytest.mark.parametrize("inst", PIGEONHOLE_CASES, ids=lambda i: i["name"])
+def test_slow_slot_bound_counts_every_forced_slow_rank(
+    inst: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the fast GPUs' groups g < pp x dp some replica has at least pp - floor(g / dp)
+    ranks on slower GPUs (driver.slow_slot_bound): the bound is below brute force's optimum
+    of every configuration, and on the even split above the one-slow-slot bound (SLOW_SETS
+    0 lowers the set size to 1) and within 1.5x of the optimum (a bound 1.5x too large
+    would exceed it)."""
+    import placer.optimize.driver as drv
+
+    problem, perf, _report, cfgs, caps = _space(inst)
+    assert cfgs
+    even = [c for c in cfgs if c.stage_layers == balanced_stage_layers(sum(c.stage_layers), c.pp)]
+    assert even
+    for cfg in cfgs:
+        hosts = stage_hosts(problem, perf, cfg, SpaceReport())
+        assert hosts is not None
+        new = slow_slot_bound(problem, perf, cfg, hosts, caps)
+        with monkeypatch.context() as m:
+            m.setattr(drv, "SLOW_SETS", 0)
+            one = slow_slot_bound(problem, perf, cfg, hosts, caps)
+        opt = _config_optimum(problem, perf, cfg)
+        assert opt is not None
+        assert one <= new <= opt * (1 + 1e-9), (cfg.label(), one, new, opt)
+        if cfg in even:  # tight enough there that 1.5x the bound would exceed the optimum
+            assert 1.5 * new > opt and new > one * 1.02, (cfg.label(), one, new, opt)
+    for cand in prepare_candidates(problem, perf, cfgs, SpaceReport(), "step_time", caps=caps):
+        assert cand.lower_bound <= _config_optimum(problem, perf, cand.cfg) * (1 + 1e-9)

@@ -9,6 +9,7 @@ smallest objective any unresolved configuration could still reach.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -59,6 +60,10 @@ from placer.perf.step import Config, PerfModel
 from placer.rules import energy_usd_per_j, replica_slots, site_gpus_per_node, site_power_w
 from placer.schema import MAX_THREADS, Plan
 
+# slow_slot_bound: at most this many sets of slow ranks evaluated (1F1B each) per
+# configuration; past it the set size is lowered (a weaker, still valid bound). A cost
+# limit of the bounding pass, not a measured quantity
+SLOW_SETS = 64
 GREEDY_CONFIGS = 4  # configurations (best bounds first) that get a greedy incumbent
 FINISH_RESERVE_S = 1.0  # of the time limit, for the final evaluation (capped at 2% of it)
 MIN_LIMIT_S = 0.05  # what a command whose start-up used its whole limit still gives the search
@@ -933,11 +938,14 @@ def slow_slot_bound(
     GPUs cannot hold alone: the capacity bound). F: the GPU types that give some model stage
     its fastest forward or backward (pipeline_lower_bound's choice). The pp x dp replica
     stages each take one TP group; when the sites of F-type GPUs have fewer powered groups
-    than that, some replica runs some stage k on a GPU outside F. That replica's chain is at
-    least the 1F1B time with stage k at its fastest host outside F and every other stage at
-    its fastest host, every pipeline message at PerfModel.message_floor (the makespan is
-    non-decreasing in every stage and boundary time, as in pipeline_lower_bound); the bound
-    is the least of these over k."""
+    than that, g, some replica runs at most f = floor(g / dp) of its pp ranks on F types
+    (pigeonhole: the replicas' counts sum to at most g), so at least n = pp - f ranks on
+    GPUs outside F. That replica's chain is at least the 1F1B time with those ranks at
+    their fastest hosts outside F and every other rank at its fastest host, every pipeline
+    message at PerfModel.message_floor (the makespan is non-decreasing in every stage and
+    boundary time, as in pipeline_lower_bound); the bound is the least of these over the
+    sets of n ranks that have a host outside F (n lowered, a weaker bound, until at most
+    SLOW_SETS sets remain; n = 1 is the one slow stage of before)."""
     inst = problem.instance
     v, pp = cfg.virtual_stages, cfg.pp
     gpu = {s.name: s.gpu for s in inst.sites}
@@ -988,24 +996,30 @@ def slow_slot_bound(
             return one_f_one_b_time(f2, b2, lat, tx, m)
         return critical_path(f2, b2, lat, tx, m, v).makespan_s
 
+    # at least n ranks of some replica outside F (fewer when fewer ranks can be: weaker)
+    n = min(pp - fast_groups // cfg.dp, len(slowed))
+    while n > 1 and math.comb(len(slowed), n) > SLOW_SETS:
+        n -= 1
+    sets = list(itertools.combinations(range(len(slowed)), n)) if n >= 1 else []
     cap = other() if other is not None else 0.0
-    if other is not None and slowed:
+    if other is not None and sets:
         # the makespan is a longest path that visits each of rank k's 2m operations at
-        # most once, so slowing rank k adds at most m x its slow-minus-fast time: when
-        # `other` is above that for some k, it is above this bound, and the pp 1F1B
+        # most once, so slowing ranks adds at most m x their slow-minus-fast times: when
+        # `other` is above that for some set, it is above this bound, and the 1F1B
         # evaluations are skipped (power-bound-8-sites: a fifth of the bounding pass)
         base = makespan(fwd, bwd)
-        ceiling = min(
-            base + m * sum(ft - fwd[s] + bt - bwd[s] for s, (ft, bt) in d.items())
-            for _k, d in slowed
-        )
+        extra = [
+            m * sum(ft - fwd[s] + bt - bwd[s] for s, (ft, bt) in d.items()) for _k, d in slowed
+        ]
+        ceiling = min(base + sum(extra[i] for i in c) for c in sets)
         if cap >= ceiling + opt:
             return cap
     best = math.inf
-    for _k, d in slowed:
+    for c in sets:
         f2, b2 = list(fwd), list(bwd)
-        for s, (ft, bt) in d.items():
-            f2[s], b2[s] = ft, bt
+        for i in c:
+            for s, (ft, bt) in slowed[i][1].items():
+                f2[s], b2[s] = ft, bt
         best = min(best, makespan(f2, b2) + opt)
     return max(cap, 0.0 if math.isinf(best) else best)
 
