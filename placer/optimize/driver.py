@@ -209,47 +209,45 @@ def solve(
             best, best_sol = (key, plan, ev, cfg), None
             say(f"incumbent {source} {cfg.label()}: {_fmt(objective, key[0])}")
 
-    def early(new: list[Candidate]) -> None:
-        """A plan while the bounding pass goes on: the heuristic's construction on the
-        first chunks' candidates until one gives a plan (counted work; the bounds and the
-        search are unchanged, the plan only seeds the incumbent)."""
+    def construct(cfgs: list[Config], chunk: str) -> bool:
+        """The heuristic's first plan over `cfgs` offered as an incumbent; whether it gave one
+        (its evaluation time, x3, is kept back for the final plan's)."""
         nonlocal finish_s
-        if best is not None or interrupt.requested():
-            return
-        t_h = time.perf_counter()
         f = first_plan(
             problem,
             perf,
-            [c.cfg for c in _by_bound(new) if not c.rest],
+            cfgs,
             caps,
             lambda ev, plan, cfg: _tiebreak(objective, ev, plan, cfg),
             deadline,
         )
-        if f is not None:
-            offer(f.plan, f.ev, f.cfg, "heuristic (first chunk)")
-            finish_s = max(finish_s, 3 * f.eval_s)
+        if f is None:
+            return False
+        offer(f.plan, f.ev, f.cfg, f"heuristic ({chunk})")
+        finish_s = max(finish_s, 3 * f.eval_s)
+        return True
+
+    def early(new: list[Candidate]) -> None:
+        """A plan while the bounding pass goes on: the heuristic's construction on the
+        first chunks' candidates until one gives a plan (counted work; the bounds and the
+        search are unchanged, the plan only seeds the incumbent)."""
+        if best is not None or interrupt.requested():
+            return
+        t_h = time.perf_counter()
+        if construct([c.cfg for c in _by_bound(new) if not c.rest], "first chunk"):
             say(f"first plan in {time.perf_counter() - t_h:.2f} s, bounding goes on")
 
     def refined(new: list[Candidate]) -> None:
         """A refined chunk (raised bounds, sorted) whose best bound is below the incumbent:
         its first construction may beat the incumbent, and a better incumbent ends the
         refinement sooner (_prepare_until)."""
-        nonlocal finish_s
         if best is None or interrupt.requested() or not new:
             return
         if objective == "cost" or new[0].lower_bound >= best[0][0] * (1 - 1e-9):
             return
-        f = first_plan(
-            problem,
-            perf,
-            [c.cfg for c in new if not c.rest and c.lower_bound < best[0][0]],
-            caps,
-            lambda ev, plan, cfg: _tiebreak(objective, ev, plan, cfg),
-            deadline,
+        construct(
+            [c.cfg for c in new if not c.rest and c.lower_bound < best[0][0]], "refined chunk"
         )
-        if f is not None:
-            offer(f.plan, f.ev, f.cfg, "heuristic (refined chunk)")
-            finish_s = max(finish_s, 3 * f.eval_s)
 
     # bounding stops at a share of the limit, so that the heuristic and the search get the
     # rest; configurations left unbounded stay open with the trivial bound 0
