@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import solver_cases as sc
 
+import placer.optimize.driver as drv
 from placer.io import problem_from_data
 from placer.optimize.brute import brute_inner
 from placer.optimize.capacity import capacity_bound
@@ -30,6 +31,18 @@ def _space(inst: dict):
     configs = enumerate_configs(problem, report, perf)
     caps = site_caps(problem, perf.net)
     return problem, perf, report, presolve(problem, configs, caps, report), caps
+
+
+def _slow_slot_bounds(problem, perf, cfg, caps, monkeypatch):
+    """(stage hosts, the pigeonhole slow-slot bound, the one-slot bound it replaced:
+    SLOW_SETS = 0) of a configuration."""
+    hosts = stage_hosts(problem, perf, cfg, SpaceReport())
+    assert hosts is not None
+    pigeon = slow_slot_bound(problem, perf, cfg, hosts, caps)
+    with monkeypatch.context() as m:
+        m.setattr(drv, "SLOW_SETS", 0)
+        one = slow_slot_bound(problem, perf, cfg, hosts, caps)
+    return hosts, pigeon, one
 
 
 _OPTIMA: dict[tuple[str, object], float | None] = {}  # (instance name, configuration)
@@ -121,19 +134,13 @@ def test_capacity_bound_is_below_every_configuration_optimum(
     optimum of its configuration, and it is above the one-slow-slot bound (SLOW_SETS 0)
     where the fast GPUs hold one stage slot of 2 x dp (so the test exercises more than
     that bound); the pigeonhole slow-slot bound is below the optimum too."""
-    import placer.optimize.driver as drv
 
     problem, perf, _report, cfgs, caps = _space(inst)
     kinds = {s.name: (s.gpu, site_gpus_per_node(problem, s.name)) for s in problem.instance.sites}
     assert cfgs
     for cfg in cfgs:
-        hosts = stage_hosts(problem, perf, cfg, SpaceReport())
-        assert hosts is not None
+        hosts, pigeon, slow = _slow_slot_bounds(problem, perf, cfg, caps, monkeypatch)
         cap = capacity_bound(problem, perf, cfg, hosts, caps, kinds)
-        pigeon = slow_slot_bound(problem, perf, cfg, hosts, caps)
-        with monkeypatch.context() as m:
-            m.setattr(drv, "SLOW_SETS", 0)
-            slow = slow_slot_bound(problem, perf, cfg, hosts, caps)
         opt = _config_optimum(problem, perf, cfg)
         assert opt is not None
         assert slow * 1.02 < cap <= opt * (1 + 1e-9), (cfg.label(), slow, cap, opt)
@@ -423,19 +430,13 @@ def test_slow_slot_bound_counts_every_forced_slow_rank(
     of every configuration, and on the even split above the one-slow-slot bound (SLOW_SETS
     0 lowers the set size to 1) and within 1.5x of the optimum (a bound 1.5x too large
     would exceed it)."""
-    import placer.optimize.driver as drv
 
     problem, perf, _report, cfgs, caps = _space(inst)
     assert cfgs
     even = [c for c in cfgs if c.stage_layers == balanced_stage_layers(sum(c.stage_layers), c.pp)]
     assert even
     for cfg in cfgs:
-        hosts = stage_hosts(problem, perf, cfg, SpaceReport())
-        assert hosts is not None
-        new = slow_slot_bound(problem, perf, cfg, hosts, caps)
-        with monkeypatch.context() as m:
-            m.setattr(drv, "SLOW_SETS", 0)
-            one = slow_slot_bound(problem, perf, cfg, hosts, caps)
+        hosts, new, one = _slow_slot_bounds(problem, perf, cfg, caps, monkeypatch)
         opt = _config_optimum(problem, perf, cfg)
         assert opt is not None
         assert one <= new <= opt * (1 + 1e-9), (cfg.label(), one, new, opt)
