@@ -237,3 +237,25 @@ def test_a_recorded_stop_request_ends_the_local_sweep(tmp_path: Path) -> None:
     done = list((out / "points").glob("*.json"))
     assert 1 <= len(done) < len(points)
     assert (out / "results.csv").exists()
+
+
+def test_a_stopped_local_pool_leaves_no_manager_thread_for_the_exit_hook(tmp_path: Path) -> None:
+    # CPython 3.11's exit hook (concurrent.futures.process._python_exit) wakes every live pool
+    # manager thread through a pipe, without the pool's lock; a manager still closing that pipe
+    # after Ctrl-C made the hook print "OSError: [Errno 9] Bad file descriptor" (a CI failure
+    # of the SIGINT case above). A stopped sweep must have joined its manager thread.
+    import concurrent.futures.process as cfp
+    import threading
+
+    from placer.study.run import Task, _run_local
+
+    base = BASE.replace("gpus: 64", "gpus: 1024").replace("model: tiny-4l", "model: tiny-8l")
+    study = load_study(_study(tmp_path, [{"routes[0].km": km} for km in range(10, 400, 10)], base))
+    tasks = [Task(p.id, p.overrides, p.problem, "milp", 30.0, p.fingerprint) for p in study.points]
+    before = set(threading.enumerate())
+    runs = _run_local(tasks, 2, None, lambda: None)
+    assert next(runs)["status"] == "optimal"
+    managers = [t for t in list(cfp._threads_wakeups) if t not in before]
+    assert managers and all(t.is_alive() for t in managers), "no running pool manager thread"
+    runs.close()  # what a Ctrl-C does: the generator's wait ends with a BaseException
+    assert not any(t.is_alive() for t in managers)

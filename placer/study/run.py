@@ -278,6 +278,7 @@ def _failed(task: Task, exc: BaseException) -> dict[str, Any]:
     }
 
 
+MANAGER_JOIN_S = 5.0  # bound on the wait for the stopped pool (terminated workers end at once)
 POLL_S = 0.2  # how often the local pool's wait looks for a stop request (a point takes longer)
 
 
@@ -318,9 +319,16 @@ def _run_local(
     except BaseException:
         # Ctrl-C (or the consumer stopped): drop the queue and stop the running solves now;
         # finished points are already on disk
+        manager = getattr(pool, "_executor_manager_thread", None)
         for proc in list((getattr(pool, "_processes", None) or {}).values()):
             proc.terminate()
         pool.shutdown(wait=False, cancel_futures=True)
+        # wait for the pool's manager thread to see the terminated workers and close its
+        # wake-up pipe: left running, it races CPython 3.11's exit hook
+        # (concurrent.futures.process._python_exit writes to that pipe without the pool's
+        # lock), which prints "OSError: [Errno 9] Bad file descriptor" at exit
+        if manager is not None:
+            manager.join(timeout=MANAGER_JOIN_S)
         raise
     pool.shutdown(wait=True)
 
