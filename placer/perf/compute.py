@@ -244,6 +244,32 @@ def moe_ffn_s(
     return t
 
 
+def routed_experts_s(
+    gpu: GpuSpec,
+    m: ModelSpec,
+    tokens: int,
+    tp: int,
+    ep: int,
+    load_imbalance: float,
+    precision: str,
+    etp: int = 1,
+) -> float:
+    """Forward GEMM time of an MoE layer's routed experts on one rank: moe_ffn_s without
+    the router and the shared experts (the same loop; moe_ffn_s keeps its own so its sum
+    stays bit-identical), E/ep local experts at the busiest rank's load, with expert TP
+    etp the pairs of all etp GPUs of the EP rank on 1/etp of each expert's FFN."""
+    e = m.moe
+    assert e is not None
+    n_tok = moe_tokens_per_rank(tokens, tp)
+    local = max(1, e.experts // ep)
+    pairs = n_tok * e.top_k * load_imbalance * etp
+    per_expert = max(1, math.ceil(pairs / local))
+    t = 0.0
+    for g in ffn_gemms(m, per_expert, etp, e.expert_ffn_hidden):
+        t += local * gemm_s(gpu, g, precision)
+    return t
+
+
 def moe_dispatch_bytes(
     m: ModelSpec, tokens: int, tp: int, load_imbalance: float, value_bytes: float = BYTES_BF16
 ) -> float:
@@ -370,6 +396,47 @@ def moe_host_s(gpu: GpuSpec, m: ModelSpec, cuda_graphs: bool) -> float:
     return gpu.moe_layer_host_s
 
 
+def moe_host_exposed_s(host_s: float, partner_s: float, ep_overlap: bool) -> float:
+    """Host time exposed per MoE layer forward: all of `host_s` (moe_host_s) when the layer
+    runs alone, max(0, host_s - partner_s) under Megatron-Core's combined 1F1B
+    (`ep_overlap`, Config.ep_overlap), `partner_s` the other micro-batch's routed-expert
+    backward already queued on the compute stream when the host blocks.
+
+    Read in Megatron-Core 0.16.1: in eager mode the alltoall dispatcher issues the
+    tokens-per-expert D2H copies at `cuda_dtoh_point` "before_permutation_1", in
+    dispatch_preprocess, as non-blocking copies on a side stream (`cuda_dtoh_stream`) that
+    first waits on the compute stream, and records `d2h_event`; the host blocks at
+    `cuda_sync_point` ("before_ep_alltoall" with EP > 1) in token_dispatch with
+    `self.d2h_event.synchronize()`: an event sync, neither device-wide nor on the compute
+    stream (moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher.__init__, preprocess,
+    dispatch_preprocess, token_dispatch, _maybe_dtoh_and_synchronize; moe_utils.py
+    maybe_move_tensor_to_cpu, non_blocking=True). Run alone, only permutation 1 lies
+    between the two, so the GPU's queue is empty when the host resumes (moe_host_s). Under
+    --overlap-moe-expert-parallel-comm, TransformerLayerSchedulePlan.run
+    (models/common/model_chunk_schedule_plan.py) launches, for forward layer i of one
+    micro-batch and backward layer L-1-i of another: b combine backward (comm stream),
+    f attn (attention, pre-MLP norm, router, dispatch preprocess: the D2H, compute stream;
+    models/gpt/fine_grained_callables.py submodule_attn_forward), **b mlp backward**
+    (compute stream: permutation 2, the routed experts, combine preprocess;
+    submodule_moe_forward -> MoELayer.routed_experts_compute), then f moe_dispatch
+    (token_dispatch: the sync), b mlp backward_dw, b dispatch backward, f mlp, f combine,
+    b attn backward. So the partner's expert backward is queued behind the point the D2H
+    waits for, and the GPU runs it while the host is blocked and then launches.
+
+    `partner_s` is priced as the routed experts' data-gradient GEMMs only (= their forward
+    GEMMs, routed_experts_s): the weight gradients are in that node's backward too unless
+    delay_wgrad_compute moves them to backward_dw, which is launched after the sync
+    (Megatron-Bridge's moe_a2a_overlap presets set it; placer's launch files do not), so
+    without it the queued work is larger and the term overstates the exposed host time;
+    the memory-bound kernels of the node are not counted either. The paired backward layer
+    is priced as an MoE layer of the same stage (a dense partner layer, DeepSeek-V3's
+    first three, is not distinguished), and every micro-batch as paired, as ep_exposed_s
+    does."""
+    if not ep_overlap:
+        return host_s
+    return max(0.0, host_s - partner_s)
+
+
 def lm_head_gemm(m: ModelSpec, tokens: int, tp: int) -> Gemm:
     """Logits of the last stage (vocabulary-parallel)."""
     return Gemm("lm_head", tokens, m.vocab // tp, m.hidden)
@@ -478,8 +545,10 @@ def stage_ops(
     precision (None: a2a_s), `ep_overlap` whether the MoE all-to-all hides under the other
     micro-batch's compute (ep_exposed_s), `cp_ring_s` one forward pass of ring attention's
     KV around the cp ring, `etp` the expert tensor parallelism (moe_ffn_s), `moe_host_s` the
-    host time exposed per MoE layer forward (the function moe_host_s): once in the forward
-    and once more in the recomputed forward under full recompute; the backward reuses the
+    host time exposed per MoE layer forward (the function moe_host_s): once in the forward,
+    less the other micro-batch's queued expert backward under ep_overlap
+    (moe_host_exposed_s), and once more in the recomputed forward under full recompute
+    (never with ep_overlap); the backward reuses the
     counts the forward copied to the host (no sync) and its launches run ahead of the GPU;
     `ep_sm_fraction` the SMs the all-to-all kernels take from the compute that hides them
     under ep_overlap (ep_exposed_s)."""
@@ -520,6 +589,12 @@ def stage_ops(
         a2a_f, a2a_b, moe_fwd_compute, moe_bwd_compute, ep_overlap, ep_sm_fraction
     )
     ep_hidden = n_moe * (a2a_f + a2a_b - ep_f - ep_b)
+    # the other micro-batch's expert backward queued before the host sync (combined 1F1B)
+    partner_s = (
+        routed_experts_s(gpu, m, tokens, tp, ep, load_imbalance, precision, etp)
+        if n_moe and ep_overlap and moe_host_s > 0.0
+        else 0.0
+    )
     cp_bwd_raw = layers * max(0.0, 2 * cp_ring_s - 2 * attn_layer)  # KV + dKV under 2x core
     if recompute == "full":  # one more forward of every block (not the LM head)
         gemm_bwd += gemm_blocks
@@ -552,7 +627,7 @@ def stage_ops(
         cp_fwd=cp_fwd,
         cp_bwd=cp_bwd_raw,
         cp_hidden=cp_total - cp_fwd - cp_bwd_raw,
-        host_fwd=n_moe * moe_host_s,
+        host_fwd=n_moe * moe_host_exposed_s(moe_host_s, partner_s, ep_overlap),
         host_bwd=n_moe * moe_host_s if recompute == "full" else 0.0,
     )
 
