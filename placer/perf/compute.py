@@ -421,7 +421,10 @@ def moe_host_exposed_s(host_s: float, partner_s: float, ep_overlap: bool) -> flo
     submodule_moe_forward -> MoELayer.routed_experts_compute), then f moe_dispatch
     (token_dispatch: the sync), b mlp backward_dw, b dispatch backward, f mlp, f combine,
     b attn backward. So the partner's expert backward is queued behind the point the D2H
-    waits for, and the GPU runs it while the host is blocked and then launches.
+    waits for, and the GPU runs it while the host is blocked and then launches. The flex
+    (deepep) dispatcher gets its counts in the same node (token_dispatch ->
+    _DeepepManager.dispatch -> DeepEP's fused_dispatch, which returns them to the host),
+    so the order is the same; how DeepEP's host wait itself is implemented was not read.
 
     `partner_s` is priced as the routed experts' data-gradient GEMMs only (= their forward
     GEMMs, routed_experts_s): the weight gradients are in that node's backward too unless
