@@ -44,6 +44,8 @@ CPSAT_ONLY = (
     ".hop_off",
     "exact.tau",
     "route.tick_flow",
+    # the split flows in whole units of bytes (cpsat.flow_unit): the demand rounded up
+    ".demand_round",
     # the staggered WAN phase: CP-SAT's per release group share tables and demands (the
     # MILP scales the class's demand by the group's share of its bytes) and their exact
     # rows; its exact max over the groups' terms

@@ -249,3 +249,99 @@ def test_pipeline_traffic_is_split_and_all_backends_agree() -> None:
     single = copy.deepcopy(inst)
     single["solver"]["paths_per_pair"] = 1
     assert ref < solved(single, "milp").objective
+
+
+def kite(gbps: float = 10, km: tuple[float, float, float] = (100, 60, 70)) -> dict[str, Any]:
+    """triangle with a second relay d: the a-b exchange has three candidate paths (direct,
+    via c, via d; paths_per_pair 3), each of `gbps`, so the best plan splits it over all
+    three in equal thirds at the slowest path's latency."""
+    inst = triangle(gbps, gbps, direct_km=km[0], detour_km=km[1], k=3)
+    inst["sites"].append({"name": "d", "gpu": "h100-sxm", "gpus": 0, "gpus_per_node": 4})
+    inst["routes"] += [
+        {"sites": ["a", "d"], "km": km[2], "capacity_gbps": gbps, "max_waves": 0},
+        {"sites": ["d", "b"], "km": km[2], "capacity_gbps": gbps, "max_waves": 0},
+    ]
+    return inst
+
+
+def kite_closed_form(instance: dict[str, Any]) -> tuple[float, float]:
+    """(WAN phase seconds, a-b demand bytes) of the best routing by hand: the first j
+    paths (by latency) in equal shares of D, at the j-th path's round trip."""
+    problem = problem_from_data(instance)
+    net, perf = Network(problem), PerfModel(problem)
+    from placer.rules import config_of
+    from placer.schema import Plan
+
+    plan = Plan.model_validate(
+        {
+            "parallelism": {"tp": 4, "pp": 1, "dp": 4, "micro_batch": 1},
+            "stage_layers": [8],
+            "replica_groups": [
+                {"count": 2, "stage_sites": ["a"]},
+                {"count": 2, "stage_sites": ["b"]},
+            ],
+        }
+    )
+    demand = 2 * perf.stage_wan_bytes(config_of(problem, plan), 0) / 2
+    cap = net.capacity_Bps(("a", "b"), 0)
+    rtts = sorted(
+        [
+            2 * net.latency_s(("a", "b")),
+            2 * (net.latency_s(("a", "c")) + net.latency_s(("b", "c"))),
+            2 * (net.latency_s(("a", "d")) + net.latency_s(("b", "d"))),
+        ]
+    )
+    return min(demand / (j * cap) + rtts[j - 1] for j in (1, 2, 3)), demand
+
+
+def test_three_paths_split_agrees_across_backends() -> None:
+    """paths_per_pair 3 with CP-SAT's flows in units of more than a byte (the pair's
+    demand is above 2**FLOW_BITS bytes): CP-SAT, the MILP and brute force find the closed
+    form's three-way split, and the same objective."""
+    from placer.optimize.cpsat import FLOW_BITS
+
+    inst = kite()
+    expected, demand = kite_closed_form(inst)
+    assert demand > 2**FLOW_BITS, "the pair's flows must be rescaled (unit > 1 byte)"
+    results = {b: wan_of(inst, b) for b in BACKENDS}
+    for b, (wan, _, res) in results.items():
+        assert wan == pytest.approx(expected, rel=1e-6), b
+        assert len(res.plan.routing) == 1 and len(res.plan.routing[0].paths) == 3, b
+        assert res.objective == pytest.approx(results["brute"][2].objective, rel=1e-6), b
+
+
+def test_cpsat_flow_unit_bounds_coefficients_and_rounds_up() -> None:
+    """CP-SAT's split flows in units of U bytes (cpsat.flow_unit): the smallest U that
+    keeps a pair's largest demand within 2**FLOW_BITS units; the model's path-allowed
+    big-M stays within that, and its flows carry the exact demand rounded UP to a unit
+    (so every route load bounds the evaluator's from above, by under one unit)."""
+    from placer.optimize.cpsat import FLOW_BITS, CpsatInner, flow_unit
+    from placer.optimize.data import build_inner
+    from placer.optimize.driver import _upper_bound_time
+    from placer.optimize.space import chain_types, enumerate_configs
+
+    for m in (1, 2**FLOW_BITS, 2**FLOW_BITS + 1, 10**11 + 7):
+        u = flow_unit(m)
+        assert -(-m // u) <= 2**FLOW_BITS and (u == 1 or -(-m // (u - 1)) > 2**FLOW_BITS)
+    problem = problem_from_data(kite())
+    perf = PerfModel(problem)
+    _, demand = kite_closed_form(kite())
+    cfg = next(c for c in enumerate_configs(problem) if c.dp == 4)
+    data = build_inner(problem, perf, cfg, chain_types(problem, perf, cfg))
+    inner = CpsatInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
+    (key,) = inner.f_unit
+    U = inner.f_unit[key]
+    assert U > 1
+    proto = inner.m.Proto()
+    big_m = [
+        abs(co)
+        for c in proto.constraints
+        if c.name.startswith("route.dp.path_allowed")
+        for co in c.linear.coeffs
+    ]
+    assert big_m and max(big_m) <= 2**FLOW_BITS
+    res = inner.solve(10, 1, 0, {}, tiebreak=False)
+    assert res.optimal
+    solver = inner._tie[0]
+    carried = U * sum(solver.Value(f) for k, f in inner.f.items() if k[:2] == key)
+    assert demand <= carried < demand + U

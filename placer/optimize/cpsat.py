@@ -36,9 +36,36 @@ from placer.optimize.families import (
     tiebreak_weights,
 )
 
+# a split flow's unit (flow_unit): a pair's largest demand spans at most 2**FLOW_BITS units
+FLOW_BITS = 20
+FLOW_REL = 2.0**-FLOW_BITS  # the flows' rounding, relative to the pair's largest demand
 INT_LIMIT = 4e18  # stay well inside int64 for coefficient x domain products
 TIME_TICKS = 10**9
 RATE_UNIT = 1e-9  # USD per second per integer unit of the cost rate
+
+
+def flow_unit(max_demand: int) -> int:
+    """Bytes per unit of a pair's split flows: the smallest integer U with
+    max_demand / U <= 2**FLOW_BITS (1 for demands up to 1 MiB, so small models keep byte
+    flows). In bytes a flow spans up to 1e11-1e12 and its path-allowed row
+    `f <= max_demand w` puts that coefficient on a Boolean (an LP value w = 1e-11, inside
+    the LP's tolerance, carries a whole flow), and CP-SAT's search ran over 1e11-value
+    domains: at paths_per_pair 3 it reported `Lp debug: Bad` and proved nothing in 60 s
+    (benchmarks/README.md, branch `rescale`). In units the big-M is at most 2**20 and the
+    flows' route-load coefficients U Q stay near 1e9.
+
+    Exactness: U * f is what the model puts on the path's routes, and U * sum f is the
+    demand rounded up to a whole unit (`route.*.demand` and `demand_round`). The plan
+    records the shares f / sum f, and the evaluator puts share x the exact demand on each
+    path, which is <= U * f: every route load of the model bounds the evaluator's from
+    above (never below), by under one unit per pair, i.e. <= 2**-20 (9.5e-7) of the pair's
+    largest demand. So a plan the model accepts is feasible for the evaluator, and the
+    model's times exceed the evaluator's by at most that much, well inside the driver's
+    AGREEMENT_REL (1e-5), the same direction as the tick grid's rounding up. A bound the
+    solver proves is a bound of this slightly pessimistic model: it can exceed the exact
+    optimum by at most that rounding (like the ticks), never undercut a feasible plan's
+    rounded value."""
+    return max(1, -(-int(max_demand) // 2**FLOW_BITS))
 
 
 class CpsatInner:
@@ -186,7 +213,8 @@ class CpsatInner:
             elif d.planes is None:  # staggered replicas: the uncontended chain times
                 self.add(M.Add(self.T_pipe >= tc), row("pipe.chain", c)).OnlyEnforceIf(u[c])
         self.w: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): path j may carry traffic
-        self.f: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): bytes on path j
+        self.f: dict[tuple[str, Any, int], Any] = {}  # (phase, pair, j): units on path j
+        self.f_unit: dict[tuple[str, Any], int] = {}  # (phase, pair): bytes per flow unit
         self._pipe_level_terms: list[PathLevelTerm] = []
         self._pp_flow_load = self._route_pipeline(self.T_pipe, self.TT)
 
@@ -257,9 +285,10 @@ class CpsatInner:
             if phase != "pp":
                 continue
             g = M.NewIntVar(0, d.cfg.dp * msg, f"g[{q}][{j}]")
-            self.add(M.Add(N * g >= f), row("route.tick_flow", *q, j))
+            U = self.f_unit[(phase, q)]
+            self.add(M.Add(N * g >= U * f), row("route.tick_flow", *q, j))
             if self._exact:
-                self.add(M.Add(N * g <= f + N - 1), row("route.tick_flow_ub", *q, j))
+                self.add(M.Add(N * g <= U * f + N - 1), row("route.tick_flow_ub", *q, j))
             for a, b in zip(d.pair_paths[q][j].sites, d.pair_paths[q][j].sites[1:], strict=False):
                 for h in ((a, b), (b, a)):
                     terms.setdefault(h, []).append(g)
@@ -684,17 +713,30 @@ class CpsatInner:
         ws: list[Any],
         loads: dict[Any, list[Any]],
     ) -> None:
+        """A pair's demand (bytes) split over its allowed paths, each flow an integer
+        number of the pair's flow unit U (flow_unit): U * sum f = the demand rounded up to
+        a whole unit. Route loads see U * f >= the bytes the evaluator puts on the path
+        (it splits the exact demand in the shares f / sum f), so the rounding is
+        pessimistic, by under one unit per pair (<= FLOW_REL of the pair's largest demand)."""
         M = self.m
+        U = flow_unit(max_demand)
+        self.f_unit[(phase, q)] = U
+        top = -(-max_demand // U)
         flows = []
         for j, path in enumerate(self.d.pair_paths[q]):
-            f = M.NewIntVar(0, max_demand, f"f[{phase}][{q}][{j}]")
+            f = M.NewIntVar(0, top, f"f[{phase}][{q}][{j}]")
             self.f[(phase, q, j)] = f
             if j >= 1:
-                self.add(M.Add(f <= max_demand * ws[j]), row(f"route.{phase}.path_allowed", *q, j))
+                self.add(M.Add(f <= top * ws[j]), row(f"route.{phase}.path_allowed", *q, j))
             flows.append(f)
             for r in path.routes:
-                loads.setdefault(r, []).append(f)
-        self.add(M.Add(sum(flows) == demand), row(f"route.{phase}.demand", *q))
+                loads.setdefault(r, []).append(U * f)
+        # sum f = ceil(demand / U): at least the demand, less than a unit over it
+        self.add(M.Add(U * sum(flows) >= demand), row(f"route.{phase}.demand", *q))
+        if U > 1:
+            self.add(
+                M.Add(U * sum(flows) <= demand + U - 1), row(f"route.{phase}.demand_round", *q)
+            )
 
     def _route_pipeline(self, T_pipe: Any, TT: int) -> dict[Any, list[Any]]:
         """Pipeline activations of routed pairs as a flow over candidate paths (see milp)."""
@@ -760,7 +802,7 @@ class CpsatInner:
             self.d,
             self.f,
             lambda key: bool(solver.Value(self.w[key])),
-            lambda key: float(solver.Value(self.f[key])),
+            lambda key: float(solver.Value(self.f[key]) * self.f_unit[key[:2]]),
         )
 
     # ------------------------------------------------------------------ exact step (resilience)
