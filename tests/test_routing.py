@@ -56,10 +56,9 @@ def triangle(
     }
 
 
-def closed_form_wan(instance: dict[str, Any]) -> tuple[float, float]:
-    """(WAN phase seconds, share on the direct path) of the best routing, by hand: the
-    pair exchanges D = 2 S / 2 bytes; direct alone, detour alone, or split in proportion
-    to capacity (which equalises the two paths' times) at the slower path's latency."""
+def _split_pair_demand(instance: dict[str, Any]) -> tuple[Network, float]:
+    """The network and the a-b pair's WAN demand D = 2 S / 2 bytes of the plan both closed
+    forms price: tp 4, pp 1, two replicas at a and two at b."""
     problem = problem_from_data(instance)
     net, perf = Network(problem), PerfModel(problem)
     from placer.rules import config_of
@@ -75,8 +74,14 @@ def closed_form_wan(instance: dict[str, Any]) -> tuple[float, float]:
             ],
         }
     )
-    cfg = config_of(problem, plan)
-    demand = 2 * perf.stage_wan_bytes(cfg, 0) / 2
+    return net, 2 * perf.stage_wan_bytes(config_of(problem, plan), 0) / 2
+
+
+def closed_form_wan(instance: dict[str, Any]) -> tuple[float, float]:
+    """(WAN phase seconds, share on the direct path) of the best routing, by hand: the
+    pair exchanges D = 2 S / 2 bytes; direct alone, detour alone, or split in proportion
+    to capacity (which equalises the two paths' times) at the slower path's latency."""
+    net, demand = _split_pair_demand(instance)
     c1 = net.capacity_Bps(("a", "b"), 0)
     c2 = min(net.capacity_Bps(("a", "c"), 0), net.capacity_Bps(("b", "c"), 0))
     l1 = net.latency_s(("a", "b"))
@@ -267,22 +272,7 @@ def kite(gbps: float = 10, km: tuple[float, float, float] = (100, 60, 70)) -> di
 def kite_closed_form(instance: dict[str, Any]) -> tuple[float, float]:
     """(WAN phase seconds, a-b demand bytes) of the best routing by hand: the first j
     paths (by latency) in equal shares of D, at the j-th path's round trip."""
-    problem = problem_from_data(instance)
-    net, perf = Network(problem), PerfModel(problem)
-    from placer.rules import config_of
-    from placer.schema import Plan
-
-    plan = Plan.model_validate(
-        {
-            "parallelism": {"tp": 4, "pp": 1, "dp": 4, "micro_batch": 1},
-            "stage_layers": [8],
-            "replica_groups": [
-                {"count": 2, "stage_sites": ["a"]},
-                {"count": 2, "stage_sites": ["b"]},
-            ],
-        }
-    )
-    demand = 2 * perf.stage_wan_bytes(config_of(problem, plan), 0) / 2
+    net, demand = _split_pair_demand(instance)
     cap = net.capacity_Bps(("a", "b"), 0)
     rtts = sorted(
         [

@@ -234,11 +234,8 @@ def moe_ffn_s(
     assert e is not None
     n_tok = moe_tokens_per_rank(tokens, tp)
     t = gemm_s(gpu, Gemm("router", max(1, round(n_tok)), e.experts, m.hidden), precision)
-    local = max(1, e.experts // ep)
-    pairs = n_tok * e.top_k * load_imbalance * etp
-    per_expert = max(1, math.ceil(pairs / local))
-    for g in ffn_gemms(m, per_expert, etp, e.expert_ffn_hidden):
-        t += local * gemm_s(gpu, g, precision)
+    for term in _routed_expert_terms(gpu, m, n_tok, ep, load_imbalance, precision, etp):
+        t += term
     if e.shared_ffn:
         t += sum(gemm_s(gpu, g, precision) for g in ffn_gemms(m, tokens, tp, e.shared_ffn))
     return t
@@ -255,19 +252,36 @@ def routed_experts_s(
     etp: int = 1,
 ) -> float:
     """Forward GEMM time of an MoE layer's routed experts on one rank: moe_ffn_s without
-    the router and the shared experts (the same loop; moe_ffn_s keeps its own so its sum
-    stays bit-identical), E/ep local experts at the busiest rank's load, with expert TP
-    etp the pairs of all etp GPUs of the EP rank on 1/etp of each expert's FFN."""
+    the router and the shared experts, E/ep local experts at the busiest rank's load, with
+    expert TP etp the pairs of all etp GPUs of the EP rank on 1/etp of each expert's FFN."""
+    t = 0.0
+    for term in _routed_expert_terms(
+        gpu, m, moe_tokens_per_rank(tokens, tp), ep, load_imbalance, precision, etp
+    ):
+        t += term
+    return t
+
+
+def _routed_expert_terms(
+    gpu: GpuSpec,
+    m: ModelSpec,
+    n_tok: float,
+    ep: int,
+    load_imbalance: float,
+    precision: str,
+    etp: int,
+) -> list[float]:
+    """The routed experts' GEMM seconds, one term per FFN GEMM (summed in this order by
+    moe_ffn_s and routed_experts_s, so both keep the same floating-point sums)."""
     e = m.moe
     assert e is not None
-    n_tok = moe_tokens_per_rank(tokens, tp)
     local = max(1, e.experts // ep)
     pairs = n_tok * e.top_k * load_imbalance * etp
     per_expert = max(1, math.ceil(pairs / local))
-    t = 0.0
-    for g in ffn_gemms(m, per_expert, etp, e.expert_ffn_hidden):
-        t += local * gemm_s(gpu, g, precision)
-    return t
+    return [
+        local * gemm_s(gpu, g, precision)
+        for g in ffn_gemms(m, per_expert, etp, e.expert_ffn_hidden)
+    ]
 
 
 def moe_dispatch_bytes(
