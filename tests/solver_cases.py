@@ -509,6 +509,7 @@ def cases() -> list[Case]:
         + PART_FILLED_CASES
         + SITE_RING_CASES
         + UNEVEN_CHUNK_CASES
+        + DUALPIPEV_CASES
         + BUCKET_LATENCY_CASES
         + STAGGER_RESILIENCE_CASES
     )
@@ -747,6 +748,23 @@ UNEVEN_CHUNK_CASES = [
     Case("interleave-uneven-one-site", uneven_chunk_instance(None)),
     Case("interleave-uneven-two-sites-20km", uneven_chunk_instance(20.0)),
 ]
+
+
+# ----------------------------------------------------------------------------- DualPipeV
+
+
+def dualpipev_instance() -> dict[str, Any]:
+    """The one-site interleave instance (pp 4, m 8 = 2 pp, one 8-GPU node, dp 2) with
+    job.parallelism.pipeline_schedule [1f1b, dualpipev]: DualPipeV's bubble (p - 1)(F + 2B
+    - 3W) of half-stage chunks undercuts interleaving's and 1F1B's, so it wins (issue 16
+    item 6; tests/test_dualpipev.py)."""
+    inst = interleave_instance(None)
+    inst["name"] = "case-dualpipev-1"
+    inst["job"]["parallelism"]["pipeline_schedule"] = ["1f1b", "dualpipev"]
+    return inst
+
+
+DUALPIPEV_CASES = [Case("dualpipev-one-site", dualpipev_instance())]
 
 
 # overlap on: every bucket of a stage synced across the sites pays the WAN latency
