@@ -106,31 +106,68 @@ def test_torch_schedule_has_the_readme_bubble(p: int, m: int, fbw) -> None:
 EXPORT = Path(
     os.environ.get("PLACER_EXPORT_DUALPIPEV", ROOT / "build" / "consumers" / "export-dualpipev")
 )
+TT02 = os.environ.get("TORCHTITAN_02_PATH", str(ROOT / ".venv-consumers" / "torchtitan-0.2.2"))
+
+_PROBE = """
+import json, sys
+from types import SimpleNamespace
+import torchtitan
+from torchtitan.config import ConfigManager
+from torchtitan.distributed.dual_pipe_v import get_dual_pipe_v_flag
+from torch.distributed.pipelining.schedules import (
+    ScheduleDualPipeV, generate_rank_to_stage_mapping, get_schedule_class)
+c = ConfigManager().parse_args(['--job.config_file', sys.argv[1]])
+p = c.parallelism
+pp = p.pipeline_parallel_degree
+dims = SimpleNamespace(ep_enabled=p.expert_parallel_degree > 1, pp_enabled=pp > 1)
+parts = p.module_fqns_per_model_part
+print(json.dumps({
+    "where": torchtitan.__file__,
+    "schedule_is_dualpipev": get_schedule_class(p.pipeline_parallel_schedule) is ScheduleDualPipeV,
+    "dual_pipe_v_flag": get_dual_pipe_v_flag(c, dims),
+    "pp": pp,
+    "n_micro": c.training.local_batch_size // p.pipeline_parallel_microbatch_size,
+    "rank_parts": {r: [parts[s] for s in st] for r, st in
+                   generate_rank_to_stage_mapping(pp, len(parts), style="v").items()},
+}))
+"""
 
 
 def test_torchtitan_02_accepts_the_dualpipev_export() -> None:
     """torchtitan 0.2.2 parses placer's DualPipeV export: the schedule class is torch's
-    ScheduleDualPipeV, the EP overlap flag is set, and the micro-batch count meets the
-    schedule's minimum (2 pp)."""
-    toml = EXPORT / "torchtitan.toml"
-    require(toml.exists(), f"placer's DualPipeV export in {EXPORT} (make test-consumers)")
+    ScheduleDualPipeV, torchtitan's own check turns the EP overlap on without raising (it
+    refuses activation checkpointing), the micro-batches meet the schedule's minimum (2 pp),
+    and its V stage mapping gives rank 0 the embedding and the output head, every rank
+    the two parts placer's model prices on it."""
+    import json
+    import subprocess
     import sys
 
-    sys.path.insert(0, str(ROOT / "consumers"))
-    from probe import torchtitan_args  # noqa: PLC0415
-    from torch.distributed.pipelining.schedules import ScheduleDualPipeV, get_schedule_class
+    require((Path(TT02) / "torchtitan").is_dir(), f"torchtitan 0.2.2 in {TT02}")
+    toml = EXPORT / "torchtitan.toml"
+    require(toml.exists(), f"placer's DualPipeV export in {EXPORT} (make test-consumers)")
+    r = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(toml)],
+        env=os.environ | {"PYTHONPATH": TT02},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["where"].startswith(TT02)
+    assert got["schedule_is_dualpipev"] and got["dual_pipe_v_flag"] is True
+    pp = got["pp"]
+    assert pp == 2 and got["n_micro"] >= 2 * pp
+    sys.path.insert(0, str(ROOT))
+    from placer.io import load_instance, load_plan
+    from placer.rules import config_of
 
-    tt02 = os.environ.get("TORCHTITAN_02_PATH")
-    require(bool(tt02) and Path(tt02).exists(), "torchtitan 0.2.2 (TORCHTITAN_02_PATH)")
-    sys.path.insert(0, tt02)
-    from torchtitan.config.manager import ConfigManager  # noqa: PLC0415
-
-    cfg = ConfigManager().parse_args(torchtitan_args(toml))
-    par = cfg.parallelism
-    assert par.pipeline_parallel_schedule == "DualPipeV"
-    assert get_schedule_class(par.pipeline_parallel_schedule) is ScheduleDualPipeV
-    assert par.pipeline_parallel_expert_parallel_overlap is True
-    assert cfg.activation_checkpoint.mode == "none"
-    pp = par.pipeline_parallel_degree
-    local = cfg.training.local_batch_size
-    assert local // par.pipeline_parallel_microbatch_size >= 2 * pp
+    prob = load_instance(ROOT / "consumers" / "case-dualpipev" / "instance.yaml")
+    cfg = config_of(prob, load_plan(ROOT / "consumers" / "case-dualpipev" / "plan.json"))
+    assert cfg.dualpipev and cfg.ep_overlap and got["n_micro"] == cfg.num_micro_batches
+    for rank, parts in got["rank_parts"].items():
+        layers = [sum(x.startswith("layers.") for x in part) for part in parts]
+        assert tuple(layers) == cfg.rank_chunks(int(rank)), rank
+    assert "tok_embeddings" in got["rank_parts"]["0"][0]
+    assert "output" in got["rank_parts"]["0"][1]

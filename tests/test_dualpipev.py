@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import pytest
 import solver_cases as sc
@@ -293,3 +294,79 @@ def test_dualpipev_case_wins_over_1f1b_and_interleaving() -> None:
     res = solve(prob, backend="brute", time_limit_s=60)
     assert res.plan.parallelism.pipeline_schedule == "dualpipev"
     assert evaluate(prob, res.plan).step_time_s == pytest.approx(best["dual"], rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- exports
+
+CASE = Path(__file__).resolve().parent.parent / "consumers" / "case-dualpipev"
+
+
+def test_torchtitan_export_says_dualpipev_and_megatron_refuses(tmp_path) -> None:
+    """torchtitan: pipeline_parallel_schedule DualPipeV over 2 pp model parts in model order
+    (torchtitan's "v" style puts part s on rank s, then back), the EP overlap as priced, AC
+    none (torchtitan's DualPipeV EP overlap refuses checkpointing). Megatron-LM: refused
+    with the field named and no file written (-f megatron and -f all alike)."""
+    from placer.io import load_instance, load_plan
+    from placer.outputs.export import export
+    from placer.outputs.launch import build_layout, torchtitan_settings
+
+    prob = load_instance(CASE / "instance.yaml")
+    plan_ = load_plan(CASE / "plan.json")
+    settings = {k: v for _, k, v in torchtitan_settings(build_layout(prob, plan_), "0.2")}
+    assert settings["pipeline_parallel_schedule"] == "DualPipeV"
+    parts = settings["module_fqns_per_model_part"]
+    assert [sum(x.startswith("layers.") for x in part) for part in parts] == [1, 1, 1, 1]
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-1] == "output"
+    assert settings["pipeline_parallel_expert_parallel_overlap"] is True
+    assert settings["mode"] == "none"
+    files = export(prob, plan_, "torchtitan", tmp_path / "tt", torchtitan_version="0.2")
+    text = (tmp_path / "tt" / "torchtitan.toml").read_text()
+    assert 'pipeline_parallel_schedule = "DualPipeV"' in text and files
+    assert '[activation_checkpoint]\nmode = "none"' in text
+    for fmt in ("megatron", "all"):
+        out = tmp_path / fmt
+        with pytest.raises(InputError, match="pipeline_schedule: dualpipev has no Megatron"):
+            export(prob, plan_, fmt, out)
+        assert not out.exists() or not any(out.iterdir())
+
+
+def test_the_simulator_refuses_dualpipev_by_name() -> None:
+    from placer.sim import simulate
+
+    prob = _four_rank_problem()
+    with pytest.raises(InputError, match="pipeline_schedule dualpipev is not in the simulator"):
+        simulate(prob, _dual(plan(8, [4, 4, 4, 4], [(1, ["a"] * 4)], 8)))
+
+
+def test_rank_gradients_are_its_two_chunks() -> None:
+    """The data-parallel sync of rank k carries its two chunks' gradients: rank 0 the
+    embedding and the LM head, the V's middle ranks plain layers; all ranks together the
+    model, as under 1F1B."""
+    model = {**SMALL_MODEL, "layers": 16}
+    prob = _four_rank_problem(model)
+    base = plan(8, [4, 4, 4, 4], [(1, ["a"] * 4)], 8)
+    one = config_of(prob, plan_from_data(copy.deepcopy(base)))
+    dual = config_of(prob, plan_from_data(_dual(copy.deepcopy(base))))
+    perf = PerfModel(prob)
+    g1 = [perf.stage_grad_bytes(one, k) for k in range(4)]
+    g2 = [perf.stage_grad_bytes(dual, k) for k in range(4)]
+    assert sum(g2) == pytest.approx(sum(g1), rel=1e-12)
+    # rank 0's extra over a plain rank: 1F1B's first stage's (embedding) and last stage's
+    # (final norm, LM head)
+    assert g2[0] - g1[1] == pytest.approx((g1[0] - g1[1]) + (g1[3] - g1[1]), rel=1e-9)
+    assert g1[0] > g1[1] and g1[3] > g1[1]
+    assert g2[1] == pytest.approx(g1[1], rel=1e-12) and g2[3] == pytest.approx(g1[1], rel=1e-12)
+
+
+@pytest.mark.parametrize(("km", "dual"), [(200.0, True), (1000.0, False)])
+def test_the_route_decides_between_dualpipev_and_1f1b(km: float, dual: bool) -> None:
+    """Two sites, one crossing per chain: DualPipeV crosses it twice each way per
+    micro-batch; at 200 km its smaller bubble still wins, at 1000 km 1F1B does (brute
+    force; test_solver_library checks CP-SAT and the MILP agree)."""
+    from placer.optimize.driver import solve
+
+    prob = problem_from_data(sc.dualpipev_instance(km))
+    res = solve(prob, backend="brute", time_limit_s=60)
+    assert (res.plan.parallelism.pipeline_schedule == "dualpipev") is dual
+    sites = {s for g in res.plan.replica_groups for s in g.stage_sites}
+    assert sites == {"a", "b"}

@@ -1148,6 +1148,7 @@ def _intra(
         problem.instance.site(site).gpu,
         site_gpus_per_node(problem, site),
         members,
+        k if cfg.dualpipev else None,  # DualPipeV: rank k's two chunks (PerfModel._stage_split)
     )
     if key not in memo:
         memo[key] = perf.intra_sync_s(cfg, k, site, members=members)

@@ -845,8 +845,9 @@ class PerfModel:
         paths, with its share: the split is one per pair in plans, not one per direction or
         stream, so this bounds the messages from above (exact for v = 1 on one path).
         DualPipeV (`dual`): an F&B op sends both its outputs at its end, the forward's and
-        the backward's, up or down the V, so both streams of a boundary count on both
-        hop directions (2 per tick, an upper bound)."""
+        the backward's, the same way (F0&B1 up the ranks, F1&B0 down), so a boundary puts
+        two messages on its travel direction per tick (and two on the reverse at another
+        moment of the tick, as 1F1B's gradients)."""
         out: dict[Hop, float] = defaultdict(float)
         for a, b, streams in self.chain_boundaries(chain, v, dual):
             if a == b:
@@ -855,11 +856,11 @@ class PerfModel:
             split = routing is not None and ("pipeline", route_key(a, b)) in routing
             for use in uses:
                 for x, y in hops_of(use.path, a):
-                    if split or dual:
+                    if split:
                         out[(x, y)] += streams * use.share
                         out[(y, x)] += streams * use.share
                     else:
-                        out[(x, y)] += use.share
+                        out[(x, y)] += (2 if dual else 1) * use.share
         return dict(out)
 
     def chain_time_at(
@@ -1066,7 +1067,17 @@ class PerfModel:
     # ------------------------------------------------------------------ data parallel
 
     def _stage_split(self, cfg: Config, k: int) -> tuple[int, int]:
-        """(dense, routed-expert) parameters of stage k."""
+        """(dense, routed-expert) parameters of stage k (DualPipeV: of rank k's two model
+        stages, k and 2 pp - 1 - k, the embedding and the LM head both on rank 0)."""
+        if cfg.dualpipev:
+            layers, n = cfg.chunk_layers, cfg.model_stages
+            dense = experts = 0
+            for s in cfg.rank_stages(k):
+                first = sum(layers[:s])
+                total = stage_params(self.model, layers[s], s == 0, s == n - 1, first)
+                e = expert_layer_params(self.model, first, layers[s])
+                dense, experts = dense + total - e, experts + e
+            return dense, experts
         first = sum(cfg.stage_layers[:k])
         n = stage_params(self.model, cfg.stage_layers[k], k == 0, k == cfg.pp - 1, first)
         e = expert_layer_params(self.model, first, cfg.stage_layers[k])

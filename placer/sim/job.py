@@ -264,6 +264,12 @@ def simulate(
         raise InputError(
             "plan cannot be simulated: " + "; ".join(why or ["its step time is infinite"])
         )
+    if ev.config.dualpipev:
+        raise InputError(
+            "plan cannot be simulated: parallelism.pipeline_schedule dualpipev is not in the "
+            "simulator (the closed form prices it: placer.perf.dualpipe, checked against "
+            "torch's ScheduleDualPipeV in the consumer tier)"
+        )
     t0, c0 = time.perf_counter(), time.process_time()
     job = _Job(problem, plan, perf, ev, options)
     full = job.run(comm=True)
