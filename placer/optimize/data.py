@@ -362,8 +362,7 @@ def _contention(
             if len(x.hops) == 1:
                 for h in x.hops[0]:
                     hop_cross.setdefault(h, {}).setdefault(ci, 0)
-                    # DualPipeV: two messages a tick (PerfModel.chain_hops)
-                    hop_cross[h][ci] += 2 if cfg.dualpipev else 1
+                    hop_cross[h][ci] += 1
     return planes, hop_cross
 
 

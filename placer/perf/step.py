@@ -844,10 +844,10 @@ class PerfModel:
         boundary, v - 1 for the wrap) on both directions of every route of its listed
         paths, with its share: the split is one per pair in plans, not one per direction or
         stream, so this bounds the messages from above (exact for v = 1 on one path).
-        DualPipeV (`dual`): an F&B op sends both its outputs at its end, the forward's and
-        the backward's, the same way (F0&B1 up the ranks, F1&B0 down), so a boundary puts
-        two messages on its travel direction per tick (and two on the reverse at another
-        moment of the tick, as 1F1B's gradients)."""
+        DualPipeV (`dual`): an F&B op sends both its outputs at its end the same way (F0&B1
+        up the ranks, F1&B0 down), one after the other through the direction's FIFO
+        (placer.perf.dualpipe), so a replica still has one message at a time on the route
+        (checked against the flow-level simulator, tests/test_dualpipev.py)."""
         out: dict[Hop, float] = defaultdict(float)
         for a, b, streams in self.chain_boundaries(chain, v, dual):
             if a == b:
@@ -860,7 +860,7 @@ class PerfModel:
                         out[(x, y)] += streams * use.share
                         out[(y, x)] += streams * use.share
                     else:
-                        out[(x, y)] += (2 if dual else 1) * use.share
+                        out[(x, y)] += use.share
         return dict(out)
 
     def chain_time_at(
