@@ -82,13 +82,15 @@ $(CEXPORTS): $(BIN)/placer $(EXPORT_INPUTS)
 	for p in pp1 vpp pp2; do $(BIN)/placer export consumers/case-moe/plan-$$p.json -i consumers/case-moe/instance.yaml -f megatron -o $(CBUILD)/export-moe/$$p || exit 1; done
 	for p in etp1 etp2; do $(BIN)/placer export consumers/case-moe/plan-$$p.json -i consumers/case-moe/instance-etp.yaml -f all -o $(CBUILD)/export-moe/$$p || exit 1; done
 	$(BIN)/placer export consumers/case-moe/plan-pp1.json -i consumers/case-moe/instance-graphs.yaml -f megatron -o $(CBUILD)/export-moe/graphs
+	rm -rf $(CBUILD)/export-dualpipev
+	$(BIN)/placer export consumers/case-dualpipev/plan.json -i consumers/case-dualpipev/instance.yaml -f torchtitan --torchtitan-version 0.2 -o $(CBUILD)/export-dualpipev
 	$(BIN)/python consumers/export_splits.py $(CBUILD)/megatron_splits.json
 	touch $@
 
 test-consumers: venv $(CVENV)/.installed $(CVENV)/tools.txt consumer-exports
 	@cat $(CVENV)/tools.txt
 	@slurmd -V 2>/dev/null || echo "slurm-wlm: not installed"
-	PLACER_EXPORT=$(CURDIR)/$(CBUILD)/export PLACER_EXPORT_02=$(CURDIR)/$(CBUILD)/export-0.2 PLACER_EXPORT_5D=$(CURDIR)/$(CBUILD)/export-5d PLACER_EXPORT_DS3=$(CURDIR)/$(CBUILD)/export-ds3 PLACER_EXPORT_HSDP=$(CURDIR)/$(CBUILD)/export-hsdp PLACER_EXPORT_HSDP_02=$(CURDIR)/$(CBUILD)/export-hsdp-0.2 PLACER_EXPORT_MOE=$(CURDIR)/$(CBUILD)/export-moe \
+	PLACER_EXPORT=$(CURDIR)/$(CBUILD)/export PLACER_EXPORT_02=$(CURDIR)/$(CBUILD)/export-0.2 PLACER_EXPORT_5D=$(CURDIR)/$(CBUILD)/export-5d PLACER_EXPORT_DS3=$(CURDIR)/$(CBUILD)/export-ds3 PLACER_EXPORT_HSDP=$(CURDIR)/$(CBUILD)/export-hsdp PLACER_EXPORT_HSDP_02=$(CURDIR)/$(CBUILD)/export-hsdp-0.2 PLACER_EXPORT_MOE=$(CURDIR)/$(CBUILD)/export-moe PLACER_EXPORT_DUALPIPEV=$(CURDIR)/$(CBUILD)/export-dualpipev \
 	  PLACER_EXPORT_VPP=$(CURDIR)/$(CBUILD)/export-interleaved PLACER_EXPORT_VPP_LAYOUT=$(CURDIR)/$(CBUILD)/export-interleaved-layout PLACER_EXPORT_VPP_CHUNKS=$(CURDIR)/$(CBUILD)/export-interleaved-chunks \
 	  PLACER_EXPORT_UNEVEN=$(CURDIR)/$(CBUILD)/export-uneven PLACER_SPLITS=$(CURDIR)/$(CBUILD)/megatron_splits.json \
 	  $(CBIN)/python -m pytest consumers -rs -s -p no:cacheprovider --durations=10

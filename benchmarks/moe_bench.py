@@ -315,7 +315,15 @@ PUBLISHED.append(
         tp=1,
         pp=16,
         ep=64,
-        overlap=True,  # DualPipe; refused at v = 1 (61 layers do not split into 2 chunks)
+        # DualPipe (section 3.2.1), priced as DualPipeV (parallelism.pipeline_schedule):
+        # the same bubble per the DualPipe README table, 1x parameters per rank where DualPipe
+        # holds 2x (both directions' copies); the F&B pairs hide the EP all-to-all
+        # (Config.ep_overlap), which torchtitan runs without activation checkpointing only.
+        # Recompute none: DeepSeek recomputes RMSNorm and the MLA up-projections only
+        # (section 3.2.3), not the attention core that placer's "selective" recomputes
+        schedule="dualpipev",
+        recompute="none",
+        overlap=True,
         dispatcher="deepep",
         dispatch_precision="fp8",
         published=round(1e12 / (180e3 * 3600)),
@@ -496,9 +504,19 @@ def published_row(r: dict, host_s: float | None = None) -> tuple[float, float, d
     dp = r["gpus"] // (pp * width)
     layers = list(balanced_stage_layers(m.layers, pp))
     chunks = r.get("chunks")
-    if v > 1 and chunks is None and m.layers % v:  # uneven chunks: the optimizer's split
+    dual = r.get("schedule") == "dualpipev"
+    if dual:  # DualPipeV: the optimizer's split of the 2 pp model stages (space.dualpipev_split)
+        from placer.optimize.space import SpaceReport, dualpipev_split
+
+        found = dualpipev_split(m.layers, pp, 2 * pp, SpaceReport())
+        assert found is not None
+        layers, dual_chunks = list(found[0]), found[1]
+        chunks = list(dual_chunks) if dual_chunks is not None else None
+    elif v > 1 and chunks is None and m.layers % v:  # uneven chunks: the optimizer's split
         chunks = list(balanced_chunk_layers(m.layers, pp, v))
-    if chunks is not None:
+    if dual:
+        pass
+    elif chunks is not None:
         layers = [sum(chunks[c * pp + k] for c in range(v)) for k in range(pp)]
     elif v > 1:  # equal chunks: round each stage to a multiple of v, the remainder to the middle
         layers = [x - x % v for x in layers]
@@ -516,6 +534,7 @@ def published_row(r: dict, host_s: float | None = None) -> tuple[float, float, d
             "micro_batch": r["mbs"],
             "virtual_stages": v,
             **({"chunk_layers": chunks} if chunks is not None else {}),
+            **({"pipeline_schedule": "dualpipev"} if dual else {}),
         },
         "stage_layers": layers,
         "replica_groups": [{"count": dp, "stage_sites": ["dc"] * pp}],
@@ -636,6 +655,9 @@ def deepseek_ablation() -> None:
         ("+ per-node dedup, at most 4 nodes per token (deepep)", {"dispatcher": "deepep"}),
         ("+ FP8 dispatch", {"dispatch_precision": "fp8"}),
         ("+ H800 NVLink 400 GB/s", {"gpu": "h800", "catalog": _h800()}),
+        ("+ DualPipeV (selective recompute: no EP overlap)", {"schedule": "dualpipev"}),
+        ("+ recompute none (DeepSeek's: RMSNorm, MLA up-proj.)", {"recompute": "none"}),
+        ("+ EP overlap under the F&B pairs (the row)", {"overlap": True}),
     ]
     cur = {
         **base,
@@ -645,6 +667,7 @@ def deepseek_ablation() -> None:
         "dispatcher": "alltoall",
         "dispatch_precision": "bf16",
         "overlap": False,
+        "schedule": "1f1b",
     }
     cur.pop("catalog", None)
     pub = base["published"]
@@ -671,6 +694,7 @@ def published_runs() -> None:
         errs.append(abs(err))
         lay = f"tp{r['tp']} pp{r['pp']} ep{r['ep']}" + (f" etp{r['etp']}" if "etp" in r else "")
         lay += f" v{r['v']}" if r.get("v", 1) > 1 else ""
+        lay += " dualpipev" if r.get("schedule") == "dualpipev" else ""
         extra = ", ".join(
             x
             for x in (

@@ -145,6 +145,14 @@ def evaluate(
                 f"interleaved 1F1B runs micro-batches in groups of pp: num_micro_batches {cfg.num_micro_batches} is not a multiple of pp {cfg.pp}",  # noqa: E501
             )
         )
+    if cfg.dualpipev and cfg.num_micro_batches < 2 * cfg.pp:
+        viol.append(
+            Violation(
+                "shape",
+                "parallelism.pipeline_schedule",
+                f"dualpipev needs at least 2 x pp = {2 * cfg.pp} micro-batches per step (DualPipeV.step: num_chunks >= num_ranks * 2), got {cfg.num_micro_batches}",  # noqa: E501
+            )
+        )
     if cfg.sync_mode not in inst.job.sync.modes:
         viol.append(
             Violation(

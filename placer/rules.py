@@ -105,6 +105,37 @@ class Config:
     # parallelism.chunk_layers: the layers of each of the v pp model stages when they are
     # not stage_layers[k] / v (uneven chunks, Megatron-Core's pipeline layout); None: even
     chunk_split: tuple[int, ...] | None = None
+    # parallelism.pipeline_schedule: "1f1b" (1F1B, interleaved for virtual_stages > 1) or
+    # "dualpipev" (DeepSeek's DualPipeV, placer.perf.dualpipe: 2 chunks per rank in a V,
+    # model stage s on rank s for s < pp, else 2 pp - 1 - s)
+    pipeline_schedule: str = "1f1b"
+
+    @property
+    def dualpipev(self) -> bool:
+        return self.pipeline_schedule == "dualpipev"
+
+    @property
+    def chunks_per_rank(self) -> int:
+        """Model chunks per pipeline rank: virtual_stages, 2 under DualPipeV."""
+        return 2 if self.dualpipev else self.virtual_stages
+
+    @property
+    def model_stages(self) -> int:
+        """Model stages (chunks) of the pipeline: pp x chunks_per_rank."""
+        return self.pp * self.chunks_per_rank
+
+    def stage_rank(self, s: int) -> int:
+        """The pipeline rank of model stage s: s mod pp (1F1B, interleaved), the V
+        (DualPipeV: s for s < pp, else 2 pp - 1 - s)."""
+        if self.dualpipev:
+            return s if s < self.pp else 2 * self.pp - 1 - s
+        return s % self.pp
+
+    def rank_stages(self, k: int) -> tuple[int, ...]:
+        """The model stages of rank k, chunk 0 first."""
+        if self.dualpipev:
+            return (k, 2 * self.pp - 1 - k)
+        return tuple(c * self.pp + k for c in range(self.virtual_stages))
 
     @property
     def gpus(self) -> int:
@@ -116,7 +147,12 @@ class Config:
         accepts --overlap-moe-expert-parallel-comm only with EP > 1, without full
         recompute and, with pipelining, with a virtual pipeline (TransformerConfig
         __post_init__, megatron-core 0.16.1); elsewhere the all-to-all stays exposed and
-        the launch files do not ask for the overlap."""
+        the launch files do not ask for the overlap. Under DualPipeV (pp > 1) the overlap is
+        the schedule's F&B pairs, which torchtitan runs with EP > 1 and no activation
+        checkpointing only (torchtitan 0.2.2 distributed/dual_pipe_v.py get_dual_pipe_v_flag:
+        NotImplementedError with activation_checkpoint.mode other than "none")."""
+        if self.dualpipev and self.pp > 1:
+            return self.overlap_ep_comm and self.ep > 1 and self.recompute == "none"
         return (
             self.overlap_ep_comm
             and self.ep > 1
@@ -136,19 +172,18 @@ class Config:
         plan's chunk_layers, else stage_layers[k] / v for every chunk of rank k."""
         if self.chunk_split is not None:
             return self.chunk_split
-        v, p = self.virtual_stages, self.pp
-        return tuple(self.stage_layers[s % p] // v for s in range(v * p))
+        v = self.chunks_per_rank
+        return tuple(self.stage_layers[self.stage_rank(s)] // v for s in range(self.model_stages))
 
     @property
     def uneven_chunks(self) -> bool:
         """Whether some rank's chunks differ in size (exports need a pipeline layout)."""
-        v, p = self.virtual_stages, self.pp
-        c = self.chunk_layers
-        return any(len({c[i * p + k] for i in range(v)}) > 1 for k in range(p))
+        return any(len(set(self.rank_chunks(k))) > 1 for k in range(self.pp))
 
     def rank_chunks(self, k: int) -> tuple[int, ...]:
-        """The layers of rank k's v chunks, chunk 0 first."""
-        return tuple(self.chunk_layers[c * self.pp + k] for c in range(self.virtual_stages))
+        """The layers of rank k's chunks (v, 2 under DualPipeV), chunk 0 first."""
+        c = self.chunk_layers
+        return tuple(c[s] for s in self.rank_stages(k))
 
     def label(self) -> str:
         """tp[-cp][-ep][-fsdp]-pp-dp-mb[-v]-sync, and the layers per stage when they are not all
@@ -159,6 +194,8 @@ class Config:
         if self.dp_shard > 1:
             extra += f"-fsdp{self.dp_shard}"
         v = f"-v{self.virtual_stages}" if self.virtual_stages > 1 else ""
+        if self.dualpipev:
+            v += "-dualpipev"
         base = (
             f"tp{self.tp}{extra}-pp{self.pp}-dp{self.dp}-mb{self.micro_batch}{v}-{self.sync_mode}"
         )
@@ -191,6 +228,7 @@ def job_config(
     dp_shard: int = 1,
     etp: int | None = None,
     chunk_split: tuple[int, ...] | None = None,
+    pipeline_schedule: str = "1f1b",
 ) -> Config:
     """A configuration with the job's recompute, precision, ZeRO and sync settings."""
     return Config(
@@ -223,6 +261,7 @@ def job_config(
         reshard_after_forward=job.fsdp.reshard_after_forward,
         etp=etp,
         chunk_split=tuple(chunk_split) if chunk_split is not None else None,
+        pipeline_schedule=pipeline_schedule,
     )
 
 
@@ -331,6 +370,7 @@ def config_of(problem: Problem, plan: Plan) -> Config:
         dp_shard=shard,
         etp=etp,
         chunk_split=_uneven_chunks(plan),
+        pipeline_schedule=par.pipeline_schedule or "1f1b",
     )
 
 
@@ -341,7 +381,10 @@ def _uneven_chunks(plan: Plan) -> tuple[int, ...] | None:
     if par.chunk_layers is None:
         return None
     v, p = par.virtual_stages, par.pp
-    even = [plan.stage_layers[s % p] // v for s in range(v * p)]
+    if par.pipeline_schedule == "dualpipev":
+        even = [plan.stage_layers[s if s < p else 2 * p - 1 - s] // 2 for s in range(2 * p)]
+    else:
+        even = [plan.stage_layers[s % p] // v for s in range(v * p)]
     return None if list(par.chunk_layers) == even else tuple(par.chunk_layers)
 
 

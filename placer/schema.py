@@ -30,6 +30,7 @@ SyncMode = Literal["synchronous", "diloco", "streaming-diloco"]
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
 Backend = Literal["cpsat", "milp", "brute"]
+PipelineSchedule = Literal["1f1b", "dualpipev"]
 
 
 def _not_bool(v: Any) -> Any:
@@ -630,6 +631,15 @@ class Parallelism(Strict):
         "Megatron runs by default; e.g. [1, 2, 4] lets the optimizer weigh the smaller "
         "bubble against v times the pipeline messages and more in-flight activations",
     )
+    pipeline_schedule: (
+        Annotated[list[PipelineSchedule], Field(min_length=1, max_length=2)] | None
+    ) = Field(
+        default=None,
+        description="pipeline schedules the optimizer may choose: '1f1b' (1F1B, interleaved "
+        "with virtual_stages > 1) and 'dualpipev' (DeepSeek's DualPipeV, torchtitan "
+        "pipeline_parallel_schedule DualPipeV: 2 chunks per rank in a V, pp >= 2, at least "
+        "2 x pp micro-batches, virtual_stages 1; no Megatron export); null = ['1f1b']",
+    )
 
     @field_validator(
         "tp", "pp", "dp", "micro_batch", "cp", "ep", "etp", "virtual_stages", "dp_shard"
@@ -919,6 +929,14 @@ class PlanParallelism(Strict):
         "summing to stage_layers[k]; null = every chunk of rank k holds stage_layers[k] / "
         "virtual_stages layers (which must then divide)",
     )
+    pipeline_schedule: PipelineSchedule | None = Field(
+        default=None,
+        description="null or '1f1b': 1F1B (interleaved with virtual_stages > 1); 'dualpipev': "
+        "DeepSeek's DualPipeV (torchtitan DualPipeV; placer.perf.dualpipe): each rank k holds "
+        "2 model stages in a V, k and 2 pp - 1 - k (chunk_layers then lists the 2 pp model "
+        "stages in model order, null = each rank's layers halved); needs pp >= 2, "
+        "virtual_stages 1 and num_micro_batches >= 2 pp",
+    )
 
 
 class ReplicaGroup(Strict):
@@ -1010,6 +1028,53 @@ class PlanWarning(Strict):
     message: str
 
 
+def dualpipev_problems(plan: Plan) -> list[str]:
+    """Why a DualPipeV plan's pipeline cannot run (empty: it can): DualPipeV (DeepSeek's
+    dualpipev.py, torch's ScheduleDualPipeV) holds exactly 2 stages per rank in a V, so
+    pp >= 2 (one rank would be no pipeline), no interleaving on top (virtual_stages 1: the
+    two chunks are the schedule's own), at least 2 pp micro-batches (DualPipeV.step asserts
+    num_chunks >= num_ranks * 2; torch: at least as many micro-batches as stages) and the
+    layers split into 2 pp chunks of >= 1 layer, rank k's chunks k and 2 pp - 1 - k summing
+    to stage_layers[k]. Replica groups and the batch are checked with the other fields."""
+    p = plan.parallelism
+    out = []
+    if p.pp < 2:
+        out.append(f"parallelism.pipeline_schedule: dualpipev needs pp >= 2 (pp is {p.pp})")
+    if p.virtual_stages > 1:
+        out.append(
+            f"parallelism.pipeline_schedule: dualpipev runs 2 chunks per rank of its own; "
+            f"virtual_stages must be 1 (is {p.virtual_stages})"
+        )
+    m = p.num_micro_batches
+    if m is not None and m < 2 * p.pp:
+        out.append(
+            f"parallelism.num_micro_batches: dualpipev needs at least 2 x pp = {2 * p.pp} "
+            f"micro-batches, got {m}"
+        )
+    pp = len(plan.stage_layers)
+    if p.chunk_layers is None:
+        for k, n in enumerate(plan.stage_layers):
+            if n % 2:
+                out.append(
+                    f"stage_layers[{k}]: {n} layers do not split into the 2 equal chunks of "
+                    "dualpipev; parallelism.chunk_layers gives the 2 x pp chunks"
+                )
+    elif len(p.chunk_layers) != 2 * pp:
+        out.append(
+            f"parallelism.chunk_layers: {len(p.chunk_layers)} entries, dualpipev has "
+            f"2 x pp = {2 * pp} model stages"
+        )
+    else:
+        for k, n in enumerate(plan.stage_layers):
+            a, b = p.chunk_layers[k], p.chunk_layers[2 * pp - 1 - k]
+            if a + b != n:
+                out.append(
+                    f"parallelism.chunk_layers: rank {k}'s chunks [{k}] and "
+                    f"[{2 * pp - 1 - k}] sum to {a + b}, stage_layers[{k}] is {n}"
+                )
+    return out
+
+
 def chunk_layer_problems(chunks: list[int], stage_layers: list[int], pp: int, v: int) -> list[str]:
     """Why parallelism.chunk_layers does not describe the plan's pipeline (empty: it does):
     v x pp entries in model-stage order (chunk c of rank k at c pp + k, as Megatron-Core's
@@ -1075,9 +1140,12 @@ class Plan(Strict):
             if n < 1:
                 out.append(f"stage_layers[{k}]: every stage needs at least one layer, got {n}")
         v = p.virtual_stages
-        if p.chunk_layers is not None:
+        dual = p.pipeline_schedule == "dualpipev"
+        if dual:
+            out += dualpipev_problems(self)
+        elif p.chunk_layers is not None:
             out += chunk_layer_problems(p.chunk_layers, self.stage_layers, p.pp, v)
-        if v > 1:
+        if v > 1 and not dual:
             if p.pp == 1:
                 out.append(f"parallelism.virtual_stages: {v} needs pipeline parallelism (pp is 1)")
             for k, n in enumerate(self.stage_layers):

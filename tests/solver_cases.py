@@ -509,6 +509,7 @@ def cases() -> list[Case]:
         + PART_FILLED_CASES
         + SITE_RING_CASES
         + UNEVEN_CHUNK_CASES
+        + DUALPIPEV_CASES
         + BUCKET_LATENCY_CASES
         + STAGGER_RESILIENCE_CASES
     )
@@ -746,6 +747,32 @@ def uneven_chunk_instance(km: float | None) -> dict[str, Any]:
 UNEVEN_CHUNK_CASES = [
     Case("interleave-uneven-one-site", uneven_chunk_instance(None)),
     Case("interleave-uneven-two-sites-20km", uneven_chunk_instance(20.0)),
+]
+
+
+# ----------------------------------------------------------------------------- DualPipeV
+
+
+def dualpipev_instance(km: float | None = None) -> dict[str, Any]:
+    """The interleave instance (pp 4) with job.parallelism.pipeline_schedule [1f1b,
+    dualpipev] and m = 8 = 2 pp micro-batches, DualPipeV's minimum (issue 16 item 6;
+    tests/test_dualpipev.py). One site (one 8-GPU node, dp 2): DualPipeV's bubble (p - 1)(F
+    + 2B - 3W) of half-stage chunks undercuts interleaving's and 1F1B's, so it wins. Two
+    sites (dp 4, the chain crosses the route once): DualPipeV sends every micro-batch over
+    the crossing twice each way (down the V and back up, with lockstep contention of two
+    messages a tick), so the route's length decides: it wins at 200 km, 1F1B at 1000 km."""
+    inst = interleave_instance(km)
+    inst["name"] = "case-dualpipev-1" if km is None else "case-dualpipev-2"
+    inst["job"]["parallelism"]["pipeline_schedule"] = ["1f1b", "dualpipev"]
+    if km is not None:
+        inst["job"]["global_batch"] = 32
+    return inst
+
+
+DUALPIPEV_CASES = [
+    Case("dualpipev-one-site", dualpipev_instance()),
+    Case("dualpipev-two-sites-200km", dualpipev_instance(200.0)),
+    Case("dualpipev-two-sites-1000km", dualpipev_instance(1000.0)),
 ]
 
 

@@ -62,6 +62,8 @@ def capacity_bound(
     does, and its capacity is every site of that kind (a relaxation, so the bound holds)."""
     import highspy
 
+    if cfg.dualpipev:
+        return 0.0  # not formed for the V layout (a weaker bound: pipeline_lower_bound)
     v, pp, m, dp = cfg.virtual_stages, cfg.pp, cfg.num_micro_batches, cfg.dp
     S = v * pp
     groups: dict[Kind, float] = {}

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 from placer.io import Problem
 from placer.network import PairKey, Routing, route_key
-from placer.perf.critical_path import critical_path
 from placer.perf.step import Chain, Config, Hop, PerfModel, hops_of
 
 TOL = 1e-9  # a plan's true chain time above every plane by more than this (relative) is cut
@@ -82,7 +81,9 @@ class ChainPlanes:
 def crossings(perf: PerfModel, cfg: Config, chain: Chain, paths: dict) -> list[Crossing]:
     out = []
     intra = perf.catalog.network.intra_site_latency_s
-    for j, (a, b, _streams) in enumerate(perf.chain_boundaries(chain, cfg.virtual_stages)):
+    for j, (a, b, _streams) in enumerate(
+        perf.chain_boundaries(chain, cfg.virtual_stages, cfg.dualpipev)
+    ):
         if a == b:
             continue
         q = route_key(a, b)
@@ -113,7 +114,7 @@ def plane_at(
     for i, x in enumerate(cp.crossings):
         tx[x.boundary] = taus[i]
         lat[x.boundary] = lams[i]
-    path = critical_path(fwd, bwd, lat, tx, cfg.num_micro_batches, cfg.virtual_stages)
+    path = perf.schedule_path(cfg, cp.chain, fwd, bwd, lat, tx)
     const, n, lc = path.plane(tx, lat)
     const += perf.optimizer_step_s(cfg, cp.chain)
     cross = {x.boundary for x in cp.crossings}
@@ -151,12 +152,13 @@ def chain_points(
     (the evaluator's, placer.perf.step), healthy or under a failure's route `factor`."""
     tick = perf.route_tick_s(cfg, groups, capacity_Bps, routing, factor)
     out = {}
-    v = cfg.virtual_stages
+    v, dual = cfg.virtual_stages, cfg.dualpipev
     for _, chain in groups:
-        lats = perf.boundary_latencies(chain, routing, v) if routing else None
-        ticks = perf.boundary_ticks(chain, routing, tick, v) if tick else None
+        lats = perf.boundary_latencies(chain, routing, v, dual) if routing else None
+        ticks = perf.boundary_ticks(chain, routing, tick, v, dual) if tick else None
         _f, _b, lat, tx = perf.chain_times_at(cfg, chain, lats, ticks)
-        cross = [j for j, (a, b, _) in enumerate(perf.chain_boundaries(chain, v)) if a != b]
+        bounds = perf.chain_boundaries(chain, v, dual)
+        cross = [j for j, (a, b, _) in enumerate(bounds) if a != b]
         point = (tuple(tx[j] for j in cross), tuple(lat[j] for j in cross))
         out[chain] = (point, perf.chain_time(cfg, chain, routing=routing, tick_s=tick or None))
     return out

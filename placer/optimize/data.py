@@ -244,7 +244,7 @@ def build_inner(
     # a pair once per message stream that crosses it (interleaving: v per boundary and
     # v - 1 for the wrap, PerfModel.chain_boundaries), so that counts are bytes
     v = cfg.virtual_stages
-    chain_pairs = [perf.crossing_pairs(c, v) for c in chains]
+    chain_pairs = [perf.crossing_pairs(c, v, cfg.dualpipev) for c in chains]
     chain_cross, chain_level_time = [], []
     for c, qs in zip(chains, chain_pairs, strict=True):
         deadline.check()  # hook (placer.optimize.deadline): a build stops at the time limit
@@ -267,7 +267,7 @@ def build_inner(
                     lat.get(
                         route_key(a, b), pair_paths[route_key(a, b)][0].latency_s if a != b else 0.0
                     )
-                    for a, b, _ in perf.chain_boundaries(c, v)
+                    for a, b, _ in perf.chain_boundaries(c, v, cfg.dualpipev)
                 )
                 levels_time[tuple(level[q] for q in routed)] = perf.chain_time_at(cfg, c, lats)
         chain_level_time.append(levels_time)
@@ -477,6 +477,7 @@ def config_plan(
                 "num_micro_batches": cfg.num_micro_batches,
                 **({"virtual_stages": cfg.virtual_stages} if cfg.virtual_stages > 1 else {}),
                 **({"chunk_layers": list(cfg.chunk_split)} if cfg.chunk_split else {}),
+                **({"pipeline_schedule": "dualpipev"} if cfg.dualpipev else {}),
             },
             "stage_layers": list(cfg.stage_layers),
             "replica_groups": groups,

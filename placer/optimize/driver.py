@@ -944,6 +944,8 @@ def slow_slot_bound(
     boundary time, as in pipeline_lower_bound); the bound is the least of these over the
     sets of n ranks that have a host outside F (n lowered, a weaker bound, until at most
     SLOW_SETS sets remain; n = 1 is the one slow stage of before)."""
+    if cfg.dualpipev:
+        return 0.0  # not formed for the V layout (a weaker bound: pipeline_lower_bound)
     inst = problem.instance
     v, pp = cfg.virtual_stages, cfg.pp
     gpu = {s.name: s.gpu for s in inst.sites}
@@ -1146,6 +1148,7 @@ def _intra(
         problem.instance.site(site).gpu,
         site_gpus_per_node(problem, site),
         members,
+        k if cfg.dualpipev else None,  # DualPipeV: rank k's two chunks (PerfModel._stage_split)
     )
     if key not in memo:
         memo[key] = perf.intra_sync_s(cfg, k, site, members=members)

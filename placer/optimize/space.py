@@ -197,9 +197,23 @@ def _configs_for(
                     report.drop("tp x cp x ep x dp_shard x pp x dp differs from job.gpus")
                     continue
                 m = num_micro_batches(job, b, dp, side)
-                for v in sorted(set(par.virtual_stages)):
+                # job.parallelism.pipeline_schedule: 1F1B at each virtual_stages, DualPipeV
+                # (its own 2 chunks per rank, virtual_stages 1) once
+                schedules = par.pipeline_schedule or ["1f1b"]
+                shapes = [(v, "1f1b") for v in sorted(set(par.virtual_stages))]
+                shapes = [x for x in shapes if "1f1b" in schedules]
+                if "dualpipev" in schedules:
+                    shapes.append((1, "dualpipev"))
+                for v, schedule in shapes:
                     chunks = None
-                    if v == 1:
+                    if schedule == "dualpipev":
+                        found = dualpipev_split(model.layers, pp, m, report)
+                        if found is None:
+                            continue
+                        split, chunks = found
+                        report.split_sources.add("even")
+                        splits, complete = [split], True
+                    elif v == 1:
                         base = job_config(
                             job,
                             tp,
@@ -244,6 +258,7 @@ def _configs_for(
                                     dp_shard=f,
                                     etp=etp,
                                     chunk_split=chunks,
+                                    pipeline_schedule=schedule,
                                 )
                             )
                         if not complete:
@@ -284,6 +299,33 @@ def interleaved_split(
         return None
     ranks = tuple(sum(chunks[c * pp + k] for c in range(v)) for k in range(pp))
     return ranks, chunks
+
+
+def dualpipev_split(
+    layers: int, pp: int, m: int, report: SpaceReport
+) -> tuple[tuple[int, ...], tuple[int, ...] | None] | None:
+    """(layers per pipeline rank, layers per model stage or None for equal halves) of
+    DualPipeV's 2 pp model stages (rank k holds stages k and 2 pp - 1 - k), or None (with
+    the reason dropped). DualPipeV needs pp >= 2 and at least 2 pp micro-batches
+    (DeepSeek's DualPipeV.step; placer.perf.dualpipe). When 2 pp divides the layers every
+    model stage holds layers / (2 pp); otherwise the balanced split of the model stages
+    (balanced_chunk_layers over 2 pp stages in model order: the embedding and the loss
+    counted as a layer each, here both on rank 0), each rank's layers the sum of its two.
+    One split per pp, as for interleaving (solver.splits: even)."""
+    if pp < 2:
+        report.drop("dualpipev needs pp >= 2")
+        return None
+    if m < 2 * pp:
+        report.drop("dualpipev needs at least 2 x pp micro-batches")
+        return None
+    n = 2 * pp
+    if layers % n == 0:
+        return tuple(2 * layers // n for _ in range(pp)), None
+    chunks = balanced_chunk_layers(layers, n, 1)
+    if chunks is None:
+        report.drop("the layers do not split into 2 x pp dualpipev chunks")
+        return None
+    return tuple(chunks[k] + chunks[n - 1 - k] for k in range(pp)), chunks
 
 
 def stage_memory_gb(problem: Problem, cfg: Config, stage: int) -> float:

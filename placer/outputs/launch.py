@@ -810,6 +810,14 @@ def _megatron_layout(
 
 def megatron_files(layout: Layout) -> dict[str, str]:
     problem, plan = layout.problem, layout.plan
+    if plan.parallelism.pipeline_schedule == "dualpipev":
+        # megatron-core 0.16.1 pipeline_parallel/schedules.py: no-pipelining, 1F1B and
+        # interleaved 1F1B (plus the combined 1F1B of the EP overlap); no DualPipe
+        raise InputError(
+            "parallelism.pipeline_schedule: dualpipev has no Megatron-LM / Megatron-Core schedule "  # noqa: E501
+            "(Megatron-Core runs 1F1B and interleaved 1F1B only); export it for torchtitan "
+            '(-f torchtitan: pipeline_parallel_schedule = "DualPipeV") or plan with 1f1b'
+        )
     # the Megatron rank order, recomputed from its formula, must give the layout's coordinates
     for r in layout.ranks:
         coords = megatron_coords_5d(r.rank, layout.tp, layout.cp, layout.dp_size)
@@ -1100,6 +1108,11 @@ def torchtitan_parts(layout: Layout, version: str) -> list[list[str]]:
     par = layout.plan.parallelism
     v = par.virtual_stages
     chunks = par.chunk_layers or [n // v for _ in range(v) for n in layout.plan.stage_layers]
+    if par.pipeline_schedule == "dualpipev" and par.chunk_layers is None:
+        # DualPipeV (torchtitan's "v" stage style: part s on rank s, then back, 2 pp - 1 - s):
+        # the 2 pp model stages in model order, each rank's layers halved
+        sl, p = layout.plan.stage_layers, len(layout.plan.stage_layers)
+        chunks = [sl[s if s < p else 2 * p - 1 - s] // 2 for s in range(2 * p)]
     for k, n in enumerate(chunks):
         part = (["tok_embeddings"] if k == 0 else []) + [
             f"layers.{i}" for i in range(start, start + n)
@@ -1139,13 +1152,11 @@ def torchtitan_settings(layout: Layout, version: str) -> list[tuple[str, str, An
         out.append(("parallelism", "fsdp_reshard_after_forward", policy))
     if version == "0.3":  # 0.2.x has no switch: its Llama TP plan always applies SequenceParallel
         out.append(("parallelism", "enable_sequence_parallel", layout.tp > 1))
+    dual = plan.parallelism.pipeline_schedule == "dualpipev"
     if layout.pp > 1:
+        schedule = "Interleaved1F1B" if plan.parallelism.virtual_stages > 1 else "1F1B"
         out += [
-            (
-                "parallelism",
-                "pipeline_parallel_schedule",
-                "Interleaved1F1B" if plan.parallelism.virtual_stages > 1 else "1F1B",
-            ),
+            ("parallelism", "pipeline_parallel_schedule", "DualPipeV" if dual else schedule),
             ("parallelism", "pipeline_parallel_microbatch_size", plan.parallelism.micro_batch),
             ("parallelism", "module_fqns_per_model_part", torchtitan_parts(layout, version)),
         ]
@@ -1153,6 +1164,13 @@ def torchtitan_settings(layout: Layout, version: str) -> list[tuple[str, str, An
             out.append(
                 ("training", "disable_cuda_graphs", True)
             )  # 0.3: CUDA graphs do not support PP yet
+        if dual and layout.ep > 1:
+            # torchtitan distributed/dual_pipe_v.py get_dual_pipe_v_flag: the EP overlap of
+            # DualPipeV's F&B pairs (default true) refuses activation checkpointing, so it
+            # says what the plan priced (Config.ep_overlap) and, when on, the AC mode none
+            out.append(("parallelism", "pipeline_parallel_expert_parallel_overlap", cfg.ep_overlap))
+            if cfg.ep_overlap:
+                out.append(("activation_checkpoint", "mode", "none"))
     return out
 
 
@@ -1215,7 +1233,9 @@ def torchtitan_files(layout: Layout, version: str = "0.3") -> dict[str, str]:
     files = {"torchtitan_hosts.txt": host_order_text(layout, "torchtitan")}
     if version == "0.2":
         lines: list[str] = []
-        for section in ("parallelism", "training"):
+        for section in ("parallelism", "training", "activation_checkpoint"):
+            if section == "activation_checkpoint" and not any(x[0] == section for x in settings):
+                continue
             lines.append(f"[{section}]")
             for sec, key, v in settings:
                 if sec == section:

@@ -146,13 +146,21 @@ ASSUMPTIONS: list[Assumption] = [
     ),
     Assumption(
         "non-interleaved 1F1B (parallelism.virtual_stages 1)",
-        lambda p, plan: plan.parallelism.virtual_stages == 1,
+        lambda p, plan: (
+            plan.parallelism.virtual_stages == 1
+            and plan.parallelism.pipeline_schedule != "dualpipev"
+        ),
         note="no virtual-stage flag; torchtitan pipeline_parallel_schedule 1F1B",
     ),
     Assumption(
         "interleaved 1F1B (parallelism.virtual_stages > 1): bubble (p-1)/(v m), v times the p2p messages, Megatron-Core's warm-up in memory",  # noqa: E501
         lambda p, plan: plan.parallelism.virtual_stages > 1,
         note="--num-virtual-stages-per-pipeline-rank (or a layout of v*pp stages) with the pipeline flags; torchtitan Interleaved1F1B over v*pp model parts",  # noqa: E501
+    ),
+    Assumption(
+        "DualPipeV (parallelism.pipeline_schedule dualpipev): 2 chunks per rank in a V, bubble (pp-1)(F&B + B - 3W) per chunk, 2 pp + 1 chunk micro-batches in memory",  # noqa: E501
+        lambda p, plan: plan.parallelism.pipeline_schedule == "dualpipev",
+        note="torchtitan pipeline_parallel_schedule DualPipeV over 2*pp model parts (torch's ScheduleDualPipeV); W priced as the forward GEMMs (assumption); Megatron has no DualPipe",  # noqa: E501
     ),
 ]
 

@@ -103,6 +103,11 @@ def markdown_report(
             f"; interleaved 1F1B, {par.virtual_stages} chunks per pipeline rank"
             if par.virtual_stages > 1
             else ""
+        )
+        + (
+            "; DualPipeV, 2 chunks per pipeline rank in a V"
+            if par.pipeline_schedule == "dualpipev"
+            else ""
         ),
         f"- layers per stage: {list(plan.stage_layers)}"
         + (
@@ -199,6 +204,7 @@ def print_summary(
     console.print(
         f"[bold]{title}[/bold]: {problem.name}  tp={par.tp}{_cp_ep(ev.config, '=')} pp={par.pp} dp={par.dp} mb={par.micro_batch}"  # noqa: E501
         + (f" v={par.virtual_stages}" if par.virtual_stages > 1 else "")
+        + (" dualpipev" if par.pipeline_schedule == "dualpipev" else "")
         + f" sync={ev.sync_mode}"
     )
     t = Table(title="placement")
@@ -459,6 +465,8 @@ def simulate_critical_chain(prob: Problem, ev: Evaluation) -> dict[str, float] |
         return None
     perf = PerfModel(prob)
     cfg, chain = ev.config, ev.step.critical_chain
+    if cfg.dualpipev:
+        return None  # no chain-only simulation of it: `placer simulate` runs the whole job
     if cfg.virtual_stages > 1:
         # interleaved: simpy's event simulation of the chain's schedule (placer.sim)
         from placer.sim import simulate_chain

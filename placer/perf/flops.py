@@ -402,6 +402,8 @@ def config_stage_memory_bytes(m: ModelSpec, cfg: Any, stage: int) -> dict[str, f
     """stage_memory_bytes for stage `stage` of a configuration (placer.rules.Config), a
     fresh dict each call. It reads the split only through the stage's layers and (through
     the MoE blocks among them) its first block, and the chunks of an uneven interleaving."""
+    if getattr(cfg, "dualpipev", False):
+        return dualpipev_stage_memory_bytes(m, cfg, stage)
     entry = _MEMORY_MEMO.get(id(m))
     if entry is None or entry[0]() is not m or len(entry[1]) > MEMORY_MEMO_MAX:
         entry = _MEMORY_MEMO[id(m)] = (weakref.ref(m), {})
@@ -450,3 +452,48 @@ def _config_stage_memory_bytes(
         etp=getattr(cfg, "etp", None),
         chunks=chunks,
     )
+
+
+def dualpipev_stage_memory_bytes(m: ModelSpec, cfg: Any, rank: int) -> dict[str, float]:
+    """Per-GPU memory of pipeline rank `rank` under DualPipeV (placer.perf.dualpipe): its
+    two model stages, rank and 2 pp - 1 - rank (rank 0 holds the embedding and the LM head).
+
+    Model state: each chunk's as stage_memory_bytes prices it (a model stage of the 2 pp,
+    its own first layer for the MoE blocks), summed; under FSDP that counts the gathered
+    working set once per chunk (conservative). Activations: the peak over the rank's
+    schedule of the chunk micro-batches it holds (dualpipev_peak_layers, each weighing its
+    chunk's per-micro-batch activations: 2 pp + 1 chunk micro-batches, the README's PP + 1),
+    plus, under full recompute, the block being recomputed, and on rank 0 the fp32 logits
+    of one micro-batch."""
+    from placer.perf.dualpipe import dualpipev_peak_layers
+
+    p, layers = cfg.pp, cfg.chunk_layers
+    cp, etp = getattr(cfg, "cp", 1), getattr(cfg, "etp", None)
+    imb = getattr(cfg, "expert_load_imbalance", 1.0)
+    state, per_mb, any_moe = 0.0, [], False
+    for s in cfg.rank_stages(rank):
+        first_layer = sum(layers[:s])
+        one = stage_memory_bytes(
+            m, layers[s], s, 2 * p, cfg.tp, cfg.dp, cfg.micro_batch, 1, cfg.recompute,
+            cfg.zero1, first_layer=first_layer, cp=cp, ep=getattr(cfg, "ep", 1),
+            load_imbalance=imb, dp_shard=getattr(cfg, "dp_shard", 1),
+            reshard_after_forward=getattr(cfg, "reshard_after_forward", True), etp=etp,
+        )  # fmt: skip
+        state += one["model_state"]
+        n_moe = m.moe_layers_in(first_layer, layers[s])
+        any_moe = any_moe or n_moe > 0
+        act = (layers[s] - n_moe) * activation_bytes_per_layer(
+            m, cfg.micro_batch, cfg.tp, cfg.recompute, cp
+        )
+        act += n_moe * activation_bytes_per_layer(
+            m, cfg.micro_batch, cfg.tp, cfg.recompute, cp, True, imb, etp or 1
+        )
+        per_mb.append(act)
+    act = float(dualpipev_peak_layers(p, cfg.num_micro_batches, rank, (per_mb[0], per_mb[1])))
+    if cfg.recompute == "full":
+        act += activation_bytes_per_layer(
+            m, cfg.micro_batch, cfg.tp, "selective", cp, any_moe, imb, etp or 1
+        )  # the block being recomputed
+    if rank == 0:
+        act += 4.0 * cfg.micro_batch * m.seq_len * m.vocab / (cfg.tp * cp)  # fp32 logits
+    return {"model_state": state, "activations": act, "total": state + act}

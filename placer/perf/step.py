@@ -56,13 +56,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 
 from placer.io import Problem
 from placer.network import Network, PairKey, Path, RouteKey, Routing, route_key
 from placer.perf import comm, compute
-from placer.perf.critical_path import critical_path
+from placer.perf.critical_path import CriticalPath, critical_path
+from placer.perf.dualpipe import dualpipev_path
 from placer.perf.flops import (
     BYTES_BF16,
     expert_layer_params,
@@ -213,6 +214,13 @@ class PerfModel:
         )
 
     def stage_times(self, cfg: Config, gpu_key: str) -> tuple[StageTime, ...]:
+        """Times of one micro-batch on each pipeline rank (all of its chunks: under
+        DualPipeV the sum of its two model stages', rank_stage_time)."""
+        if cfg.dualpipev:
+            chunks = self.chunk_times(cfg, gpu_key)
+            return tuple(
+                rank_stage_time([chunks[s] for s in cfg.rank_stages(k)]) for k in range(cfg.pp)
+            )
         return self._times_of(cfg, gpu_key, cfg.pp, cfg.stage_layers)
 
     def _times_of(
@@ -311,9 +319,9 @@ class PerfModel:
         """Times of one micro-batch on each model stage (v pp of them, cfg.chunk_layers;
         the LM head on the last): the per-stage model on the chunks. For v = 1 these are
         the stage times. Their `optimizer` is not a rank's (use stage_times for that)."""
-        if cfg.virtual_stages == 1:
+        if cfg.chunks_per_rank == 1:
             return self.stage_times(cfg, gpu_key)
-        return self._times_of(cfg, gpu_key, cfg.pp * cfg.virtual_stages, cfg.chunk_layers)
+        return self._times_of(cfg, gpu_key, cfg.model_stages, cfg.chunk_layers)
 
     def _stage_times_uncached(
         self,
@@ -565,7 +573,7 @@ class PerfModel:
         key = ("buckets", cfg)
         hit = self._memo.get(key)
         if hit is None:
-            layers, n_stages = cfg.chunk_layers, cfg.pp * cfg.virtual_stages
+            layers, n_stages = cfg.chunk_layers, cfg.model_stages
             size = max(MEGATRON_BUCKET_MIN, MEGATRON_BUCKET_PER_DP * cfg.dp)
             out, first = [], 0
             for k in range(cfg.pp):
@@ -616,7 +624,9 @@ class PerfModel:
         self, cfg: Config
     ) -> list[tuple[tuple[tuple[float, float], ...], bool]]:
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
-        times = [t for g in gpus for t in self.stage_times(cfg, g)]
+        # DualPipeV: a rank's last backward (first forward) is one chunk's
+        each = self.chunk_times if cfg.dualpipev else self.stage_times
+        times = [t for g in gpus for t in each(cfg, g)]
         # FSDP's exposed collectives occupy the fabric the sync needs: not a window
         w_bwd = min(t.bwd - _fsdp(t, "bwd") for t in times) if cfg.overlap_grad_reduce else 0.0
         w_fwd = min(t.fwd - _fsdp(t, "fwd") for t in times) if cfg.overlap_param_gather else 0.0
@@ -687,6 +697,8 @@ class PerfModel:
         in 60 s (18 s without: benchmarks/README.md)."""
         p = cfg.pp
         if p < 2 or cfg.dp < 2 or cfg.sync_mode != "synchronous" or cfg.dp_shard > 1:
+            return (0.0,) * p
+        if cfg.dualpipev:  # its ranks end on W ops in no rank order: no stagger credited
             return (0.0,) * p
         if self.any_dp_pair_routed():
             return (0.0,) * p
@@ -768,39 +780,50 @@ class PerfModel:
         (default: shortest paths) and, given the routes' lockstep tick times `tick_s`
         (route_tick_s), a transmit time of at least the busiest route's tick on those
         paths."""
-        v = cfg.virtual_stages
-        lats = self.boundary_latencies(chain, routing, v) if routing else None
-        ticks = self.boundary_ticks(chain, routing, tick_s, v) if tick_s else None
+        v, dual = cfg.virtual_stages, cfg.dualpipev
+        lats = self.boundary_latencies(chain, routing, v, dual) if routing else None
+        ticks = self.boundary_ticks(chain, routing, tick_s, v, dual) if tick_s else None
         return self._chain_time(cfg, chain, with_comm, lats, ticks)
 
     @staticmethod
-    def chain_boundaries(chain: Chain, v: int = 1) -> list[tuple[str, str, int]]:
+    def chain_boundaries(
+        chain: Chain, v: int = 1, dual: bool = False
+    ) -> list[tuple[str, str, int]]:
         """The physical pipeline boundaries of a chain: (site of rank k, site of rank k + 1,
         message streams per direction). With v chunks per rank every boundary k -> k + 1
         carries v streams (chunk c's model stages c pp + k -> c pp + k + 1) and, for v > 1,
         the wrap from the last rank back to the first (c pp + pp - 1 -> (c + 1) pp) v - 1:
-        the boundary order of placer.perf.critical_path."""
+        the boundary order of placer.perf.critical_path. DualPipeV (`dual`): 2 streams per
+        boundary (the V's way down and back up), no wrap (its turn stays on the last rank;
+        placer.perf.dualpipe)."""
+        if dual:
+            return [(a, b, 2) for a, b in zip(chain, chain[1:], strict=False)]
         out = [(a, b, v) for a, b in zip(chain, chain[1:], strict=False)]
         if v > 1:
             out.append((chain[-1], chain[0], v - 1))
         return out
 
     def boundary_latencies(
-        self, chain: Chain, routing: Routing | None, v: int = 1
+        self, chain: Chain, routing: Routing | None, v: int = 1, dual: bool = False
     ) -> tuple[float, ...]:
         return tuple(
             self.net.pair_latency_s(routing, "pipeline", a, b)
-            for a, b, _ in self.chain_boundaries(chain, v)
+            for a, b, _ in self.chain_boundaries(chain, v, dual)
         )
 
     def boundary_ticks(
-        self, chain: Chain, routing: Routing | None, tick_s: dict[Hop, float], v: int = 1
+        self,
+        chain: Chain,
+        routing: Routing | None,
+        tick_s: dict[Hop, float],
+        v: int = 1,
+        dual: bool = False,
     ) -> tuple[float, ...]:
         """Per physical boundary of a chain: the busiest route's lockstep tick time, in the
         direction the boundary's activations travel, over every path the routing lists
         for the pair (a replica's message may take any of them); 0 inside a site."""
         out = []
-        for a, b, _ in self.chain_boundaries(chain, v):
+        for a, b, _ in self.chain_boundaries(chain, v, dual):
             uses = self.net.pair_paths(routing, "pipeline", a, b) if a != b else None
             out.append(
                 max(
@@ -811,7 +834,7 @@ class PerfModel:
         return tuple(out)
 
     def chain_hops(
-        self, chain: Chain, routing: Routing | None = None, v: int = 1
+        self, chain: Chain, routing: Routing | None = None, v: int = 1, dual: bool = False
     ) -> dict[Hop, float]:
         """How many of a chain's boundary activations travel each route in each direction
         per tick (a hop (u, v) is the route u-v traversed from u to v; the gradients of the
@@ -820,9 +843,13 @@ class PerfModel:
         routing splits over several paths counts each of its message streams (v per
         boundary, v - 1 for the wrap) on both directions of every route of its listed
         paths, with its share: the split is one per pair in plans, not one per direction or
-        stream, so this bounds the messages from above (exact for v = 1 on one path)."""
+        stream, so this bounds the messages from above (exact for v = 1 on one path).
+        DualPipeV (`dual`): an F&B op sends both its outputs at its end the same way (F0&B1
+        up the ranks, F1&B0 down), one after the other through the direction's FIFO
+        (placer.perf.dualpipe), so a replica still has one message at a time on the route
+        (checked against the flow-level simulator, tests/test_dualpipev.py)."""
         out: dict[Hop, float] = defaultdict(float)
-        for a, b, streams in self.chain_boundaries(chain, v):
+        for a, b, streams in self.chain_boundaries(chain, v, dual):
             if a == b:
                 continue
             uses = self.net.pair_paths(routing, "pipeline", a, b) or ()
@@ -861,11 +888,11 @@ class PerfModel:
         lockstep tick."""
         v, inst = cfg.virtual_stages, self.problem.instance
         fwd, bwd, lat, tx = [], [], [], []
-        for s in range(v * len(chain)):
-            st = self.chunk_times(cfg, inst.site(chain[s % len(chain)]).gpu)[s]
+        for s in range(cfg.model_stages):
+            st = self.chunk_times(cfg, inst.site(chain[cfg.stage_rank(s)]).gpu)[s]
             fwd.append(st.fwd)
             bwd.append(st.bwd)
-        for j, (a, b, _) in enumerate(self.chain_boundaries(chain, v)):
+        for j, (a, b, _) in enumerate(self.chain_boundaries(chain, v, cfg.dualpipev)):
             fiber = lats[j] if lats is not None else None
             la, t = self.boundary(cfg, a, b, fiber)
             lat.append(la)
@@ -886,6 +913,12 @@ class PerfModel:
         if any(math.isinf(x) for x in lat + tx):
             return math.inf
         m, v = cfg.num_micro_batches, cfg.virtual_stages
+        if cfg.dualpipev:
+            if m < 2 * cfg.pp:
+                return math.inf  # no DualPipeV schedule (the evaluator names the violation)
+            wgt = self.chain_weight_grads(cfg, chain)
+            pipe = dualpipev_path(fwd, bwd, wgt, lat, tx, m).makespan_s
+            return pipe + self.optimizer_step_s(cfg, chain)
         if v > 1 and m % cfg.pp:
             return math.inf  # no interleaved schedule (the evaluator names the violation)
         if v == 1:
@@ -893,6 +926,31 @@ class PerfModel:
         else:
             pipe = critical_path(fwd, bwd, lat, tx, m, v).makespan_s
         return pipe + self.optimizer_step_s(cfg, chain)
+
+    def chain_weight_grads(self, cfg: Config, chain: Chain) -> list[float]:
+        """Per model stage of a chain, the weight-gradient part W of its backward
+        (weight_grad_s) on its rank's GPU: DualPipeV's zero-bubble I / W split."""
+        inst = self.problem.instance
+        return [
+            weight_grad_s(self.chunk_times(cfg, inst.site(chain[cfg.stage_rank(s)]).gpu)[s])
+            for s in range(cfg.model_stages)
+        ]
+
+    def schedule_path(
+        self,
+        cfg: Config,
+        chain: Chain,
+        fwd: list[float],
+        bwd: list[float],
+        lat: list[float],
+        tx: list[float],
+    ) -> CriticalPath:
+        """The critical path of the configuration's schedule on these times (1F1B,
+        interleaved, DualPipeV: the chain gives DualPipeV's W times)."""
+        m = cfg.num_micro_batches
+        if cfg.dualpipev:
+            return dualpipev_path(fwd, bwd, self.chain_weight_grads(cfg, chain), lat, tx, m)
+        return critical_path(fwd, bwd, lat, tx, m, cfg.virtual_stages)
 
     def message_floor(self, cfg: Config, sites: set[str] | list[str]) -> tuple[float, float]:
         """(latency, transmit) no pipeline message of a chain over `sites` is below: every
@@ -913,12 +971,17 @@ class PerfModel:
         # the GPU types that may run each rank (a stage's time reads only its site's GPU)
         kinds = [sorted({inst.site(c[k]).gpu for c in chains}) for k in range(cfg.pp)]
         times = {g: self.chunk_times(cfg, g) for g in sorted(set().union(*kinds))}
-        fwd, bwd = [], []
-        for s in range(v * cfg.pp):
-            options = [times[g][s] for g in kinds[s % cfg.pp]]
+        fwd, bwd, wgt = [], [], []
+        for s in range(cfg.model_stages):
+            options = [times[g][s] for g in kinds[cfg.stage_rank(s)]]
             fwd.append(min(t.fwd for t in options))
-            bwd.append(min(t.bwd for t in options))
-        n_bound = cfg.pp - 1 if v == 1 else cfg.pp
+            if cfg.dualpipev:  # monotone in F, I and W (not in B with W): each at its least
+                w = min(weight_grad_s(t) for t in options)
+                wgt.append(w)
+                bwd.append(w + min(t.bwd - weight_grad_s(t) for t in options))
+            else:
+                bwd.append(min(t.bwd for t in options))
+        n_bound = cfg.pp - 1 if v == 1 or cfg.dualpipev else cfg.pp
         lat_f, tx_f = self.message_floor(cfg, {x for c in chains for x in c})
         lat, tx = [lat_f] * n_bound, [tx_f] * n_bound
         shard = cfg.optimizer_shard_over_dp
@@ -927,6 +990,10 @@ class PerfModel:
             / shard
         )
         m = cfg.num_micro_batches
+        if cfg.dualpipev:
+            if m < 2 * cfg.pp:
+                return math.inf
+            return dualpipev_path(fwd, bwd, wgt, lat, tx, m).makespan_s + opt
         if v == 1:
             return one_f_one_b_time(fwd, bwd, lat, tx, m) + opt
         if m % cfg.pp:
@@ -934,13 +1001,13 @@ class PerfModel:
         return critical_path(fwd, bwd, lat, tx, m, v).makespan_s + opt
 
     def chain_crossings(
-        self, chain: Chain, routing: Routing | None = None, v: int = 1
+        self, chain: Chain, routing: Routing | None = None, v: int = 1, dual: bool = False
     ) -> dict[RouteKey, float]:
         """How many pipeline message streams of one chain use each route (chain_boundaries:
         v per boundary, v - 1 for the wrap; fractions when the routing splits a pair over
         several paths). Each stream puts pp_bytes_per_crossing on each direction."""
         out: dict[RouteKey, float] = defaultdict(float)
-        for a, b, n in self.chain_boundaries(chain, v):
+        for a, b, n in self.chain_boundaries(chain, v, dual):
             if a != b:
                 for use in self.net.pair_paths(routing, "pipeline", a, b) or ():
                     for key in use.path.routes:
@@ -948,13 +1015,13 @@ class PerfModel:
         return dict(out)
 
     @staticmethod
-    def crossing_pairs(chain: Chain, v: int = 1) -> list[PairKey]:
+    def crossing_pairs(chain: Chain, v: int = 1, dual: bool = False) -> list[PairKey]:
         """The site pairs a chain's pipeline message streams cross, in chain order, a pair
         once per stream (chain_boundaries: v times per cross-site boundary, v - 1 times
         for a cross-site wrap; once per boundary for v = 1)."""
         return [
             route_key(a, b)
-            for a, b, n in PerfModel.chain_boundaries(chain, v)
+            for a, b, n in PerfModel.chain_boundaries(chain, v, dual)
             if a != b
             for _ in range(n)
         ]
@@ -982,7 +1049,9 @@ class PerfModel:
         msg = self.message_bytes(cfg)
         load: dict[Hop, float] = defaultdict(float)
         for count, chain in groups:
-            for hop, n in self.chain_hops(chain, routing, cfg.virtual_stages).items():
+            for hop, n in self.chain_hops(
+                chain, routing, cfg.virtual_stages, cfg.dualpipev
+            ).items():
                 load[hop] += count * n * msg
         out = {}
         for (u, v), x in load.items():
@@ -998,7 +1067,17 @@ class PerfModel:
     # ------------------------------------------------------------------ data parallel
 
     def _stage_split(self, cfg: Config, k: int) -> tuple[int, int]:
-        """(dense, routed-expert) parameters of stage k."""
+        """(dense, routed-expert) parameters of stage k (DualPipeV: of rank k's two model
+        stages, k and 2 pp - 1 - k, the embedding and the LM head both on rank 0)."""
+        if cfg.dualpipev:
+            layers, n = cfg.chunk_layers, cfg.model_stages
+            dense = experts = 0
+            for s in cfg.rank_stages(k):
+                first = sum(layers[:s])
+                total = stage_params(self.model, layers[s], s == 0, s == n - 1, first)
+                e = expert_layer_params(self.model, first, layers[s])
+                dense, experts = dense + total - e, experts + e
+            return dense, experts
         first = sum(cfg.stage_layers[:k])
         n = stage_params(self.model, cfg.stage_layers[k], k == 0, k == cfg.pp - 1, first)
         e = expert_layer_params(self.model, first, cfg.stage_layers[k])
@@ -1135,10 +1214,12 @@ class PerfModel:
         pp_load: dict[RouteKey, float] = defaultdict(float)
         unreachable: list[tuple[str, str]] = []
         for count, chain in groups:
-            for a, b, _ in self.chain_boundaries(chain, cfg.virtual_stages):
+            for a, b, _ in self.chain_boundaries(chain, cfg.virtual_stages, cfg.dualpipev):
                 if a != b and net.path(a, b) is None:
                     unreachable.append((a, b))
-            for key, n in self.chain_crossings(chain, routing, cfg.virtual_stages).items():
+            for key, n in self.chain_crossings(
+                chain, routing, cfg.virtual_stages, cfg.dualpipev
+            ).items():
                 pp_load[key] += count * n * self.pp_bytes_per_crossing(cfg)
         cap = {key: net.capacity_Bps(key, waves.get(key, 0), optics.get(key)) for key in net.routes}
         route_pp_s = {
@@ -1336,3 +1417,41 @@ def _div(load: float, capacity: float) -> float:
     if load <= 0:
         return 0.0
     return load / capacity if capacity > 0 else math.inf
+
+
+def weight_grad_s(t: StageTime) -> float:
+    """W of a model stage: the part of its backward that only computes weight gradients,
+    which DualPipeV (and zero-bubble schedules) run apart from the input gradient I.
+    The weight-gradient GEMMs do the FLOPs of the forward GEMMs (each linear layer: one
+    GEMM forward, two backward, dgrad and wgrad; Qi et al., "Zero Bubble Pipeline
+    Parallelism", ICLR 2024, arXiv 2401.10241, section 2), so W = the stage's forward GEMM
+    time (an assumption: same efficiency as the forward's); the attention core, the
+    memory-bound operators, the recomputed forward and the communication stay in I.
+    0 without operator terms."""
+    if t.ops is None:
+        return 0.0
+    return min(t.ops.gemm_fwd, t.bwd)
+
+
+def rank_stage_time(parts: list[StageTime]) -> StageTime:
+    """One pipeline rank's StageTime from its model stages' (a micro-batch through all of
+    them): times, operator terms and optimizer steps summed (Adam is linear in the
+    parameters it updates, compute.optimizer_step_s)."""
+    ops = None
+    if all(t.ops is not None for t in parts):
+        first = parts[0].ops
+        ops = replace(
+            first,
+            **{
+                f.name: sum(getattr(t.ops, f.name) for t in parts)
+                for f in fields(first)  # type: ignore[arg-type]
+            },
+        )
+    return StageTime(
+        sum(t.fwd for t in parts),
+        sum(t.bwd for t in parts),
+        sum(t.fwd_compute for t in parts),
+        sum(t.bwd_compute for t in parts),
+        ops,
+        sum(t.optimizer for t in parts),
+    )

@@ -89,6 +89,12 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   chunk; needs m % p == 0); every chunk boundary is a message, the wrap from the last
   device to the first included. `SimOptions(virtual_stages=v)` (CLI --virtual-stages)
   overrides the plan's v for both the simulation and the closed form beside it.
+* DualPipeV (`parallelism.pipeline_schedule: dualpipev`) runs DeepSeek's order
+  (placer.perf.dualpipe.dualpipev_order: model stages k and 2 pp - 1 - k on device k, the
+  turn of the V on the last device without a message, F&B ops as one op of both times,
+  I and W apart); a chunk's gradients are ready after its last B or W. Differs: the closed
+  form credits no stagger of the ranks' WAN syncs and takes one chunk's backward as the
+  overlap window (pessimistic: tests/test_dualpipev.py).
 """
 
 from __future__ import annotations
@@ -107,9 +113,16 @@ from placer.evaluate import Evaluation, evaluate
 from placer.io import Problem, plan_from_data
 from placer.network import PathUse
 from placer.perf.critical_path import interleaved_order
+from placer.perf.dualpipe import dualpipev_order
 from placer.perf.flops import BYTES_BF16, stage_params
 from placer.perf.pipeline import simulate_1f1b
-from placer.perf.step import MEGATRON_BUCKET_MIN, MEGATRON_BUCKET_PER_DP, Config, PerfModel
+from placer.perf.step import (
+    MEGATRON_BUCKET_MIN,
+    MEGATRON_BUCKET_PER_DP,
+    Config,
+    PerfModel,
+    weight_grad_s,
+)
 from placer.schema import Plan
 from placer.sim.fabric import Fabric
 
@@ -365,13 +378,15 @@ class _Job:
         # per model stage s (chunk s // p of device s mod p) and site: chunk times
         self.chunk_fwd: dict[int, dict[str, float]] = defaultdict(dict)
         self.chunk_bwd: dict[int, dict[str, float]] = defaultdict(dict)
+        self.chunk_w: dict[int, dict[str, float]] = defaultdict(dict)  # DualPipeV's W
         for k, site in self.device_stage_sites():
             st = perf.stage_times(cfg, self.gpu_of[site])[k]
             self.fwd[k][site], self.bwd[k][site] = st.fwd, st.bwd
             self.fwd_c[k][site], self.bwd_c[k][site] = st.fwd_compute, st.bwd_compute
             chunks = perf.chunk_times(cfg, self.gpu_of[site])
-            for s in range(k, self.p * self.v, self.p):
+            for s in cfg.rank_stages(k):
                 self.chunk_fwd[s][site], self.chunk_bwd[s][site] = chunks[s].fwd, chunks[s].bwd
+                self.chunk_w[s][site] = weight_grad_s(chunks[s])
         self.msg_bytes = perf.message_bytes(cfg)
         # the optimizer step, on every GPU once gradients are reduced: the step waits for
         # the slowest stage's (PerfModel.optimizer_step_s, as the closed form adds it)
@@ -387,6 +402,16 @@ class _Job:
         self.route_cap = {
             key: net.capacity_Bps(key, waves.get(key, 0), optic_of.get(key)) for key in net.routes
         }
+
+    def ops(self, k: int) -> list[tuple[tuple[str, int, int], ...]]:
+        """Rank k's ops, each one action or (DualPipeV's F&B) two run as one op."""
+        if self.cfg.dualpipev:
+            return dualpipev_order(self.p, self.m, k)
+        return [(a,) for a in schedule(self.p, self.m, self.v, k)]
+
+    def chunk_of(self, k: int, s: int) -> int:
+        """The chunk index on rank k of model stage s (Config.rank_stages order)."""
+        return self.cfg.rank_stages(k).index(s)
 
     def device_stage_sites(self) -> list[tuple[int, str]]:
         return sorted({(k, s) for c in self.chains for k, s in enumerate(c)})
@@ -438,7 +463,7 @@ class _Job:
         """The pipeline with instant transfers (splits bubble from communication in the
         breakdown). Non-interleaved: placer.perf.pipeline.simulate_1f1b, the ordered event
         evaluation, once per distinct chain; interleaved: this simulator without comm."""
-        if self.v > 1:
+        if self.v > 1 or self.cfg.dualpipev:
             return self.run(comm=False).pipe_s
         out = 0.0
         for chain in set(self.chains):
@@ -453,13 +478,14 @@ class _Job:
     def _chunk_fractions(self, k: int) -> list[float]:
         """Share of rank k's parameters (and gradients) in each of its v chunks (model
         stages c pp + k; the embedding on model stage 0, the LM head on the last)."""
-        layers, n_stages = self.cfg.chunk_layers, self.p * self.v
+        layers, n_stages = self.cfg.chunk_layers, self.cfg.model_stages
         params = [
             stage_params(self.problem.model, layers[s], s == 0, s == n_stages - 1, sum(layers[:s]))
-            for s in range(k, n_stages, self.p)
+            for s in self.cfg.rank_stages(k)
         ]
         total = sum(params)
-        return [x / total for x in params] if total else [1.0 / self.v] * self.v
+        n = len(params)
+        return [x / total for x in params] if total else [1.0 / n] * n
 
     def _chunk_buckets(self, k: int, c: int, fraction: float) -> int:
         """Buckets of chunk c of rank k under overlap: Megatron-Core buckets the first model
@@ -483,10 +509,7 @@ class _Job:
         overlap = self.overlap_grad if kind == "B" else self.overlap_param
         if not overlap:
             return [(-1, 0, 1, 1.0)]
-        when: dict[int, int] = {}  # chunk -> index of its last backward / first forward
-        for i, (kd, _, s) in enumerate(schedule(self.p, self.m, self.v, k)):
-            if kd == kind and (kind == "B" or s // self.p not in when):
-                when[s // self.p] = i
+        when = self._grad_ops(k) if kind == "B" else self._first_forwards(k)
         fracs = self._chunk_fractions(k)
         out = []
         for c in sorted(when, key=when.get):
@@ -494,13 +517,33 @@ class _Job:
             out.extend((c, j, n, fracs[c] / n) for j in range(n))
         return out
 
+    def _grad_ops(self, k: int) -> dict[int, int]:
+        """Chunk -> index of the op that completes its gradients: its last backward (B, or
+        DualPipeV's W after its I)."""
+        out: dict[int, int] = {}
+        for i, op in enumerate(self.ops(k)):
+            for kd, _, s in op:
+                if kd in ("B", "W"):
+                    out[self.chunk_of(k, s)] = i
+        return out
+
+    def _first_forwards(self, k: int) -> dict[int, int]:
+        """Chunk -> index of its first forward."""
+        out: dict[int, int] = {}
+        for i, op in enumerate(self.ops(k)):
+            for kd, _, s in op:
+                if kd == "F":
+                    out.setdefault(self.chunk_of(k, s), i)
+        return out
+
     # ------------------------------------------------------------------ one step
 
     def run(self, comm: bool) -> _Run:
         env = simpy.Environment()
         run = _Run(env, self._fabric(env))
-        p, v, m = self.p, self.v, self.m
-        n_stages = p * v
+        p = self.p
+        n_stages = self.cfg.model_stages
+        rank_of = self.cfg.stage_rank
         act: dict[tuple[int, int, int], simpy.Event] = {}
         grad: dict[tuple[int, int, int], simpy.Event] = {}
         syncs = comm and self.cfg.dp >= 2
@@ -527,12 +570,12 @@ class _Job:
         def send(kind: str, r: int, s: int, x: int, sent: simpy.Event | None = None) -> None:
             dst = s + 1 if kind == "F" else s - 1
             target = inbox(act if kind == "F" else grad, (r, dst, x))
-            if not comm:
+            if not comm or rank_of(s) == rank_of(dst):  # DualPipeV's turn: the same device
                 target.succeed()
                 if sent is not None:
                     sent.succeed()
                 return
-            key = (r, s % p, dst % p)
+            key = (r, rank_of(s), rank_of(dst))
             prev = last_out.get(key)
             out = last_out[key] = sent or env.event()
             env.process(transmit(kind, r, s, dst, x, target, prev, out))
@@ -549,7 +592,7 @@ class _Job:
         ) -> Generator:
             """One message through its channel's FIFO: first byte when the message ahead
             of it is out, arrival latency after its last byte."""
-            src_dev, dst_dev = s % p, dst % p
+            src_dev, dst_dev = rank_of(s), rank_of(dst)
             a, b = self.chains[r][src_dev], self.chains[r][dst_dev]
             t_ready = env.now
             if prev is not None and not prev.processed:
@@ -580,44 +623,47 @@ class _Job:
 
         def device(r: int, k: int) -> Generator:
             site = self.chains[r][k]
-            ops = schedule(p, m, v, k)
-            # the op index of each chunk's last backward (grad reduce) and first forward
+            ops = self.ops(k)
+            # the op index of each chunk's last gradient (grad reduce) and first forward
             # (parameter gather), the pieces that hang on them
-            last_b = {s // p: i for i, (kd, _, s) in enumerate(ops) if kd == "B"}
-            first_f: dict[int, int] = {}
-            for i, (kd, _, s) in enumerate(ops):
-                if kd == "F":
-                    first_f.setdefault(s // p, i)
+            last_b = self._grad_ops(k)
+            first_f = self._first_forwards(k)
             overlapped = self.overlap_grad and syncs
-            for i, (kind, x, s) in enumerate(ops):
-                if kind == "F" and s > 0:
-                    yield inbox(act, (r, s, x))
-                elif kind == "B" and s < n_stages - 1:
-                    yield inbox(grad, (r, s, x))
-                dur = self.chunk_fwd[s][site] if kind == "F" else self.chunk_bwd[s][site]
-                c = s // p
+            for i, op in enumerate(ops):
+                for kind, x, s in op:
+                    if kind == "F" and s > 0:
+                        yield inbox(act, (r, s, x))
+                    elif kind in ("B", "I") and s < n_stages - 1:
+                        yield inbox(grad, (r, s, x))
+                dur = sum(self._duration(kind, s, site) for kind, _, s in op)
                 last = i == len(ops) - 1
-                if syncs and gat[k] and kind == "F" and first_f.get(c) == i:
-                    # ZeRO-1 with --overlap-param-gather: the chunk's first forward uses its
-                    # parameters bucket by bucket as their all-gather completes
-                    mine = [j for j, pc in enumerate(gat[k]) if pc[0] == c]
-                    for j in mine:
-                        if not gathered[k][j].processed:
-                            yield gathered[k][j]
-                        yield env.timeout(dur / len(mine))
-                    dur = 0.0
-                if overlapped and last_b.get(c) == i and kind == "B":
-                    mine = [j for j, pc in enumerate(red[k]) if pc[0] == c]
-                    env.process(_buckets(env, [ready[(r, k)][j] for j in mine], dur, len(mine)))
+                for kind, _, s in op:
+                    c = self.chunk_of(k, s)
+                    if syncs and gat[k] and kind == "F" and first_f.get(c) == i:
+                        # ZeRO-1 with --overlap-param-gather: the chunk's first forward uses
+                        # its parameters bucket by bucket as their all-gather completes
+                        mine = [j for j, pc in enumerate(gat[k]) if pc[0] == c]
+                        for j in mine:
+                            if not gathered[k][j].processed:
+                                yield gathered[k][j]
+                            yield env.timeout(dur / len(mine))
+                        dur = 0.0
+                    if overlapped and last_b.get(c) == i and kind in ("B", "W"):
+                        mine = [j for j, pc in enumerate(red[k]) if pc[0] == c]
+                        env.process(_buckets(env, [ready[(r, k)][j] for j in mine], dur, len(mine)))
                 if dur > 0:
                     yield env.timeout(dur)
-                if kind == "F" and s < n_stages - 1:
-                    send("F", r, s, x)
-                elif kind == "B" and s > 0:
-                    # without overlap the sync starts once the schedule's last send is out
-                    # (Megatron reduces gradients after forward_backward_func returns)
-                    send("B", r, s, x, ready[(r, k)][0] if last and not overlapped else None)
-                elif last and not overlapped:
+                sent_last = False
+                for kind, x, s in op:
+                    if kind == "F" and s < n_stages - 1:
+                        send("F", r, s, x)
+                    elif kind in ("B", "I") and s > 0:
+                        # without overlap the sync starts once the schedule's last send is
+                        # out (Megatron reduces gradients after forward_backward_func returns)
+                        final = last and not overlapped and not sent_last
+                        send("B", r, s, x, ready[(r, k)][0] if final else None)
+                        sent_last = sent_last or final
+                if last and not overlapped and not sent_last:
                     ready[(r, k)][0].succeed()
             run.pipe_s = max(run.pipe_s, env.now)
 
@@ -633,6 +679,17 @@ class _Job:
                     env.process(self._stage_gather(run, k, gathered[k], gat[k], wan))
         env.run()
         return run
+
+    def _duration(self, kind: str, s: int, site: str) -> float:
+        """One action's seconds: a forward, a full backward, or DualPipeV's I (the
+        backward less its weight gradient) and W."""
+        if kind == "F":
+            return self.chunk_fwd[s][site]
+        if kind == "B":
+            return self.chunk_bwd[s][site]
+        if kind == "I":
+            return self.chunk_bwd[s][site] - self.chunk_w[s][site]
+        return self.chunk_w[s][site]
 
     def _stage_sync(
         self, run: _Run, k: int, ready: dict, pieces: list[tuple[int, int, int, float]], wan: bool
