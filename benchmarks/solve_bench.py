@@ -34,10 +34,15 @@ GENERATED = [  # sites, total GPUs, max sites per replica
 ]
 
 
+# solver threads of the rows (--threads; None: the solver's default, what `placer solve`
+# runs without --threads)
+THREADS: list[int | None] = [None]
+
+
 def run(problem, backend: str, time_limit: float) -> tuple[str, float, float, float, int, int]:
     t0 = time.perf_counter()
     try:
-        res = solve(problem, backend=backend, time_limit_s=time_limit, threads=2)
+        res = solve(problem, backend=backend, time_limit_s=time_limit, threads=THREADS[0])
     except PlacerError as exc:
         return (type(exc).__name__, time.perf_counter() - t0, float("nan"), float("nan"), 0, 0)
     return (
@@ -69,7 +74,9 @@ def power_rows(backends: list[str], time_limit: float) -> None:
                     first.append(time.perf_counter() - t0)
 
             try:
-                res = solve(prob, backend=b, time_limit_s=time_limit, threads=2, progress=progress)
+                res = solve(
+                    prob, backend=b, time_limit_s=time_limit, threads=THREADS[0], progress=progress
+                )
                 st, obj, gap = res.status, f"{res.objective:.4f}", f"{res.gap:.1e}"
             except PlacerError as exc:
                 st, obj, gap = type(exc).__name__, "-", "-"
@@ -168,7 +175,14 @@ def main() -> None:
         default=None,
         help="HiGHS work with one thread on these shipped instances (default: the two slowest)",
     )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="solver threads (default: unset, as `placer solve`; earlier tables used 2)",
+    )
     args = ap.parse_args()
+    THREADS[0] = args.threads
     if args.milp_work is not None:
         names = args.milp_work or ["three-sites-80-300-500km", "four-site-metro-longhaul"]
         milp_work_rows(names, max(args.time_limit, 300.0))
@@ -182,6 +196,7 @@ def main() -> None:
         return
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}"  # noqa: E501
+        f", threads {args.threads or 'unset'}"
     )
     print()
     print("| instance | backend | status | seconds | objective | gap | configs (solved) |")

@@ -815,7 +815,7 @@ class SolverOptions(Strict):
         default=None,
         ge=1,
         le=MAX_THREADS,
-        description=f"solver threads, 1 to {MAX_THREADS}; null = all cores",
+        description=f"solver threads, 1 to {MAX_THREADS}; null = all cores (CP-SAT: at least its 8-worker portfolio, time-sliced on fewer cores)",  # noqa: E501
     )
     seed: Int = Field(default=0, ge=0, le=hi("seed"))
     max_sites_per_replica: Int = Field(

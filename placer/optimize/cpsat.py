@@ -11,6 +11,7 @@ route runs option i. The plan found is re-evaluated exactly by placer.evaluate.
 from __future__ import annotations
 
 import math
+import os
 import time
 from fractions import Fraction
 from typing import Any
@@ -36,6 +37,16 @@ from placer.optimize.families import (
     tiebreak_weights,
 )
 
+# CP-SAT workers when the user leaves threads unset ("all cores"): at least the 8-worker
+# portfolio. With num_workers = 0 CP-SAT runs one worker per core, and on 2 cores that is
+# one full-problem subsolver (default_lp) beside the first-solution/LNS worker: on
+# four-site-metro-longhaul's first configuration it dived for 54 s (488k branches, 129
+# conflicts) without closing a 2e-4 gap in 2 of 3 seeds, while 6-8 workers on the same 2
+# cores (core, max_lp, reduced_costs, ... beside LNS, time-sliced) proved it in 1.0-2.1 s in
+# 6 of 6 runs (benchmarks/README.md, branch `portfolio`). OR-Tools' maintainers recommend
+# several workers for their diverse strategies (google/or-tools discussion #4139). An
+# explicit `threads` (CLI --threads, solver.threads) is honoured exactly.
+PORTFOLIO_WORKERS = 8
 # a split flow's unit (flow_unit): a pair's largest demand spans at most 2**FLOW_BITS units
 FLOW_BITS = 20
 FLOW_REL = 2.0**-FLOW_BITS  # the flows' rounding, relative to the pair's largest demand
@@ -1123,11 +1134,16 @@ class CpsatInner:
         solver = cp_model.CpSolver()
         p = solver.parameters
         p.max_time_in_seconds = max(0.01, time_limit_s)
-        p.num_workers = threads or 0
+        p.num_workers = threads or max(PORTFOLIO_WORKERS, os.cpu_count() or 1)
         p.random_seed = seed
         for key, value in options.items():
             if hasattr(p, key):
-                setattr(p, key, value)
+                if isinstance(value, list):  # a repeated field (e.g. subsolvers)
+                    field = getattr(p, key)
+                    field.clear()
+                    field.extend(value)
+                else:
+                    setattr(p, key, value)
         p.catch_sigint_signal = False  # placer.interrupt stops the search and keeps the plan
         t0 = time.perf_counter()
         with interrupt.stoppable(solver.StopSearch):
