@@ -150,9 +150,13 @@ class Config:
         the launch files do not ask for the overlap. Under DualPipeV (pp > 1) the overlap is
         the schedule's F&B pairs, which torchtitan runs with EP > 1 and no activation
         checkpointing only (torchtitan 0.2.2 distributed/dual_pipe_v.py get_dual_pipe_v_flag:
-        NotImplementedError with activation_checkpoint.mode other than "none")."""
+        NotImplementedError with activation_checkpoint.mode other than "none"). That is
+        placer's "selective" as well as "none": torchtitan's attention is PyTorch SDPA,
+        whose flash / memory-efficient kernels keep no s x s scores and recompute them in
+        the backward (Dao et al. 2022, arXiv 2205.14135), which is what "selective" prices
+        (Korthikanti et al.'s attention-core recompute); only "full" is checkpointing."""
         if self.dualpipev and self.pp > 1:
-            return self.overlap_ep_comm and self.ep > 1 and self.recompute == "none"
+            return self.overlap_ep_comm and self.ep > 1 and self.recompute != "full"
         return (
             self.overlap_ep_comm
             and self.ep > 1

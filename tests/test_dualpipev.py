@@ -210,15 +210,17 @@ def _moe_plan(schedule: str | None) -> dict:
 
 def test_ep_overlap_runs_under_the_f_and_b_pairs_without_recompute() -> None:
     """DualPipeV's F&B pairs hide each MoE layer's all-to-all under the other direction's
-    compute (Config.ep_overlap, as the combined 1F1B): on at recompute none (torchtitan
-    runs DualPipeV's EP overlap without activation checkpointing only), off with selective;
-    1F1B at v = 1 never (Megatron-Core needs a virtual pipeline)."""
+    compute (Config.ep_overlap, as the combined 1F1B): on without activation checkpointing,
+    which torchtitan's DualPipeV EP overlap requires, i.e. at recompute none and selective
+    (SDPA's flash kernels recompute the attention core in the backward: placer's
+    "selective"; full recompute with ep_comm is refused by the schema); 1F1B at v = 1
+    never (Megatron-Core needs a virtual pipeline)."""
     prob = _moe_problem("none", True)
     cfg = config_of(prob, plan_from_data(_moe_plan("dualpipev")))
     assert cfg.ep_overlap
     assert not config_of(prob, plan_from_data(_moe_plan(None))).ep_overlap
     sel = _moe_problem("selective", True)
-    assert not config_of(sel, plan_from_data(_moe_plan("dualpipev"))).ep_overlap
+    assert config_of(sel, plan_from_data(_moe_plan("dualpipev"))).ep_overlap
     perf = PerfModel(prob)
     on = perf.chunk_times(cfg, "h100-sxm")
     off_prob = _moe_problem("none", False)
