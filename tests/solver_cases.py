@@ -799,8 +799,11 @@ BUCKET_LATENCY_CASES = [
 # prices every stage's exchange at once (placer.resilience), so both formulations need
 # the healthy step exact (milp/cpsat _exact_step: T_dpst's one-hots). At 10% the split
 # optimum of bucket-latency-20km survives the loss of one of its 2 waves; at 6% it does
-# not and all 5 replicas stay at one site: an overstated T_dpst would let the split
-# through at 6%, an understated one would reject it at 10%
+# not (an overstated T_dpst would let the split through at 6%, an understated one would
+# reject it at 10%), and the optimum splits stage 0 alone, 3 at a / 2 at b: its stage 1's
+# NIC phase (5 at a, the longest) runs under the drain, per release group (PerfModel.step;
+# before, at the slowest stage's in series, all 5 at a: test_nic_phase_per_release_group_
+# moves_the_optimum)
 def _stagger_resilience(slowdown: float) -> dict[str, Any]:
     inst = part_filled_instance(20.0, overlap=True)
     inst["resilience"] = {"survive": ["wave"], "collective": "ring", "max_slowdown": slowdown}

@@ -1,6 +1,7 @@
 """The staggered WAN phase of the data-parallel sync (PerfModel.dp_release_s): each stage's
 exchange between sites priced from its own backward's end, the routes shared only by the
-stages whose syncs overlap. Hand arithmetic here; brute force = CP-SAT = MILP on a case
+stages whose syncs overlap, each release group's longest NIC phase in series with its WAN
+work (PerfModel.step, sync_staggered_s). Hand arithmetic here; brute force = CP-SAT = MILP on a case
 where it moves the optimum in tests/test_solver_library.py (test_dp_stagger_moves_the_
 optimum); the simulator's envelope in tests/test_simulate.py (STEP_BOUNDS)."""
 
@@ -79,6 +80,39 @@ def test_staggered_wan_phase_is_not_optimistic_against_the_simulation() -> None:
         assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
         assert sim.step_time_s <= st.step_time_s * (1 + 1e-9)
         assert abs(st.step_time_s - sim.step_time_s) < abs(flat.step_time_s - sim.step_time_s)
+
+
+def test_nic_phase_per_release_group_by_hand() -> None:
+    """pp 2, overlap off, 20 km, 2 waves: stage 0 split 3 at a / 2 at b (synced across the
+    route), stage 1's 5 replicas at a (a node of 1: the longest NIC phase, node_fill 4x).
+    Stage 1 is released delta_1 before stage 0 and runs its NIC phase under the drain (the
+    simulator too), so the sync is 2 lat + max(I_0 + U, max(I_0, I_1) + U - delta_1), I_0
+    stage 0's NIC phase (3 and 2 members), I_1 stage 1's (5 at a), U = S_0 / C the route's
+    load (stage 0 alone crosses, 2 S_0 / 2 per direction); every stage's NIC phase at the
+    slowest (before, and failure scenarios: stagger off) is 2 lat + I_1 + U. The
+    simulation is no slower than the closed form and closer to it than before."""
+    prob = problem_from_data(sc.part_filled_instance(20.0))
+    p = _plan([(3, ["a", "a"]), (2, ["b", "a"])], waves=2)
+    perf, cfg, st = _step(prob, p)
+    i0 = perf.intra_sync_s(cfg, 0, "a", members=3)
+    assert perf.intra_sync_s(cfg, 0, "b", members=2) == pytest.approx(i0, rel=1e-12)
+    i1 = perf.intra_sync_s(cfg, 1, "a", members=5)
+    delta = perf.dp_release_s(cfg)[1]
+    u = perf.stage_wan_bytes(cfg, 0) / perf.net.capacity_Bps(ROUTE, 2, "800zr")
+    lat = 2 * perf.net.path_latency_s(*ROUTE)
+    assert i0 < i1 < i0 + delta  # stage 1's NIC phase is the slowest, and hidden by its lead
+    sync = lat + max(i0 + u, max(i0, i1) + u - delta)
+    assert sync == pytest.approx(lat + i0 + u, rel=1e-12)
+    assert st.intra_s == pytest.approx(i1, rel=1e-12)
+    assert st.wan_s == pytest.approx(lat + u, rel=1e-12)
+    assert st.sync_staggered_s == pytest.approx(sync, rel=1e-12)
+    assert st.step_time_s == pytest.approx(st.pipe_s + sync, rel=1e-12)
+    _, _, flat = _step(prob, p, stagger=False)
+    assert flat.step_time_s == pytest.approx(st.pipe_s + lat + i1 + u, rel=1e-12)
+    sim = simulate(prob, p)
+    assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
+    assert sim.step_time_s <= st.step_time_s * (1 + 1e-9)
+    assert abs(st.step_time_s - sim.step_time_s) < abs(flat.step_time_s - sim.step_time_s)
 
 
 def test_release_groups() -> None:

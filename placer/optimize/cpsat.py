@@ -419,16 +419,21 @@ class CpsatInner:
         MilpInner._define_node_fill: a one-hot z_r over the remainders r >= 1, a one-hot
         w_N over the node count N = a + [r > 0] summing to the host indicator, and per
         count n the sync's seconds at n members, enforced by w_N and z_r (r > 0) or w_N and
-        no z (r = 0)."""
-        d, M, add, x, T_intra = self.d, self.m, self.add, self.x, self.T_intra
+        no z (r = 0); the same rows for each release group's I_g (milp._intra_targets)."""
+        d, M, add, x = self.d, self.m, self.add, self.x
         q, D = d.fill_q[s], d.cfg.dp
-        times = d.class_intra_fill(cls, s)  # by member count n = 1 .. D
-        lo = min(times.values())
-        if lo > 0:
-            add(M.Add(T_intra >= self.ticks(lo)), row("dp.intra", s, k)).OnlyEnforceIf(hv)
-        if max(times.values()) <= lo:
+        varies = []
+        for var, times, tag, terms in self._intra_targets(cls, s, fill=True):
+            lo = min(times.values())
             if lo > 0:
-                self._intra_terms.append(IntraTerm(hv, x[(s, k)], self.ticks(lo)))
+                add(
+                    M.Add(var >= self.ticks(lo)), row(f"dp.intra{tag[0]}", *tag[1:], s, k)
+                ).OnlyEnforceIf(hv)
+            if max(times.values()) > lo:
+                varies.append((var, times, tag, terms))
+            elif lo > 0:
+                terms.append(IntraTerm(hv, x[(s, k)], self.ticks(lo)))
+        if not varies:
             return  # one time at every count (dp <= q with no NIC phase)
         z = {r: M.NewBoolVar(f"fill_r[{s}][{k}][{r}]") for r in range(1, min(q - 1, D) + 1)}
         w = {N: M.NewBoolVar(f"fill_N[{s}][{k}][{N}]") for N in range(1, -(-D // q) + 1)}
@@ -440,14 +445,37 @@ class CpsatInner:
             M.Add(sum(N * w[N] for N in w) == a + sum(z.values())),
             row("dp.fill_nodes_count", s, k),
         )
-        for n, t in times.items():
-            N, r = -(-n // q), n % q
-            if r:
-                cond, on = [w[N], z[r]], w[N] + z[r] - 1
-            else:
-                cond, on = [w[N], *(v.Not() for v in z.values())], w[N] - sum(z.values())
-            add(M.Add(T_intra >= self.ticks(t)), row("dp.intra_fill", s, k, n)).OnlyEnforceIf(cond)
-            self._intra_terms.append(IntraTerm(on, x[(s, k)], self.ticks(t)))
+        for var, times, tag, terms in varies:
+            for n, t in times.items():
+                N, r = -(-n // q), n % q
+                if r:
+                    cond, on = [w[N], z[r]], w[N] + z[r] - 1
+                else:
+                    cond, on = [w[N], *(v.Not() for v in z.values())], w[N] - sum(z.values())
+                add(
+                    M.Add(var >= self.ticks(t)), row(f"dp.intra_fill{tag[0]}", *tag[1:], s, k, n)
+                ).OnlyEnforceIf(cond)
+                terms.append(IntraTerm(on, x[(s, k)], self.ticks(t)))
+
+    def _intra_targets(
+        self, cls: list[int], s: str, fill: bool
+    ) -> list[tuple[Any, Any, tuple[Any, ...], list[IntraTerm]]]:
+        """T_intra and each release group's I_g with their seconds (milp._intra_targets)."""
+        d = self.d
+        out = [
+            (
+                self.T_intra,
+                d.class_intra_fill(cls, s) if fill else d.class_intra(cls, s),
+                ("",),
+                self._intra_terms,
+            )
+        ]
+        for i, g in enumerate(d.release_groups[:-1]):
+            if not d.group_stages(cls, g):
+                continue
+            times = d.class_intra_fill_group(cls, s, g) if fill else d.class_intra_group(cls, s, g)
+            out.append((self.I_group[i], times, ("_group", i), self._group_intra_terms[i]))
+        return out
 
     def define_dp_hosting(self) -> None:
         d, M, add, x = self.d, self.m, self.add, self.x
@@ -458,12 +486,16 @@ class CpsatInner:
         wan_factor = int(self.sync.window)
         self.TW = TW = wan_factor * TT
         self.Q_wan = Q_wan = float(max(1, math.floor(self.Q / wan_factor)))
-        self.T_intra = T_intra = M.NewIntVar(
+        self.T_intra = M.NewIntVar(
             min(TT, math.floor(d.intra_lower_bound / self.tau)), TT, "T_intra"
         )
         self.T_dpbw = M.NewIntVar(0, TW, "T_dpbw")
         self.T_lat = T_lat = M.NewIntVar(0, TW, "T_lat")
         self._intra_terms: list[IntraTerm] = []
+        # the staggered sync's NIC phase per release group but the last (the last: T_intra)
+        n_groups = len(d.release_groups)
+        self.I_group = {i: M.NewIntVar(0, TT, f"I_group[{i}]") for i in range(n_groups - 1)}
+        self._group_intra_terms: dict[int, list[IntraTerm]] = {i: [] for i in self.I_group}
         self._pairs: list[HostPair] = []
         h: dict[tuple[str, int], Any] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
@@ -473,8 +505,9 @@ class CpsatInner:
         # the staggered WAN phase's release groups (milp.define_dp_hosting): per group but
         # the last, the demand of each class's stages released at or after T_pipe - g
         groups = d.release_groups
+        wan_groups = groups[:-1] if d.dp_wan_stagger else []
         group_load: dict[float, dict[Any, list[Any]]] = {
-            g: {r: [] for r in d.routes} for g in groups[:-1]
+            g: {r: [] for r in d.routes} for g in wan_groups
         }
         self._group_pairs: list[tuple[Any, Any, Any]] = []  # (demand, share, on) per group
         for cls in d.stage_classes:
@@ -486,14 +519,15 @@ class CpsatInner:
                 add(M.Add(x[(s, k)] >= hv), row("dp.host_lb", s, k))
                 if D >= 2 and d.fill_q.get(s):
                     self._define_node_fill(cls, s, k, hv)
-                elif D >= 2 and d.class_intra(cls, s) > 0:
+                elif D >= 2:
                     # every member's NIC carries the data-parallel volume of a flat ring
-                    add(
-                        M.Add(T_intra >= self.ticks(d.class_intra(cls, s))), row("dp.intra", s, k)
-                    ).OnlyEnforceIf(hv)
-                    self._intra_terms.append(
-                        IntraTerm(hv, x[(s, k)], self.ticks(d.class_intra(cls, s)))
-                    )
+                    for var, t, tag, terms in self._intra_targets(cls, s, fill=False):
+                        if t > 0:
+                            add(
+                                M.Add(var >= self.ticks(t)),
+                                row(f"dp.intra{tag[0]}", *tag[1:], s, k),
+                            ).OnlyEnforceIf(hv)
+                            terms.append(IntraTerm(hv, x[(s, k)], self.ticks(t)))
             if len(hosts) < 2:
                 continue
             S_k = d.class_wan_bytes(cls)
@@ -536,7 +570,7 @@ class CpsatInner:
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
-                for g in groups[:-1]:
+                for g in wan_groups:
                     dem_g = self._group_demand(cls, n_hosts, g, (a, b), bp, group_share)
                     if dem_g is not None:
                         for r in d.pair_routes[(a, b)]:
@@ -545,7 +579,7 @@ class CpsatInner:
         self._route_data_parallel(pair_dem, T_lat, routed_load)
         for r in d.routes:
             dp_load[r] += routed_load[r]
-            for g in groups[:-1]:  # a flow-routed pair: all its stages in every group
+            for g in wan_groups:  # a flow-routed pair: all its stages in every group
                 group_load[g][r] += routed_load[r]
         self._define_dp_stagger(groups, group_load)
         self.dp_loads: dict[Any, Any] = {}
@@ -596,19 +630,23 @@ class CpsatInner:
     def _define_dp_stagger(
         self, groups: list[float], group_load: dict[float, dict[Any, list[Any]]]
     ) -> None:
-        """T_dpst, the staggered WAN phase's bandwidth time (milp._define_dp_stagger), the
-        release offsets on the tick grid rounded down (pessimistic by under a tick)."""
+        """T_dpst, the staggered sync's NIC phases and WAN bandwidth time
+        (milp._define_dp_stagger), the release offsets on the tick grid rounded down
+        (pessimistic by under a tick)."""
         M, add = self.m, self.add
-        self._stagger_terms: list[tuple[Any, int, list[tuple[Any, Any]]]] = []
-        if len(groups) < 2:
-            self.T_dpst = self.T_dpbw
+        self._stagger_terms: list[tuple[Any, int, list[tuple[Any, Any]], int]] = []
+        self._staggered = len(groups) >= 2
+        if not self._staggered:
+            self.T_dpst = self.T_intra + self.T_dpbw
             return
-        self.T_dpst = M.NewIntVar(0, self.TW, "T_dpst")
+        self.T_dpst = M.NewIntVar(0, self.TT + self.TW, "T_dpst")
         for i, g in enumerate(groups[:-1]):
-            loads = [(r, sum(group_load[g][r])) for r in self.d.routes if group_load[g][r]]
-            if not loads:
-                continue
-            U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]")
+            loads = [
+                (r, sum(group_load[g][r]))
+                for r in self.d.routes
+                if g in group_load and group_load[g][r]
+            ]
+            U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]") if loads else None
             for r, load in loads:
                 self._hull(
                     U,
@@ -622,10 +660,14 @@ class CpsatInner:
                     by_route=True,
                 )
             gt = math.floor(g / self.tau)
-            add(M.Add(self.T_dpst >= U - gt), row("dp.stagger", i))
-            self._stagger_terms.append((U, gt, loads))
+            wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
+            add(M.Add(self.T_dpst >= self.I_group[i] + wan - gt), row("dp.stagger", i))
+            self._stagger_terms.append((U, gt, loads, i))
         self._stagger_last = math.floor(groups[-1] / self.tau)
-        add(M.Add(self.T_dpst >= self.T_dpbw - self._stagger_last), row("dp.stagger", "all"))
+        add(
+            M.Add(self.T_dpst >= self.T_intra + self.T_dpbw - self._stagger_last),
+            row("dp.stagger", "all"),
+        )
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan when
@@ -641,7 +683,7 @@ class CpsatInner:
         self._overlap_terms: list[tuple[Any, int, Any, int]] = []  # (piece, L f, sync, L window)
         L = self._overlap_den()
         if self.d.sync_mode == "synchronous":
-            st = T_intra + self.T_dpst + self.T_lat
+            st = self.T_dpst + self.T_lat
             E = self._dp_exposed(T_intra + T_wan, None, self.TW, self.T_lat, st)
             add(M.Add(L * T >= L * T_pipe + E), row("step.time"))
             add(M.Add(L * T < L * T_pipe + E + L), row("step.time_round"))
@@ -864,21 +906,29 @@ class CpsatInner:
             for r, load in self.dp_loads.items()
         ]
         add(M.AddMaxEquality(T_dpbw, dp), row("exact.dpbw"))
-        if self.T_dpst is not T_dpbw:
+        if self._staggered:
             for i, (dem_g, sg, on) in enumerate(self._group_pairs):
                 add(M.Add(dem_g <= sg), row("exact.share_group", i))
                 add(M.Add(dem_g == 0), row("exact.pair_off_group", i)).OnlyEnforceIf(on.Not())
-            st = [0, T_dpbw - self._stagger_last]
-            for i, (U, gt, loads) in enumerate(self._stagger_terms):
-                u = [0] + [
-                    self._exact_route_time(load, r, self.TW, self.Q_wan, f"exact.dpst{i}")
-                    for r, load in loads
-                ]
-                add(M.AddMaxEquality(U, u), row("exact.dpst_u", i))
-                st.append(U - gt)
+            for i, iterms in self._group_intra_terms.items():
+                add(
+                    M.AddMaxEquality(self.I_group[i], [0] + [t.time * t.host for t in iterms]),
+                    row("exact.intra_group", i),
+                )
+            st = [T_intra + T_dpbw - self._stagger_last]
+            for U, gt, loads, i in self._stagger_terms:
+                if U is not None:
+                    u = [0] + [
+                        self._exact_route_time(load, r, self.TW, self.Q_wan, f"exact.dpst{i}")
+                        for r, load in loads
+                    ]
+                    add(M.AddMaxEquality(U, u), row("exact.dpst_u", i))
+                wan = T_dpbw if not d.dp_wan_stagger else (0 if U is None else U)
+                st.append(self.I_group[i] + wan - gt)
             terms = []  # AddMaxEquality over variables
+            bound = self.TT + self.TW
             for j, e in enumerate(st):
-                v = M.NewIntVar(-self.TW, self.TW, f"exact.dpst_term[{j}]")
+                v = M.NewIntVar(-bound, bound, f"exact.dpst_term[{j}]")
                 add(M.Add(v == e), row("exact.dpst_term", j))
                 terms.append(v)
             add(M.AddMaxEquality(self.T_dpst, terms), row("exact.dpst"))

@@ -107,6 +107,10 @@ class InnerData:
     # staggered WAN phase (PerfModel.dp_staggered) or every stage's at once
     dp_release: tuple[float, ...] = ()
     dp_staggered: tuple[bool, ...] = (True,)
+    # whether the release groups' WAN loads are their own stages' (False on an instance
+    # with a flow-routed pair, PerfModel.any_dp_pair_routed: every group's WAN phase is
+    # every stage's, T_dpbw, and only the NIC phases are staggered)
+    dp_wan_stagger: bool = True
     # physical nodes per formulation "node": 1, or the whole nodes one replica stage of
     # tp x cp x ep GPUs spans when it is wider than a node (rules.replica_slots)
     site_node_block: dict[str, int] = field(default_factory=dict)
@@ -155,6 +159,24 @@ class InnerData:
         """The class's intra-site sync seconds by member count (see intra_fill)."""
         states = self.intra_fill[(cls[0], site)]
         return {st: max(self.intra_fill[(k, site)][st] for k in cls) for st in states}
+
+    def group_stages(self, cls: list[int], g: float) -> list[int]:
+        """The class's stages released at or after T_pipe - g (release group g)."""
+        return [k for k in cls if self.dp_release[k] <= g]
+
+    def class_intra_group(self, cls: list[int], site: str, g: float) -> float:
+        """class_intra over the class's stages in release group g (0: none there); the
+        staggered sync's NIC phase of that group (PerfModel.step, sync_staggered_s)."""
+        ks = self.group_stages(cls, g)
+        return max((self.intra[(k, site)] for k in ks), default=0.0)
+
+    def class_intra_fill_group(self, cls: list[int], site: str, g: float) -> dict[int, float]:
+        """class_intra_fill over the class's stages in release group g ({}: none there)."""
+        ks = self.group_stages(cls, g)
+        if not ks:
+            return {}
+        states = self.intra_fill[(cls[0], site)]
+        return {st: max(self.intra_fill[(k, site)][st] for k in ks) for st in states}
 
     @property
     def intra_lower_bound(self) -> float:
@@ -319,6 +341,7 @@ def build_inner(
         dp_lat_repeats=perf.dp_lat_repeats(cfg),
         dp_release=perf.dp_release_s(cfg),
         dp_staggered=perf.dp_staggered(cfg),
+        dp_wan_stagger=not perf.any_dp_pair_routed(),
         amortization_s=amortization_s(cat),
         energy_usd_per_j=energy_usd_per_j(cat),
         resilience=resilience_data(problem, cfg, routes, options, optic, sites, collective),

@@ -911,15 +911,24 @@ def _pipe_intra_bound(
     if cfg.dp >= 2:  # every stage pays its data-parallel NIC phases at some host
         # some host holds at least ceil(dp / hosts) members; a site's NIC phase depends on
         # its count where node_fill applies (its ring of ceil(n / q) nodes, its fill)
-        lb_intra = max(
+        lb = [
             min(
                 _intra(problem, perf, cfg, k, s, memo, n)
                 for s in hosts[k]
                 for n in _least_intra_members(cfg.dp, len(hosts[k]), perf.node_fill_q(cfg, s))
             )
             for k in range(cfg.pp)
+        ]
+        # the staggered pieces' sync is at least every stage's NIC phase from its release
+        # (PerfModel.step, per release group: max_g I_g - delta_g >= intra_k - delta_k;
+        # a smaller bound than the unstaggered policies', so valid for them too), the
+        # others' at least the slowest stage's; what the overlap windows cannot hide
+        rel = perf.dp_release_s(bound_shape(cfg))  # shared by the shape's policies
+        sync = {True: max(t - r for t, r in zip(lb, rel, strict=True)), False: max(lb)}
+        lb_intra = sum(
+            max(0.0, f * sync[st] - w)
+            for (f, w), st in zip(perf.dp_pieces(cfg), perf.dp_staggered(cfg), strict=True)
         )
-        lb_intra = perf.dp_exposed_s(cfg, lb_intra)  # what the overlap windows cannot hide
     return plain, lb_pipe, lb_intra
 
 

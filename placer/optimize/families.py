@@ -28,7 +28,8 @@ Families, in build order:
 * dp_hosting: sites hosting each stage class, number of hosts (one-hot), per-pair WAN
               demand, intra-site NIC phases (T_intra; where they depend on a site's
               member count, one-hots over its fill state and its node count: node_fill,
-              PerfModel.site_ring_nodes), pair
+              PerfModel.site_ring_nodes; the same rows per release group for its
+              NIC phase I_g, PerfModel.step's staggered sync), pair
               latencies (T_lat), the routed
               data-parallel flows, and T_dpbw >= data-parallel bytes / route capacity
 * step:       T = T_pipe + T_intra + the sync policy's WAN part (`SYNC`)

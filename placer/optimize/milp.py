@@ -384,16 +384,22 @@ class MilpInner:
         to the host indicator); the count n = q (N - 1) + r (r > 0) or q N (r = 0) pays
         the sync's seconds at n members, enforced by w_N + z_r - 1 (r > 0) or w_N - sum z
         (r = 0), which are 1 exactly at that count and at most 0 otherwise (the exact
-        step's term is active on both indicators: _exact_max's conjunction)."""
-        d, add, x, ts, T_intra = self.d, self.add, self.x, self.ts, self.T_intra
+        step's term is active on both indicators: _exact_max's conjunction). The same rows
+        bound each release group's NIC phase I_g by the class's stages in that group
+        (dp.intra_group / dp.intra_fill_group, _intra_targets)."""
+        d, add, x, ts = self.d, self.add, self.x, self.ts
         q, D = d.fill_q[s], d.cfg.dp
-        times = d.class_intra_fill(cls, s)  # by member count n = 1 .. D
-        lo = min(times.values())
-        if lo > 0:
-            add(T_intra >= (lo / ts) * hv, row("dp.intra", s, k))
-        if max(times.values()) <= lo:
+        targets = self._intra_targets(cls, s, fill=True)
+        varies = []
+        for var, times, tag, terms in targets:
+            lo = min(times.values())
             if lo > 0:
-                self._intra_terms.append(IntraTerm(hv, x[(s, k)], lo / ts))
+                add(var >= (lo / ts) * hv, row(f"dp.intra{tag[0]}", *tag[1:], s, k))
+            if max(times.values()) > lo:
+                varies.append((var, times, tag, terms))
+            elif lo > 0:
+                terms.append(IntraTerm(hv, x[(s, k)], lo / ts))
+        if not varies:
             return  # one time at every count (dp <= q with no NIC phase)
         z = {r: pulp.LpVariable(_name("fill_r", s, k, r), cat="Binary") for r in range(1, q)}
         z = {r: v for r, v in z.items() if r <= D}
@@ -409,23 +415,51 @@ class MilpInner:
             pulp.lpSum(N * w[N] for N in w) == a + pulp.lpSum(z.values()),
             row("dp.fill_nodes_count", s, k),
         )
-        for n, t in times.items():
-            N, r = -(-n // q), n % q
-            no_r = 1 - pulp.lpSum(z.values())
-            add(
-                T_intra >= (t / ts) * (w[N] + (z[r] if r else no_r) - 1),
-                row("dp.intra_fill", s, k, n),
+        for var, times, tag, terms in varies:
+            for n, t in times.items():
+                N, r = -(-n // q), n % q
+                no_r = 1 - pulp.lpSum(z.values())
+                add(
+                    var >= (t / ts) * (w[N] + (z[r] if r else no_r) - 1),
+                    row(f"dp.intra_fill{tag[0]}", *tag[1:], s, k, n),
+                )
+                # the exact step's term: active where both indicators are 1 (_exact_max)
+                terms.append(IntraTerm((w[N], z[r] if r else no_r), x[(s, k)], t / ts))
+
+    def _intra_targets(
+        self, cls: list[int], s: str, fill: bool
+    ) -> list[tuple[Any, Any, tuple[Any, ...], list[IntraTerm]]]:
+        """The NIC-phase variables a hosting site of the class bounds: T_intra by all its
+        stages, and I_g of every release group but the last by its stages in g (the
+        staggered sync, PerfModel.step), each with its seconds (by member count when
+        `fill`, else one), its row suffix and its exact-step terms."""
+        d = self.d
+        out = [
+            (
+                self.T_intra,
+                d.class_intra_fill(cls, s) if fill else d.class_intra(cls, s),
+                ("",),
+                self._intra_terms,
             )
-            # the exact step's term: active where both indicators are 1 (_exact_max)
-            self._intra_terms.append(IntraTerm((w[N], z[r] if r else no_r), x[(s, k)], t / ts))
+        ]
+        for i, g in enumerate(d.release_groups[:-1]):
+            if not d.group_stages(cls, g):
+                continue
+            times = d.class_intra_fill_group(cls, s, g) if fill else d.class_intra_group(cls, s, g)
+            out.append((self.I_group[i], times, ("_group", i), self._group_intra_terms[i]))
+        return out
 
     def define_dp_hosting(self) -> None:
         d, add, x, ts = self.d, self.add, self.x, self.ts
         D = d.cfg.dp
-        self.T_intra = T_intra = pulp.LpVariable("T_intra", d.intra_lower_bound / ts)
+        self.T_intra = pulp.LpVariable("T_intra", d.intra_lower_bound / ts)
         self.T_dpbw = pulp.LpVariable("T_dpbw", 0)
         self.T_lat = T_lat = pulp.LpVariable("T_lat", 0)
         self._intra_terms: list[IntraTerm] = []
+        # the staggered sync's NIC phase per release group but the last (the last: T_intra)
+        n_groups = len(d.release_groups)
+        self.I_group = {i: pulp.LpVariable(_name("I_group", i), 0) for i in range(n_groups - 1)}
+        self._group_intra_terms: dict[int, list[IntraTerm]] = {i: [] for i in self.I_group}
         self._pairs: list[HostPair] = []
         h: dict[tuple[str, int], pulp.LpVariable] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
@@ -433,8 +467,9 @@ class MilpInner:
         # the staggered WAN phase's release groups (PerfModel.dp_release_s): the stages
         # released at or after T_pipe - g, per route (the last group is every stage: dp_load)
         groups = d.release_groups
-        group_load = {g: {r: [] for r in d.routes} for g in groups[:-1]}
-        group_max = {g: {r: 0.0 for r in d.routes} for g in groups[:-1]}
+        wan_groups = groups[:-1] if d.dp_wan_stagger else []
+        group_load = {g: {r: [] for r in d.routes} for g in wan_groups}
+        group_max = {g: {r: 0.0 for r in d.routes} for g in wan_groups}
         pair_dem: dict[
             Any, list[tuple[Any, Any, float]]
         ] = {}  # routed pair -> (D, b, S_k) per class
@@ -447,10 +482,12 @@ class MilpInner:
                 add(x[(s, k)] >= hv, row("dp.host_lb", s, k))
                 if D >= 2 and d.fill_q.get(s):
                     self._define_node_fill(cls, s, k, hv)
-                elif D >= 2 and d.class_intra(cls, s) > 0:
+                elif D >= 2:
                     # every member's NIC carries the data-parallel volume of a flat ring
-                    add(T_intra >= (d.class_intra(cls, s) / ts) * hv, row("dp.intra", s, k))
-                    self._intra_terms.append(IntraTerm(hv, x[(s, k)], d.class_intra(cls, s) / ts))
+                    for var, t, tag, terms in self._intra_targets(cls, s, fill=False):
+                        if t > 0:
+                            add(var >= (t / ts) * hv, row(f"dp.intra{tag[0]}", *tag[1:], s, k))
+                            terms.append(IntraTerm(hv, x[(s, k)], t / ts))
             if len(hosts) < 2:
                 continue
             z = {
@@ -487,7 +524,7 @@ class MilpInner:
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
                     dp_max[r] += S_k
-                    for g in groups[:-1]:
+                    for g in wan_groups:
                         fr = d.class_release_fraction(cls, g)
                         if fr > 0:
                             group_load[g][r].append(fr * dem)
@@ -498,7 +535,7 @@ class MilpInner:
         for r in d.routes:
             dp_load[r] += routed_load[r]
             dp_max[r] += routed_max[r]
-            for g in groups[:-1]:  # a flow-routed pair: all its stages in every group
+            for g in wan_groups:  # a flow-routed pair: all its stages in every group
                 group_load[g][r] += routed_load[r]
                 group_max[g][r] += routed_max[r]
         self._define_dp_stagger(groups, group_load, group_max)
@@ -522,13 +559,16 @@ class MilpInner:
         group_load: dict[float, dict[Any, list[Any]]],
         group_max: dict[float, dict[Any, float]],
     ) -> None:
-        """T_dpst, the WAN bandwidth time of the staggered phase (PerfModel.step): >= 0,
-        >= U_g - g for each release group g but the last (U_g >= the group's load / capacity
-        on every route, a hull), and >= T_dpbw - g_last (every stage's load). Without a
-        stagger (one group) it is T_dpbw."""
-        self._stagger_terms: list[tuple[Any, float, list[tuple[Any, Load]]]] = []
-        if len(groups) < 2:
-            self.T_dpst = self.T_dpbw
+        """T_dpst, the staggered sync's NIC phases and WAN bandwidth (PerfModel.step,
+        sync_staggered_s): >= I_g + U_g - g for each release group g but the last (I_g >=
+        the NIC phase of every hosting site of the group's stages, U_g >= the group's load
+        / capacity on every route, a hull; none without WAN load; T_dpbw, every stage's,
+        where the WAN phase is not staggered: d.dp_wan_stagger), and >= T_intra + T_dpbw -
+        g_last (every stage's). Without a stagger (one group) it is T_intra + T_dpbw."""
+        self._stagger_terms: list[tuple[Any, float, list[tuple[Any, Load]], int]] = []
+        self._staggered = len(groups) >= 2
+        if not self._staggered:
+            self.T_dpst = self.T_intra + self.T_dpbw
             return
         self.T_dpst = pulp.LpVariable("T_dpst", 0)
         ts, window = self.ts, self.t_max * self.sync.window
@@ -536,22 +576,24 @@ class MilpInner:
             loads = [
                 (r, Load(pulp.lpSum(group_load[g][r]), group_max[g][r]))
                 for r in self.d.routes
-                if group_load[g][r]
+                if g in group_load and group_load[g][r]
             ]
-            if not loads:
-                continue
-            U = pulp.LpVariable(_name("U_dpst", i), 0)
+            U = pulp.LpVariable(_name("U_dpst", i), 0) if loads else None
             for r, load in loads:
                 self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
-            self.add(self.T_dpst >= U - g / ts, row("dp.stagger", i))
-            self._stagger_terms.append((U, g / ts, loads))
-        self.add(self.T_dpst >= self.T_dpbw - groups[-1] / ts, row("dp.stagger", "all"))
+            wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
+            self.add(self.T_dpst >= self.I_group[i] + wan - g / ts, row("dp.stagger", i))
+            self._stagger_terms.append((U, g / ts, loads, i))
+        self.add(
+            self.T_dpst >= self.T_intra + self.T_dpbw - groups[-1] / ts, row("dp.stagger", "all")
+        )
         self._stagger_last = groups[-1] / ts
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan =
-        T_dpbw + T_lat when synchronous, T_dpst + T_lat for the staggered pieces) less what
-        its overlap windows hide, plus the sync policy's part of T_wan otherwise."""
+        T_dpbw + T_lat when synchronous; T_dpst + T_lat, NIC phases included, for the
+        staggered pieces) less what its overlap windows hide, plus the sync policy's part
+        of T_wan otherwise."""
         self._exposed = None
         self._overlap_terms: list[tuple[Any, Any]] = []  # (exposed piece, f sync - window)
         T_dp = self._dp_part(
@@ -756,16 +798,25 @@ class MilpInner:
         # the WAN exchange may last H (diloco) or 2H (streaming) steps: its bigs scale with it
         big_wan = big * self.sync.window
         self._exact_max(T_dpbw, dp_terms, big_wan, "exact.dpbw")
-        if self.T_dpst is not T_dpbw:
-            st_terms: list[tuple[Any, Any]] = [(0, None), (T_dpbw - self._stagger_last, None)]
-            for i, (U, g, loads) in enumerate(self._stagger_terms):
-                u_terms: list[tuple[Any, Any]] = [(0, None)]
-                for r, load in loads:
-                    t = self._exact_route_time(load, r, f"exact.dpst{i}", self.sync.window)
-                    u_terms.append((t, None))
-                self._exact_max(U, u_terms, big_wan, f"exact.dpst{i}")
-                st_terms.append((U - g, None))
-            self._exact_max(self.T_dpst, st_terms, big_wan, "exact.dpst")
+        if self._staggered:
+            for i, terms in self._group_intra_terms.items():
+                self._exact_max(
+                    self.I_group[i],
+                    [(0, None)] + [(t.time, t.host) for t in terms],
+                    big,
+                    f"exact.intra_group{i}",
+                )
+            st_terms: list[tuple[Any, Any]] = [(T_intra + T_dpbw - self._stagger_last, None)]
+            for U, g, loads, i in self._stagger_terms:
+                if U is not None:
+                    u_terms: list[tuple[Any, Any]] = [(0, None)]
+                    for r, load in loads:
+                        t = self._exact_route_time(load, r, f"exact.dpst{i}", self.sync.window)
+                        u_terms.append((t, None))
+                    self._exact_max(U, u_terms, big_wan, f"exact.dpst{i}")
+                wan = T_dpbw if not d.dp_wan_stagger else (0 if U is None else U)
+                st_terms.append((self.I_group[i] + wan - g, None))
+            self._exact_max(self.T_dpst, st_terms, big + big_wan, "exact.dpst")
         self._exact_max(
             T_lat,
             [(0, None)]
@@ -814,12 +865,11 @@ class MilpInner:
     ) -> Any:
         """The data-parallel term of the step for the sync policy: the per-step sync with
         its overlap, the WAN exchange every H steps (diloco) or under the step (streaming).
-        `T_wan_st`: the staggered WAN phase (healthy step; None: every stage's at once,
-        the failure scenarios as placer.resilience prices them)."""
+        `T_wan_st`: the staggered sync, NIC phases and WAN phase (healthy step; None:
+        every stage's at once, the failure scenarios as placer.resilience prices them)."""
         if self.d.sync_mode == "synchronous":
             # every bucket's collective pays the WAN latency (PerfModel.dp_lat_repeats)
-            st = None if T_wan_st is None else T_intra + T_wan_st
-            return self._dp_exposed(T_intra + T_wan, tag, self.T_lat, st)
+            return self._dp_exposed(T_intra + T_wan, tag, self.T_lat, T_wan_st)
         return self._dp_exposed(T_intra, tag) + self._wan_part(T_wan, T_pipe, tag)
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str | None) -> Any:

@@ -45,9 +45,10 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   carry the node's whole share of the ring (node_fill). The WAN phase pays the bandwidth
   of its busiest route plus two one-way path latencies, on top; each stage's exchange
   starts when its own last backward ends (a lower bound of its offset before T_pipe,
-  dp_release_s), the routes shared only by the stages released at or after a moment
-  (T_wan_st in step; every stage's at once for ZeRO-1's overlapped parameter gather, in
-  failure scenarios and on instances with a multi-path site pair). The per-step sync hides
+  dp_release_s), the routes shared only by the stages released at or after a moment,
+  each such group's longest NIC phase in series with its WAN work (sync_staggered_s in
+  step; every stage's at once for ZeRO-1's overlapped parameter gather, in failure
+  scenarios and on instances with a multi-path site pair). The per-step sync hides
   partly under the backward of the last micro-batch and the forward of the first
   (Megatron's --overlap-grad-reduce and --overlap-param-gather): X above.
 """
@@ -160,6 +161,9 @@ class StepResult:
     route_tick_s: dict[Hop, float] = field(default_factory=dict)  # lockstep, per direction
     wan_s: float = 0.0  # every stage's WAN exchange at once (busiest route + latency)
     wan_staggered_s: float = 0.0  # the same with each stage's from its backward's end
+    # NIC phases + WAN bandwidth of the staggered sync, per release group (PerfModel.step:
+    # what the staggered pieces charge besides the latency; intra_s + wan_s without stagger)
+    sync_staggered_s: float = 0.0
     intra_s: float = 0.0
     unreachable: list[tuple[str, str]] = field(default_factory=list)
     hidden: dict[str, float] = field(default_factory=dict)  # communication overlapped with compute
@@ -689,18 +693,18 @@ class PerfModel:
         All zero (every stage's exchange at once, as before) where the stagger does not
         apply: one stage, fewer than two replicas, a sync mode other than synchronous
         (the outer exchange is its own phase) and HSDP (the replicate all-reduce follows
-        each layer's reduce-scatter, not the rank's end); and, a limitation, on instances
-        where some site pair has several candidate paths (solver.paths_per_pair >= 2 on a
-        route graph with a cycle): there the formulations split a pair's flow over paths
-        summed over stages, so a release group could only count all of a routed pair's
-        stages, and the extra rows made CP-SAT miss its proof on four-site-metro-longhaul
-        in 60 s (18 s without: benchmarks/README.md)."""
+        each layer's reduce-scatter, not the rank's end). A limitation: on instances where
+        some site pair has several candidate paths (solver.paths_per_pair >= 2 on a route
+        graph with a cycle: any_dp_pair_routed) the offsets stagger the NIC phases only,
+        each release group's WAN phase being every stage's (PerfModel.step): there the
+        formulations split a pair's flow over paths summed over stages, so a group could
+        only count all of a routed pair's stages, and per-group route rows made CP-SAT
+        miss its proof on four-site-metro-longhaul in 60 s (18 s without:
+        benchmarks/README.md, branch ovl2)."""
         p = cfg.pp
         if p < 2 or cfg.dp < 2 or cfg.sync_mode != "synchronous" or cfg.dp_shard > 1:
             return (0.0,) * p
         if cfg.dualpipev:  # its ranks end on W ops in no rank order: no stagger credited
-            return (0.0,) * p
-        if self.any_dp_pair_routed():
             return (0.0,) * p
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
         last_bwd = [min(self.chunk_times(cfg, g)[j].bwd for g in gpus) for j in range(p)]
@@ -723,7 +727,8 @@ class PerfModel:
 
     def any_dp_pair_routed(self) -> bool:
         """Whether some connected site pair of the instance has several candidate paths
-        (dp_pair_routed): no staggered WAN phase then (dp_release_s)."""
+        (dp_pair_routed): each release group's WAN phase is every stage's then (the NIC
+        phases alone staggered: dp_release_s, step)."""
         if ("any_routed",) not in self._memo:
             sites = [s.name for s in self.problem.instance.sites]
             self._memo[("any_routed",)] = any(
@@ -1206,7 +1211,27 @@ class PerfModel:
         sync by `intra_factor`. `routing` splits pairs' traffic over paths (placer.network);
         pairs it does not list use their shortest path. `stagger` False prices every
         stage's WAN exchange at once (failure scenarios: the formulations' survival rows
-        are written that way, pessimistic)."""
+        are written that way, pessimistic).
+
+        The staggered sync (sync_staggered_s, the pieces dp_staggered marks) is, per
+        release group g of dp_release_s (delta_g; the stages released at or after T_pipe -
+        delta_g), its longest NIC phase I_g in series with its busiest route's load U_g:
+        2 lat + max over g of (I_g + U_g - delta_g), inside one site max over g of (I_g -
+        delta_g). Megatron reduces each pipeline rank's gradients as soon as that rank's
+        backward is done, with no barrier across ranks (megatron/core/pipeline_parallel/
+        schedules.py: each rank's forward_backward_func ends in its own
+        config.finalize_model_grads_func, finalize_model_grads.py calling its chunks'
+        finish_grad_sync; under --overlap-grad-reduce its bucket hooks start earlier still),
+        and placer.sim starts each stage's sync, NIC phase included, at its own release
+        (_Job._stage_sync): the LM-head stage, released first, often has the longest
+        NIC phase and runs it under the drain, where charging the slowest stage's NIC
+        phase after T_pipe (max_k intra_k + the WAN phase) was pessimistic
+        (benchmarks/README.md, branch ovl3, item 2). Each term is at least its group's
+        slowest NIC phase from the group's release, then the group's WAN work in series
+        (pessimistic: the simulation overlaps one stage's NIC phase with another's WAN
+        rounds), and never more than the charge it replaces (I_g <= t_intra). Applied
+        inside one site too (no WAN term), so that a free WAN prices as one site does
+        (tests/test_solver_properties.py test_free_wan_equals_one_site)."""
         net = self.net
         optics = optics or {}
         ppf, dpf = pp_route_factor or {}, dp_route_factor or {}
@@ -1241,17 +1266,24 @@ class PerfModel:
         dp_load: dict[RouteKey, float] = defaultdict(float)
         wan_lat = 0.0
         # the staggered WAN phase (dp_release_s): per release group delta, the load of the
-        # stages released at or after T_pipe - delta (a flow-routed pair: all its stages')
+        # stages released at or after T_pipe - delta (every stage's on an instance with a
+        # flow-routed pair, any_dp_pair_routed: only the NIC phases are staggered there)
         release = self.dp_release_s(cfg) if stagger else (0.0,) * cfg.pp
+        wan_whole = self.any_dp_pair_routed()
         group_load: dict[float, dict[RouteKey, float]] = {
             g: defaultdict(float) for g in sorted(set(release))
         }
+        # per release group, the longest NIC phase of the stages released at or after
+        # T_pipe - delta (sync_staggered_s)
+        group_intra: dict[float, float] = dict.fromkeys(group_load, 0.0)
         for k in range(cfg.pp):
             h = hosts[k]
             if cfg.dp >= 2:
-                t_intra = max(
-                    t_intra, max(self.intra_sync_s(cfg, k, s, members=n) for s, n in h.items())
-                )
+                intra_k = max(self.intra_sync_s(cfg, k, s, members=n) for s, n in h.items())
+                t_intra = max(t_intra, intra_k)
+                for g in group_intra:
+                    if release[k] <= g:
+                        group_intra[g] = max(group_intra[g], intra_k)
             sites = sorted(h)
             if len(sites) >= 2:
                 demand = 2 * self.stage_wan_bytes(cfg, k) / len(sites)
@@ -1261,12 +1293,11 @@ class PerfModel:
                         if uses is None:
                             unreachable.append((a, b))
                             continue
-                        routed = self.dp_pair_routed(a, b)
                         for use in uses:
                             for key in use.path.routes:
                                 dp_load[key] += demand * use.share
                                 for g, load in group_load.items():
-                                    if routed or release[k] <= g:
+                                    if wan_whole or release[k] <= g:
                                         load[key] += demand * use.share
                         wan_lat = max(
                             wan_lat, 2 * net.pair_latency_s(routing, "data_parallel", a, b)
@@ -1276,6 +1307,7 @@ class PerfModel:
         }
         if t_intra > 0:
             t_intra *= intra_factor
+            group_intra = {g: v * intra_factor for g, v in group_intra.items()}
         t_wan = (max(route_dp_s.values()) + wan_lat) if route_dp_s else 0.0
         # each group's routes finish its stages' exchanges delta after T_pipe - delta at
         # the earliest (one work-conserving route: max over release times r of r + the work
@@ -1291,8 +1323,19 @@ class PerfModel:
                     if load
                 ),
             )
+        # the staggered sync, NIC phases and WAN bandwidth (sync_staggered_s): per release
+        # group its longest NIC phase in series with its routes' load, from T_pipe - delta;
+        # one group (no stagger) is every stage's at once, t_intra + t_wan
+        t_sync_st = t_intra + t_wan
+        if len(group_load) > 1:
+            t_sync_st = wan_lat * bool(route_dp_s) + max(
+                group_intra[g]
+                + max((_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()), default=0.0)
+                - g
+                for g, load in group_load.items()
+            )
         if unreachable:
-            t_wan = t_wan_st = math.inf
+            t_wan = t_wan_st = t_sync_st = math.inf
         # the per-step sync hides partly under the backward / forward (dp_pieces); the
         # diloco outer exchange is a separate phase, streaming's overlaps the whole step
         t_dp_raw = t_intra + wan_part_s(cfg.sync_mode, cfg.every_steps, t_wan, t_pipe)
@@ -1301,11 +1344,11 @@ class PerfModel:
             # pieces of a staggered half see the staggered WAN phase (dp_staggered)
             pieces, reps = self.dp_pieces(cfg), self.dp_lat_repeats(cfg)
             t_dp = sum(
-                max(0.0, f * (t_intra + (t_wan_st if st else t_wan) + r * wan_lat) - w)
+                max(0.0, f * ((t_sync_st if st else t_intra + t_wan) + r * wan_lat) - w)
                 for (f, w), r, st in zip(pieces, reps, self.dp_staggered(cfg), strict=True)
             )
-            t_dp_raw = t_intra + sum(
-                f * (t_wan_st if st else t_wan)
+            t_dp_raw = sum(
+                f * (t_sync_st if st else t_intra + t_wan)
                 for (f, _), st in zip(pieces, self.dp_staggered(cfg), strict=True)
             )
             t_dp_raw += wan_lat * sum(f * r for (f, _), r in zip(pieces, reps, strict=True))
@@ -1368,6 +1411,7 @@ class PerfModel:
             route_dp_s=route_dp_s,
             wan_s=t_wan,
             wan_staggered_s=t_wan_st,
+            sync_staggered_s=t_sync_st,
             intra_s=t_intra,
             unreachable=sorted(set(unreachable)),
         )
