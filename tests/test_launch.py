@@ -888,3 +888,29 @@ def test_rank_map_packs_each_stage_as_the_sync_is_priced(groups):
             n = sum(counts)
             assert len(counts) == -(-n // 4), (site, k, counts)
             assert all(c == 4 for c in counts[:-1]), (site, k, counts)
+
+
+@pytest.mark.parametrize(
+    ("recompute", "mode"), [("full", "full"), ("selective", "none"), ("none", "none")]
+)
+def test_torchtitan_activation_checkpointing_is_the_priced_recompute(
+    tmp_path: Path, recompute: str, mode: str
+) -> None:
+    """The TOML pins activation_checkpoint.mode to what the plan priced (torchtitan's default,
+    per-op selective AC, is neither placer's selective nor full): full -> "full", selective /
+    none -> "none" (SDPA's flash attention recomputes the attention core in the backward,
+    placer's "selective"). torchtitan 0.3 (a config class per AC policy) gets the note."""
+    from placer.io import load_plan, problem_with
+
+    case = Path(__file__).resolve().parent.parent / "consumers" / "case"
+    base = load_instance(case / "instance.yaml")
+    job = {**base.instance.job.model_dump(mode="json"), "recompute": recompute}
+    prob = problem_with(base, job=job)
+    plan_ = load_plan(case / "plan.json")
+    export(prob, plan_, "torchtitan", tmp_path / "t2", torchtitan_version="0.2")
+    toml = tomllib.loads((tmp_path / "t2" / "torchtitan.toml").read_text())
+    assert toml["activation_checkpoint"]["mode"] == mode
+    export(prob, plan_, "torchtitan", tmp_path / "t3")
+    args = (tmp_path / "t3" / "torchtitan_args.sh").read_text()
+    assert f"plan prices recompute '{recompute}'" in args
+    assert ("FullAC" in args) == (mode == "full")

@@ -1171,7 +1171,19 @@ def torchtitan_settings(layout: Layout, version: str) -> list[tuple[str, str, An
             out.append(("parallelism", "pipeline_parallel_expert_parallel_overlap", cfg.ep_overlap))
             if cfg.ep_overlap:
                 out.append(("activation_checkpoint", "mode", "none"))
+    if version == "0.2" and not any(sec == "activation_checkpoint" for sec, _, _ in out):
+        out.append(("activation_checkpoint", "mode", torchtitan_ac_mode(cfg.recompute)))
     return out
+
+
+def torchtitan_ac_mode(recompute: str) -> str:
+    """torchtitan's activation_checkpoint.mode for the recompute the plan priced: "full" for
+    full; "none" for selective and none, because torchtitan's attention is PyTorch SDPA,
+    whose flash / memory-efficient kernels keep no s x s scores and recompute them in the
+    backward (arXiv 2205.14135): placer's "selective" (Korthikanti et al.'s attention-core
+    recompute). torchtitan's own default ("selective": per-op SAC, or every 2nd layer
+    with selective_ac_option "2", torchtitan 0.2.2 config/job_config.py) is neither."""
+    return "full" if recompute == "full" else "none"
 
 
 def _cli_value(v: Any) -> list[str]:
@@ -1229,6 +1241,11 @@ def torchtitan_files(layout: Layout, version: str = "0.3") -> dict[str, str]:
     if mode != "synchronous":
         head += [
             f"NOTE: the plan assumes sync mode '{mode}': torchtitan's own DP syncs every step; use torchft's DiLoCo for the cross-site replicas."  # noqa: E501
+        ]
+    if version != "0.2":  # 0.3's activation_checkpoint is a config class, set by the recipe
+        want = torchtitan_ac_mode(config_of(problem, plan).recompute)
+        head += [
+            f"NOTE: the plan prices recompute '{problem.instance.job.recompute}': give the recipe activation checkpointing {'FullAC' if want == 'full' else 'off (no AC; SDPA flash attention is placer selective)'}; torchtitan's default is SelectiveAC."  # noqa: E501
         ]
     files = {"torchtitan_hosts.txt": host_order_text(layout, "torchtitan")}
     if version == "0.2":
