@@ -31,6 +31,7 @@ from placer.optimize.families import (
     PathLevelTerm,
     chain_weight,
     hull_cells,
+    intra_targets,
     row,
     sync_rule,
     tick_family,
@@ -419,7 +420,7 @@ class CpsatInner:
         MilpInner._define_node_fill: a one-hot z_r over the remainders r >= 1, a one-hot
         w_N over the node count N = a + [r > 0] summing to the host indicator, and per
         count n the sync's seconds at n members, enforced by w_N and z_r (r > 0) or w_N and
-        no z (r = 0); the same rows for each release group's I_g (milp._intra_targets)."""
+        no z (r = 0); the same rows for each release group's I_g (families.intra_targets)."""
         d, M, add, x = self.d, self.m, self.add, self.x
         q, D = d.fill_q[s], d.cfg.dp
         varies = []
@@ -460,22 +461,17 @@ class CpsatInner:
     def _intra_targets(
         self, cls: list[int], s: str, fill: bool
     ) -> list[tuple[Any, Any, tuple[Any, ...], list[IntraTerm]]]:
-        """T_intra and each release group's I_g with their seconds (milp._intra_targets)."""
-        d = self.d
-        out = [
-            (
-                self.T_intra,
-                d.class_intra_fill(cls, s) if fill else d.class_intra(cls, s),
-                ("",),
-                self._intra_terms,
-            )
-        ]
-        for i, g in enumerate(d.release_groups[:-1]):
-            if not d.group_stages(cls, g):
-                continue
-            times = d.class_intra_fill_group(cls, s, g) if fill else d.class_intra_group(cls, s, g)
-            out.append((self.I_group[i], times, ("_group", i), self._group_intra_terms[i]))
-        return out
+        """families.intra_targets on this model's variables."""
+        return intra_targets(
+            self.d,
+            self.T_intra,
+            self.I_group,
+            self._intra_terms,
+            self._group_intra_terms,
+            cls,
+            s,
+            fill,
+        )
 
     def define_dp_hosting(self) -> None:
         d, M, add, x = self.d, self.m, self.add, self.x

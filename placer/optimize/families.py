@@ -99,6 +99,38 @@ class IntraTerm(NamedTuple):
     time: float  # model time unit
 
 
+def intra_targets(
+    d: Any,
+    t_intra: Any,
+    i_group: Any,
+    intra_terms: list[IntraTerm],
+    group_terms: Any,
+    cls: list[int],
+    site: str,
+    fill: bool,
+) -> list[tuple[Any, Any, tuple[Any, ...], list[IntraTerm]]]:
+    """The NIC-phase variables a hosting site of the class bounds, for both formulations:
+    T_intra by all its stages, and I_g of every release group but the last by its stages in
+    g (the staggered sync, PerfModel.step), each with its seconds (by member count when
+    `fill`, else one), its row suffix and its exact-step terms."""
+    out = [
+        (
+            t_intra,
+            d.class_intra_fill(cls, site) if fill else d.class_intra(cls, site),
+            ("",),
+            intra_terms,
+        )
+    ]
+    for i, g in enumerate(d.release_groups[:-1]):
+        if not d.group_stages(cls, g):
+            continue
+        times = (
+            d.class_intra_fill_group(cls, site, g) if fill else d.class_intra_group(cls, site, g)
+        )
+        out.append((i_group[i], times, ("_group", i), group_terms[i]))
+    return out
+
+
 class PathLevelTerm(NamedTuple):
     """The 1F1B time of a chain type when its routed pairs may use the chosen path prefixes."""
 

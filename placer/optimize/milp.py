@@ -31,6 +31,7 @@ from placer.optimize.families import (
     PathLevelTerm,
     chain_weight,
     hull_cells,
+    intra_targets,
     row,
     sync_rule,
     tick_family,
@@ -386,7 +387,7 @@ class MilpInner:
         (r = 0), which are 1 exactly at that count and at most 0 otherwise (the exact
         step's term is active on both indicators: _exact_max's conjunction). The same rows
         bound each release group's NIC phase I_g by the class's stages in that group
-        (dp.intra_group / dp.intra_fill_group, _intra_targets)."""
+        (dp.intra_group / dp.intra_fill_group, families.intra_targets)."""
         d, add, x, ts = self.d, self.add, self.x, self.ts
         q, D = d.fill_q[s], d.cfg.dp
         targets = self._intra_targets(cls, s, fill=True)
@@ -429,25 +430,17 @@ class MilpInner:
     def _intra_targets(
         self, cls: list[int], s: str, fill: bool
     ) -> list[tuple[Any, Any, tuple[Any, ...], list[IntraTerm]]]:
-        """The NIC-phase variables a hosting site of the class bounds: T_intra by all its
-        stages, and I_g of every release group but the last by its stages in g (the
-        staggered sync, PerfModel.step), each with its seconds (by member count when
-        `fill`, else one), its row suffix and its exact-step terms."""
-        d = self.d
-        out = [
-            (
-                self.T_intra,
-                d.class_intra_fill(cls, s) if fill else d.class_intra(cls, s),
-                ("",),
-                self._intra_terms,
-            )
-        ]
-        for i, g in enumerate(d.release_groups[:-1]):
-            if not d.group_stages(cls, g):
-                continue
-            times = d.class_intra_fill_group(cls, s, g) if fill else d.class_intra_group(cls, s, g)
-            out.append((self.I_group[i], times, ("_group", i), self._group_intra_terms[i]))
-        return out
+        """families.intra_targets on this model's variables."""
+        return intra_targets(
+            self.d,
+            self.T_intra,
+            self.I_group,
+            self._intra_terms,
+            self._group_intra_terms,
+            cls,
+            s,
+            fill,
+        )
 
     def define_dp_hosting(self) -> None:
         d, add, x, ts = self.d, self.add, self.x, self.ts
