@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from placer.perf.critical_path import CriticalPath
+from placer.perf.critical_path import CriticalPath, _bump, _later, _Stamp
 
 __all__ = ["Action", "dualpipev_order", "dualpipev_path", "dualpipev_peak_layers", "v_rank"]
 
@@ -144,17 +144,6 @@ def dualpipev_peak_layers(p: int, m: int, rank: int, chunks: tuple[float, float]
             elif kind in ("B", "W"):
                 cur -= size[s]
     return peak
-
-
-_Stamp = tuple[float, tuple[int, ...], tuple[int, ...]]
-
-
-def _later(a: _Stamp, b: _Stamp) -> _Stamp:
-    return b if b[0] > a[0] else a
-
-
-def _bump(counts: tuple[int, ...], j: int) -> tuple[int, ...]:
-    return counts[:j] + (counts[j] + 1,) + counts[j + 1 :]
 
 
 def dualpipev_path(
