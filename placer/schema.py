@@ -831,6 +831,13 @@ class SolverOptions(Strict):
         description="candidate paths per site pair for routing inter-site traffic (the k "
         "lowest-latency simple paths of the route graph); 1 = shortest path only",
     )
+    symmetry: bool = Field(
+        default=False,
+        description="break the symmetry between interchangeable sites (equal sites, "
+        "equally connected): the objective solve orders their replica-stages, the "
+        "tie-break and the plan are unchanged. Off by default: measured slower as often "
+        "as faster (benchmarks/README.md, symmetry_bench.py)",
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="passed to the backend")
 
 

@@ -37,6 +37,7 @@ from placer.optimize.families import (
     tick_family,
     tiebreak_weights,
 )
+from placer.optimize.symmetry import ordered_start, site_classes
 
 # CP-SAT workers when the user leaves threads unset ("all cores"): at least the 8-worker
 # portfolio. With num_workers = 0 CP-SAT runs one worker per core, and on 2 cores that is
@@ -89,12 +90,15 @@ class CpsatInner:
         cutoff: float | None = None,
         t_cap: float | None = None,
         rate_cap: float | None = None,
+        symmetry: bool = False,
     ):
         self.d = data
+        self.symmetry = symmetry  # the symmetry.order rows in the objective solve
         self.t_cap = t_cap
         self.rate_cap = rate_cap
         self.objective = objective
         self.cutoff = cutoff
+        self.tie_status: str | None = None  # how the last tie-break solve ended
         self.ub = max(upper_bound_s, 1e-6)
         self.tau = self.ub / TIME_TICKS
         self.TT = TIME_TICKS + 1  # the step's range in ticks
@@ -110,6 +114,9 @@ class CpsatInner:
 
     def start_from(self, values: dict[str, int]) -> None:
         """Hint an earlier round's plan (its named integer variables) to CP-SAT."""
+        values = ordered_start(  # a hint that breaks the symmetry rows is permuted first
+            self.d, self.sym_classes, values, self.n, self.u, self.y, self.nodes, _var_name
+        )
         proto = self.m.Proto()
         for i, var in enumerate(proto.variables):
             if var.name and var.name in values:
@@ -736,6 +743,27 @@ class CpsatInner:
     def define_objective(self) -> None:
         self.m.Minimize(self._main())
 
+    def define_symmetry(self) -> None:
+        """Interchangeable sites (placer.optimize.symmetry) host replica-stages in site
+        order, most first: used(s1) >= used(s2) >= ... per class (objective solve only)."""
+        self.sym_classes = site_classes(self.d) if self.symmetry else []
+        self.sym_rows: list[int] = []  # their indices in the proto
+        x, pp, M = self.x, self.d.cfg.pp, self.m
+        for cl in self.sym_classes:
+            used = {s: sum(x[(s, k)] for k in range(pp) if (s, k) in x) for s in cl}
+            for a, b in zip(cl, cl[1:], strict=False):
+                con = self.add(M.Add(used[a] >= used[b]), row("symmetry.order", a, b))
+                self.sym_rows.append(con.Index())
+
+    def drop_symmetry(self) -> None:
+        """The tie-break chooses among every optimal plan: the symmetry rows go (an
+        empty constraint in the proto is none)."""
+        proto = self.m.Proto()
+        for i in self.sym_rows:
+            proto.constraints[i].clear_linear()
+        self.rows = [r for r in self.rows if not r.startswith("symmetry.")]
+        self.sym_rows = []
+
     # ------------------------------------------------------------------ routing (MCF)
 
     def _paths_allowed(self, phase: str, q: Any, active: list[Any]) -> list[Any]:
@@ -1220,7 +1248,11 @@ class CpsatInner:
             routing=self.routing(solver),
         )
         hints = [(v, solver.Value(v)) for v in self.n.values()]
-        self._tie = (solver, first, round(solver.ObjectiveValue()), hints)
+        everything = [
+            (var, solver.Value(var))
+            for var in map(self.m.GetIntVarFromProtoIndex, range(len(self.m.Proto().variables)))
+        ]
+        self._tie = (solver, first, round(solver.ObjectiveValue()), hints, everything)
         if not tiebreak:
             return first
         # the tie-break solve gets what is left of the time limit, not a second one
@@ -1229,7 +1261,9 @@ class CpsatInner:
     def break_ties(self, time_limit_s: float) -> InnerSolution:
         """Among the plans of the last solve's objective value: fewer waves, then fewer
         sites, ... (the first plan when the tie-break solve finds none in time)."""
-        solver, first, objective, hints = self._tie
+        solver, first, objective, hints, everything = self._tie
+        t0 = time.perf_counter()
+        self.drop_symmetry()
         solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
         # tie-break: same objective value, then fewer waves, then fewer sites
         self.add(self.m.Add(self._main() <= objective), row("objective.tiebreak"))
@@ -1251,6 +1285,11 @@ class CpsatInner:
         else:
             with interrupt.stoppable(solver.StopSearch):
                 st2 = solver.Solve(self.m)
+        self.tie_status = solver.StatusName(st2) if st2 != cp_model.UNKNOWN else "UNKNOWN"
+        if st2 == cp_model.INFEASIBLE and not interrupt.requested():
+            st2 = self._tie_without_presolve(
+                solver, everything, time_limit_s - (time.perf_counter() - t0)
+            )
         if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return first
         counts, waves = self._extract(solver)
@@ -1264,6 +1303,29 @@ class CpsatInner:
             step_time_s=first.objective if self.objective == "step_time" else None,
             routing=self.routing(solver),
         )
+
+    def _tie_without_presolve(
+        self, solver: cp_model.CpSolver, everything: list[tuple[Any, int]], time_limit_s: float
+    ) -> Any:
+        """The tie-break model holds the first solve's plan (its objective row is that plan's
+        value), so INFEASIBLE is CP-SAT's presolve in error: OR-Tools 9.15.6755 reports
+        "exactly_one: empty or all false" on four equal spokes around a hub in lockstep
+        (tests/test_cpsat_tiebreak.py), and solves the same model without presolve. Solved
+        again that way, from the first plan as a complete hint (CP-SAT checks every solution
+        against the model it was given, so what this returns is a plan of that model)."""
+        self.m.ClearHints()
+        for var, value in everything:
+            self.m.AddHint(var, value)
+        presolve = solver.parameters.cp_model_presolve
+        solver.parameters.cp_model_presolve = False
+        solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+        try:
+            with interrupt.stoppable(solver.StopSearch):
+                st = solver.Solve(self.m)
+        finally:
+            solver.parameters.cp_model_presolve = presolve
+        self.tie_status = f"{self.tie_status}, then {solver.StatusName(st)} without presolve"
+        return st
 
     def _record(self, solver: cp_model.CpSolver) -> None:
         proto = self.m.Proto()
@@ -1279,6 +1341,10 @@ class CpsatInner:
             r: self.d.wave_options[r][i].waves for (r, i), yv in self.y.items() if solver.Value(yv)
         }
         return counts, waves
+
+
+def _var_name(v: Any) -> str:
+    return str(v.Name())
 
 
 def _solution_info(solver: cp_model.CpSolver) -> str:

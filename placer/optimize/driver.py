@@ -1249,7 +1249,13 @@ def _backend(
         model: MilpInner | CpsatInner
         if backend == "milp":
             model = MilpInner(
-                data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
+                data,
+                objective,
+                t_max * 1.001 + 1e-6,
+                cutoff=cutoff,
+                t_cap=t_cap,
+                rate_cap=rate_cap,
+                symmetry=opts.symmetry,
             )
             model.start_from(warm or _start_names(data, hint, model))
             # building the model counts against the time limit too
@@ -1261,7 +1267,13 @@ def _backend(
             )
         else:
             model = CpsatInner(
-                data, objective, t_max * 1.001 + 1e-6, cutoff=cutoff, t_cap=t_cap, rate_cap=rate_cap
+                data,
+                objective,
+                t_max * 1.001 + 1e-6,
+                cutoff=cutoff,
+                t_cap=t_cap,
+                rate_cap=rate_cap,
+                symmetry=opts.symmetry,
             )
             model.start_from(warm or _start_names(data, hint, model))
             sol = model.solve(

@@ -37,6 +37,9 @@ Families, in build order:
 * resilience: sites in use (also the tie-break's site count), then every single failure
               keeps the step within its limit (and T is exact)
 * objective:  step time, link capex or USD per second
+* symmetry:   interchangeable sites (placer.optimize.symmetry, solver.symmetry) host
+              replica-stages in site order, most first; objective solve only, the
+              tie-break removes them
 
 Tie-break (README "Ties"): among plans of the same objective value (9 significant digits),
 fewer waves, then fewer sites, then fewer listed paths, then the smallest sum of the chain
@@ -62,6 +65,7 @@ FAMILIES = (
     "limits",
     "resilience",
     "objective",
+    "symmetry",
 )
 
 

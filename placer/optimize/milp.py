@@ -37,6 +37,7 @@ from placer.optimize.families import (
     tick_family,
     tiebreak_weights,
 )
+from placer.optimize.symmetry import ordered_start, site_classes
 
 GBYTE = 1e9
 MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
@@ -97,6 +98,10 @@ class Outcome(NamedTuple):
     message: str
 
 
+def _var_name(v: Any) -> str:
+    return str(v.name)
+
+
 def _name(*parts: Any) -> str:
     return "_".join(str(p).replace("-", "m").replace(".", "p") for p in parts)
 
@@ -112,8 +117,10 @@ class MilpInner:
         cutoff: float | None = None,
         t_cap: float | None = None,
         rate_cap: float | None = None,
+        symmetry: bool = False,
     ):
         self.d = data
+        self.symmetry = symmetry  # the symmetry.order rows in the objective solve
         self.t_cap = t_cap  # extra step-time ceiling (cost_per_token frontier walk)
         self.rate_cap = rate_cap  # extra ceiling on USD per second
         # time unit of the model: the fastest chain, so that times are O(1) and HiGHS'
@@ -134,6 +141,9 @@ class MilpInner:
         """A MIP start: the integer values of an earlier round's plan (by variable name);
         HiGHS completes the continuous ones."""
         names = {v.name for v in self.prob.variables() if v.cat == pulp.LpInteger}
+        values = ordered_start(  # a start that breaks the symmetry rows is permuted first
+            self.d, self.sym_classes, values, self.n, self.u, self.y, self.nodes, _var_name
+        )
         self.warm = {k: float(v) for k, v in values.items() if k in names}
 
     def integer_values(self) -> dict[str, float]:
@@ -629,6 +639,36 @@ class MilpInner:
     def define_objective(self) -> None:
         self.prob.setObjective(self._main())
 
+    def define_symmetry(self) -> None:
+        """Interchangeable sites (placer.optimize.symmetry) host replica-stages in site
+        order, most first: used(s1) >= used(s2) >= ... per class (objective solve only).
+        Not with lockstep contention: the MILP breaks ties lazily there (driver._backend),
+        and a tie-broken plan the planes so far do not price exactly is dropped for the
+        first plan, so the plan written would depend on the first solve's orientation
+        (library cases dualpipev-two-sites-200km, part-filled: the mirror plan;
+        seed-1t-two-sites: another plan 5.5e-7 slower, which the model priced at the optimum)."""
+        lazy = self.d.planes is not None
+        self.sym_classes = site_classes(self.d) if self.symmetry and not lazy else []
+        self.sym_rows: list[Any] = []
+        x, pp = self.x, self.d.cfg.pp
+        for cl in self.sym_classes:
+            used = {s: pulp.lpSum(x[(s, k)] for k in range(pp) if (s, k) in x) for s in cl}
+            for a, b in zip(cl, cl[1:], strict=False):
+                con = used[a] >= used[b]
+                self.add(con, row("symmetry.order", a, b))
+                self.sym_rows.append(con)
+
+    def drop_symmetry(self) -> None:
+        """The tie-break chooses among every optimal plan: the symmetry rows go."""
+        # PuLP 3.4 keeps the rows in `_constraints` (its `constraints` mapping is deprecated
+        # and has no successor that deletes); older PuLP has the dict as `constraints`
+        table = getattr(self.prob, "_constraints", None)
+        table = self.prob.constraints if table is None else table
+        for con in self.sym_rows:
+            del table[con.name]
+        self.rows = [r for r in self.rows if not r.startswith("symmetry.")]
+        self.sym_rows = []
+
     # ------------------------------------------------------------------ routing (MCF)
 
     def _paths_allowed(self, phase: str, q: Any, active: list[Any]) -> list[Any]:
@@ -1092,6 +1132,7 @@ class MilpInner:
         among plans of the first solve's value: if it fails or runs out of time without a
         plan, the first plan stands."""
         plan, value, threads, options = self._tie
+        self.drop_symmetry()
         main = self._main()
         self.add(main <= value + TIE_TOL * max(1.0, abs(value)), row("objective.tiebreak"))
         tb = tiebreak_weights(self.d.cfg.dp, len(self.d.chains), len(self.w), len(self.d.sites))
