@@ -55,12 +55,13 @@ def regions_instance(
     routes = []
     for i in range(sites):
         for j in range(i + 1, sites):
-            one_way_ms = float(rng.uniform(11, 238)) / 2
+            one_way_ms = round(float(rng.uniform(11, 238)) / 2, 3)
             routes.append(
                 {
                     "sites": [names[i], names[j]],
-                    "km": round(one_way_ms * 1000 / 4.9, 1),  # fiber at 4.9 us/km
-                    "latency_ms": round(one_way_ms, 3),
+                    # fiber at 4.9 us/km, rounded down: the latency is never below propagation
+                    "km": math.floor(one_way_ms * 10_000 / 4.9) / 10,
+                    "latency_ms": one_way_ms,
                     "fiber_pairs": 0,
                     "capacity_gbps": round(float(rng.uniform(0.3, 1.2)), 3),
                     "max_waves": 0,
