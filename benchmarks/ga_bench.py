@@ -38,8 +38,7 @@ from ga import GeneticPlanner  # noqa: E402
 from placer.io import problem_from_data  # noqa: E402
 from placer.optimize.driver import solve  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-MODEL = str(ROOT / "models" / "sc21-1.7b.yaml")
+MODEL = "sc21-1.7b"  # models/sc21-1.7b.yaml
 
 
 def regions_instance(

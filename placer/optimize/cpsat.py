@@ -21,6 +21,7 @@ from ortools.sat.python import cp_model
 from placer import interrupt
 from placer.errors import SolverError
 from placer.network import route_key
+from placer.optimize import deadline as dl
 from placer.optimize.contention import crossings_on, hops_crossed, sloped_chains
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
 from placer.optimize.families import (
@@ -107,6 +108,7 @@ class CpsatInner:
         self.rows: list[str] = []  # every row's name, in build order
         self._values: dict[str, int] = {}
         for family in FAMILIES:
+            dl.check()
             getattr(self, f"define_{family}")()
 
     def ticks(self, seconds: float) -> int:
@@ -127,6 +129,7 @@ class CpsatInner:
 
     def add(self, constraint: Any, name: str) -> Any:
         """Name a row (families.row) and record it."""
+        dl.check()  # a large configuration's build stops at the driver's deadline
         self.rows.append(name)
         return constraint.WithName(name)
 

@@ -20,6 +20,7 @@ import pulp
 from placer import interrupt
 from placer.errors import SolverError
 from placer.network import route_key
+from placer.optimize import deadline as dl
 from placer.optimize.contention import crossings_on, hops_crossed, sloped_chains
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, extract_routing
 from placer.optimize.families import (
@@ -135,6 +136,7 @@ class MilpInner:
         self.warm: dict[str, float] = {}  # the MIP start: integer values by variable name
         self.rows: list[str] = []  # every row's name, in build order
         for family in FAMILIES:
+            dl.check()
             getattr(self, f"define_{family}")()
 
     def start_from(self, values: dict[str, float]) -> None:
@@ -154,6 +156,7 @@ class MilpInner:
         }
 
     def add(self, constraint: Any, name: str) -> None:
+        dl.check()  # a large configuration's build stops at the driver's deadline
         self.rows.append(name)
         self.prob.addConstraint(constraint, name)
 
@@ -1091,13 +1094,16 @@ class MilpInner:
         threads: int | None,
         options: dict[str, Any],
         tiebreak: bool = True,
+        deadline_at: float | None = None,
     ) -> InnerSolution | NoPlan:
         """Solve, then (with `tiebreak`) break ties within the time left; without it the
         first plan is returned and break_ties can follow (as CpsatInner.solve). A
         configuration the time limit ends without a plan keeps HiGHS' bound (NoPlan, not
-        proven); a HiGHS error is an error."""
+        proven); a HiGHS error is an error. `deadline_at` (a perf_counter() instant) stops
+        HiGHS there even when handing it the model took part of `time_limit_s` (HiGHS'
+        own clock starts after that)."""
         t0 = time.perf_counter()
-        first = self._solve_once(time_limit_s, threads, options)
+        first = self._solve_once(time_limit_s, threads, options, deadline_at)
         if first.kind == "error":
             raise SolverError(f"HiGHS failed on {self.d.cfg.label()}: {first.message}")
         if first.kind == "infeasible":
@@ -1175,9 +1181,16 @@ class MilpInner:
         return counts, waves
 
     def _solve_once(
-        self, time_limit_s: float, threads: int | None, options: dict[str, Any]
+        self,
+        time_limit_s: float,
+        threads: int | None,
+        options: dict[str, Any],
+        deadline_at: float | None = None,
     ) -> Outcome:
         which = options.get("milp_solver", "highs")
+        stop_at = time.perf_counter() + time_limit_s
+        if deadline_at is not None:
+            stop_at = min(stop_at, deadline_at)
         if which == "cbc":
             solver = pulp.PULP_CBC_CMD(
                 msg=False, timeLimit=time_limit_s, threads=threads, gapRel=MIP_REL_GAP
@@ -1193,7 +1206,7 @@ class MilpInner:
             # one, with 208,811 -> 128,036 simplex iterations on three-sites-80-300-500km
             # (12.1 -> 6.3 CPU s) and none slower by more than noise (benchmarks/README.md)
             kwargs.setdefault("mip_allow_restart", False)
-            kwargs.update(_interrupt_callback())
+            kwargs.update(_interrupt_callback(stop_at))
             solver = _StartedHiGHS(
                 self.warm, msg=False, timeLimit=time_limit_s, threads=threads, **kwargs
             )
@@ -1261,6 +1274,8 @@ class MilpInner:
         )
         if st in limits:
             msg = highs.modelStatusToString(st)
+            if st == S.kInterrupt and not interrupt.requested():
+                msg = "Time limit reached"  # the callback's deadline (_interrupt_callback)
             return (
                 Outcome("feasible", float(v), bound, msg)
                 if v is not None
@@ -1269,13 +1284,16 @@ class MilpInner:
         return Outcome("error", None, None, f"model status '{highs.modelStatusToString(st)}'")
 
 
-def _interrupt_callback() -> dict[str, Any]:
+def _interrupt_callback(stop_at: float = math.inf) -> dict[str, Any]:
     """HiGHS stops at its next interrupt check once placer.interrupt has a stop request
-    (SIGINT/SIGTERM); it then reports the incumbent as feasible, not optimal."""
+    (SIGINT/SIGTERM) or perf_counter() passes `stop_at` (the time limit counted from
+    before PuLP hands HiGHS the model, which on a 40,000-chain configuration takes
+    seconds that HiGHS' own timeLimit does not see); it then reports the incumbent as
+    feasible, not optimal."""
     import highspy
 
     def cb(_type: Any, _msg: Any, _out: Any, data_in: Any, _user: Any) -> None:
-        if data_in is not None and interrupt.requested():
+        if data_in is not None and (interrupt.requested() or time.perf_counter() > stop_at):
             data_in.user_interrupt = 1
 
     kinds = highspy.cb.HighsCallbackType
