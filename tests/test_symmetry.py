@@ -283,7 +283,9 @@ def test_the_library_has_symmetric_cases() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", SYMMETRIC_CASES, ids=lambda c: c.id)
 def test_library_same_plan_with_and_without_symmetry(case: sc.Case) -> None:
-    _same_with_and_without(case.instance, ("brute", "cpsat", "milp"))
+    # without symmetry both backends equal brute force on every library case
+    # (test_solver_library.py), so the same plan with it equals brute force too
+    _same_with_and_without(case.instance, ("cpsat", "milp"))
 
 
 @pytest.mark.slow
