@@ -1313,9 +1313,10 @@ class CpsatInner:
         """The tie-break model holds the first solve's plan (its objective row is that plan's
         value), so INFEASIBLE is CP-SAT's presolve in error: OR-Tools 9.15.6755 reports
         "exactly_one: empty or all false" on four equal spokes around a hub in lockstep
-        (tests/test_cpsat_tiebreak.py), and solves the same model without presolve. Solved
-        again that way, from the first plan as a complete hint (CP-SAT checks every solution
-        against the model it was given, so what this returns is a plan of that model)."""
+        (benchmarks/symmetry_bench.py; tests/test_cpsat_tiebreak.py injects it), and solves
+        the same model without presolve. Solved again that way, from the first plan as a
+        complete hint (CP-SAT checks every solution against the model it was given, so what
+        this returns is a plan of that model)."""
         self.m.ClearHints()
         for var, value in everything:
             self.m.AddHint(var, value)
