@@ -1250,8 +1250,8 @@ def _backend(
         sol: InnerSolution | NoPlan
         try:
             # building counts against the limit too, and stops at it: a configuration of
-            # tens of thousands of chain types (8 regions, 4 sites per replica: 39,765)
-            # took 15 s to build as a MILP and 7 s more to reach HiGHS, past a 30 s limit
+            # 66,256 chain types (8 regions, 4 sites per replica) took 15 s to build as a
+            # MILP, past a 30 s limit (benchmarks/README.md)
             with dl.until(deadline):
                 model = _build_model(
                     backend, data, objective, t_max, cutoff, t_cap, rate_cap, opts.symmetry
