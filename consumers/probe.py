@@ -110,9 +110,18 @@ def main() -> None:
     import torchtitan.distributed.parallel_dims as tpd
     from torchtitan.config.manager import ConfigManager
 
-    cfg = ConfigManager().parse_args(torchtitan_args(os.path.join(export, "torchtitan_args.sh")))
+    # Rank 0 parses the exported overrides (every rank reads the same file: the same argv),
+    # and the parsed parallelism section reaches the others by broadcast. The first parse
+    # costs ~4 CPU s (the model registry and tyro's parser), 16 ranks on 2 cores ~30 s of
+    # each launch (measured); the mesh, what is under test, is still built in every rank.
+    parsed = [None]
+    if rank == 0:
+        args = torchtitan_args(os.path.join(export, "torchtitan_args.sh"))
+        parsed[0] = ConfigManager().parse_args(args).parallelism
+    dist.broadcast_object_list(parsed, src=0)
+    parallelism = parsed[0]
     tpd.device_type = "cpu"  # torchtitan picks "cuda" when no accelerator exists; gloo needs cpu
-    dims = tpd.ParallelDims.from_config(cfg.parallelism, world)
+    dims = tpd.ParallelDims.from_config(parallelism, world)
     dims.build_mesh()
     coords = {}
     for name in ("pp", "dp_replicate", "dp_shard", "tp", "cp", "ep"):
@@ -125,8 +134,8 @@ def main() -> None:
     rec["torchtitan"] = {k: v[0] for k, v in coords.items()} | {
         f"{k}_group": v[1] for k, v in coords.items()
     }
-    rec["torchtitan"]["module_fqns_per_model_part"] = cfg.parallelism.module_fqns_per_model_part
-    rec["torchtitan"]["fsdp_reshard_after_forward"] = cfg.parallelism.fsdp_reshard_after_forward
+    rec["torchtitan"]["module_fqns_per_model_part"] = parallelism.module_fqns_per_model_part
+    rec["torchtitan"]["fsdp_reshard_after_forward"] = parallelism.fsdp_reshard_after_forward
     dist.barrier()
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(rec, f)
