@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import math
 import random
 import statistics
@@ -135,10 +136,11 @@ def draw_plan(rng: random.Random):
     return sites, routes, pp, m, tp, groups, links
 
 
-def random_set(n: int, seed: int, overlap: bool = False) -> None:
+def random_set(n: int, seed: int, overlap: bool = False, dump: list | None = None) -> None:
     """Plans like the hypothesis test's (tests/test_simulate.py), drawn with `random`;
     `overlap`: the instances' job.overlap on (bucketed sync under the backward, ZeRO-1's
-    parameter gather under the forward, TP communication hidden)."""
+    parameter gather under the forward, TP communication hidden). `dump` collects one
+    record per plan (for a per-plan comparison of two versions of the closed form)."""
     rng = random.Random(seed)
     rows = []
     t0 = time.perf_counter()
@@ -169,6 +171,19 @@ def random_set(n: int, seed: int, overlap: bool = False) -> None:
         pipe = (res.closed_pipe_s - res.pipe_s) / res.pipe_s
         dp_sim, dp_cf = res.step_time_s - res.pipe_s, res.closed_form_s - res.closed_pipe_s
         one_site = all(len({c[k] for _, c in groups}) == 1 for k in range(pp))
+        if dump is not None:
+            dump.append(
+                {
+                    "seed": seed,
+                    "overlap": overlap,
+                    "plan": len(rows),
+                    "closed_s": res.closed_form_s,
+                    "sim_s": res.step_time_s,
+                    "rel_diff": res.rel_diff,
+                    "one_site": one_site,
+                    "part_filled": _partial_nodes(prob, tp, groups),
+                }
+            )
         rows.append(
             (
                 crowd,
@@ -243,10 +258,16 @@ def main() -> None:
     ap.add_argument("--random", type=int, default=200, help="random plans (0: none)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--random-only", action="store_true", help="the random set only")
+    ap.add_argument("--overlap", choices=["both", "off", "on"], default="both")
+    ap.add_argument("--dump", type=Path, help="write the random plans' per-plan records (JSON)")
     args = ap.parse_args()
+    dump: list = []
+    overlaps = {"both": (False, True), "off": (False,), "on": (True,)}[args.overlap]
     if args.random_only:
-        random_set(args.random, args.seed)
-        random_set(args.random, args.seed, overlap=True)
+        for overlap in overlaps:
+            random_set(args.random, args.seed, overlap=overlap, dump=dump)
+        if args.dump:
+            args.dump.write_text(json.dumps(dump, indent=1))
         return
     plans = shipped()
     if args.quick:
@@ -254,8 +275,10 @@ def main() -> None:
     if "two-campus-100km" in plans:
         wave_sweep(*plans["two-campus-100km"])
     if args.random:
-        random_set(args.random, args.seed)
-        random_set(args.random, args.seed, overlap=True)
+        for overlap in overlaps:
+            random_set(args.random, args.seed, overlap=overlap, dump=dump)
+        if args.dump:
+            args.dump.write_text(json.dumps(dump, indent=1))
 
 
 if __name__ == "__main__":

@@ -512,6 +512,7 @@ def cases() -> list[Case]:
         + DUALPIPEV_CASES
         + BUCKET_LATENCY_CASES
         + STAGGER_RESILIENCE_CASES
+        + GROUP_LATENCY_CASES
     )
 
 
@@ -828,4 +829,17 @@ STAGGER_RESILIENCE_CASES = [
     Case("stagger-resilience-10pct", _stagger_resilience(0.1)),
     Case("stagger-resilience-6pct", _stagger_resilience(0.06)),
     Case("nic-survival-3pct", _nic_survival(0.03), infeasible="no feasible plan"),
+]
+
+
+# the WAN latency per release group (PerfModel.step, sync_staggered_s): dp 6 over two sites
+# of 8 GPUs at 50 km, overlap off. Keeping every stage inside one site (6 chains b -> a)
+# pays no WAN sync; stage 0 at b alone (6: a node of 2) and stage 1 split 4 at a / 2 at b
+# syncs stage 1 across the route, but stage 1 is released delta_1 before stage 0 and its
+# two WAN rounds run under the drain: with each group's own latency that plan is faster
+# (and the simulator agrees); with the latency charged to every group (before) it was
+# slower, 2 lat on top of stage 0's NIC phase (test_wan_latency_per_release_group_moves_
+# the_optimum)
+GROUP_LATENCY_CASES = [
+    Case("group-latency-50km", part_filled_instance(50.0, dp=6, site_gpus=8)),
 ]

@@ -115,6 +115,40 @@ def test_nic_phase_per_release_group_by_hand() -> None:
     assert abs(st.step_time_s - sim.step_time_s) < abs(flat.step_time_s - sim.step_time_s)
 
 
+@pytest.mark.parametrize("km", [100.0, 500.0])
+def test_wan_latency_per_release_group_by_hand(km: float) -> None:
+    """pp 2, overlap off, 2 waves: stage 0's 5 replicas at a (a node of 1: the longest NIC
+    phase, I_0), stage 1 split 3 at a / 2 at b (synced across the route). Stage 0, released
+    last (delta 0), syncs inside a and pays no WAN latency; stage 1's two WAN rounds start
+    delta_1 earlier. The sync is max(I_0, max(I_0, I_1) + 2 lat + U - delta_1) (each group's
+    own latency: L_0 = 0, L_1 = 2 lat); the latency charged to every group (before) was
+    2 lat + max(I_0, max(I_0, I_1) + U - delta_1). At 100 km the drain hides stage 1's
+    whole sync (the step is T_pipe + I_0), at 500 km it does not. The simulation is no
+    slower than the closed form and closer to it than the old charge."""
+    prob = problem_from_data(sc.part_filled_instance(km))
+    p = _plan([(3, ["a", "a"]), (2, ["a", "b"])], waves=2)
+    perf, cfg, st = _step(prob, p)
+    i0 = perf.intra_sync_s(cfg, 0, "a", members=5)
+    i1 = max(perf.intra_sync_s(cfg, 1, s, members=n) for s, n in (("a", 3), ("b", 2)))
+    delta = perf.dp_release_s(cfg)[1]
+    u = perf.stage_wan_bytes(cfg, 1) / perf.net.capacity_Bps(ROUTE, 2, "800zr")
+    lat = 2 * perf.net.path_latency_s(*ROUTE)
+    assert lat == pytest.approx(2 * km * 4.9e-6, rel=1e-12)
+    assert i1 < i0  # stage 0's node of 1 is the longest NIC phase
+    sync = max(i0, max(i0, i1) + lat + u - delta)
+    old = lat + max(i0, max(i0, i1) + u - delta)
+    if km == 100.0:
+        assert sync == pytest.approx(i0, rel=1e-12)
+    else:
+        assert sync == pytest.approx(i0 + lat + u - delta, rel=1e-12) and sync > i0
+    assert st.sync_staggered_s == pytest.approx(sync, rel=1e-12)
+    assert st.step_time_s == pytest.approx(st.pipe_s + sync, rel=1e-12)
+    sim = simulate(prob, p)
+    assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
+    assert sim.step_time_s <= st.step_time_s * (1 + 1e-9)
+    assert abs(st.step_time_s - sim.step_time_s) < abs(st.pipe_s + old - sim.step_time_s)
+
+
 def test_release_groups() -> None:
     """Prefix groups by stage index, each stage released at its group's first stage's
     offset (a later release: pessimistic); no stagger with one stage or one replica, or

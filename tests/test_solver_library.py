@@ -302,6 +302,45 @@ def test_nic_phase_per_release_group_moves_the_optimum() -> None:
     assert sims["split0"] < sims["kept"], sims
 
 
+def test_wan_latency_per_release_group_moves_the_optimum() -> None:
+    """group-latency-50km (solver_cases: dp 6, two 8-GPU sites, 50 km, overlap off): the
+    optimum keeps stage 0's 6 replicas at one site and splits stage 1 (brute force =
+    CP-SAT = MILP in test_backends_agree_with_brute_force). Stage 1 is released first and
+    its WAN sync, latency included, runs under the drain: the step is T_pipe + stage 0's
+    NIC phase (its node of 2), the group of stage 0 alone paying no WAN latency. Charged
+    2 lat on top (every group's latency the slowest pair's, as before: PerfModel.step,
+    sync_staggered_s) that plan is slower than keeping every stage inside one site (all 6
+    chains b -> a), the optimum before: the per-group latency, not a tie, moves the
+    optimum. The simulator agrees with the closed form on both plans' order."""
+    from placer.evaluate import config_of
+    from placer.io import plan_from_data
+    from placer.perf.step import PerfModel
+    from placer.sim import simulate
+
+    problem = problem_from_data(BY_ID["group-latency-50km"].instance)
+    best = outcome("group-latency-50km", "brute")
+    plan = json.loads(best.plan.model_dump_json())
+    stage0 = {g["stage_sites"][0] for g in plan["replica_groups"]}
+    stage1 = {g["stage_sites"][1] for g in plan["replica_groups"]}
+    assert len(stage0) == 1 and stage1 == {"a", "b"}, plan["replica_groups"]
+    (s0,) = stage0
+    other = next(s for s in ("a", "b") if s != s0)
+    whole = dict(plan, replica_groups=[{"count": 6, "stage_sites": [s0, other]}])
+    perf = PerfModel(problem)
+    ev = evaluate(problem, plan, perf)
+    cfg = config_of(problem, plan_from_data(plan))
+    i0 = perf.intra_sync_s(cfg, 0, s0, members=6)
+    lat = 2 * perf.net.path_latency_s("a", "b")
+    assert lat == pytest.approx(2 * 50 * 4.9e-6, rel=1e-12)
+    assert ev.step_time_s == pytest.approx(best.objective, rel=1e-12)
+    assert ev.step_time_s == pytest.approx(ev.step.pipe_s + i0, rel=1e-12)
+    steps = {"split1": ev.step_time_s, "whole": evaluate(problem, whole).step_time_s}
+    assert steps["split1"] < steps["whole"] < ev.step.pipe_s + i0 + lat
+    sims = {"split1": simulate(problem, plan).step_time_s, "whole": simulate(problem, whole)}
+    sims["whole"] = sims["whole"].step_time_s
+    assert sims["split1"] < sims["whole"], sims
+
+
 @pytest.mark.parametrize("case", sc.PART_FILLED_MOVES, ids=lambda c: c.id)
 def test_part_filled_node_pricing_decides_the_optimum(case: sc.Case, monkeypatch) -> None:
     """Brute force with the NIC phase priced as whole nodes (node_fill off) keeps all five

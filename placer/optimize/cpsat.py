@@ -502,12 +502,15 @@ class CpsatInner:
         n_groups = len(d.release_groups)
         self.I_group = {i: M.NewIntVar(0, TT, f"I_group[{i}]") for i in range(n_groups - 1)}
         self._group_intra_terms: dict[int, list[IntraTerm]] = {i: [] for i in self.I_group}
+        # and the WAN latency of the pairs its stages sync over (milp.define_dp_hosting)
+        self.L_group = {i: M.NewIntVar(0, TW, f"L_group[{i}]") for i in self.I_group}
+        self._group_lat_terms: dict[int, list[Any]] = {i: [] for i in self.I_group}
         self._pairs: list[HostPair] = []
         h: dict[tuple[str, int], Any] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
         pair_dem: dict[
-            Any, list[tuple[Any, Any, int]]
-        ] = {}  # routed pair -> (D, b, share bound) per class
+            Any, list[tuple[Any, Any, int, list[int]]]
+        ] = {}  # routed pair -> (D, b, share bound, the class's release groups) per class
         # the staggered WAN phase's release groups (milp.define_dp_hosting): per group but
         # the last, the demand of each class's stages released at or after T_pipe - g
         groups = d.release_groups
@@ -543,6 +546,7 @@ class CpsatInner:
             share = M.NewIntVar(0, max(shares), f"share[{k}]")
             add(M.AddElement(n_hosts, shares, share), row("dp.k_share", k))
             group_share: dict[float, tuple[Any, int] | None] = {}
+            in_groups = [i for i in self.L_group if d.class_release_fraction(cls, groups[i]) > 0]
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
                     add(
@@ -556,10 +560,13 @@ class CpsatInner:
                 add(M.AddBoolOr([h[(a, k)].Not(), h[(b, k)].Not(), bp]), row("dp.pair_on", a, b, k))
                 dem = M.NewIntVar(0, max(shares), f"D[{a},{b}][{k}]")
                 add(M.Add(dem >= share), row("dp.pair", a, b, k)).OnlyEnforceIf(bp)
-                add(
-                    M.Add(T_lat >= self.ticks(2 * d.pair_latency[(a, b)])),
-                    row("dp.pair_latency", a, b, k),
-                ).OnlyEnforceIf(bp)
+                lat = self.ticks(2 * d.pair_latency[(a, b)])
+                add(M.Add(T_lat >= lat), row("dp.pair_latency", a, b, k)).OnlyEnforceIf(bp)
+                for i in in_groups:
+                    add(
+                        M.Add(self.L_group[i] >= lat), row("dp.group_latency", i, a, b, k)
+                    ).OnlyEnforceIf(bp)
+                    self._group_lat_terms[i].append(lat * bp)
                 self._pairs.append(
                     HostPair(
                         dem,
@@ -572,7 +579,7 @@ class CpsatInner:
                     )
                 )
                 if d.routed((a, b)):
-                    pair_dem.setdefault((a, b), []).append((dem, bp, max(shares)))
+                    pair_dem.setdefault((a, b), []).append((dem, bp, max(shares), in_groups))
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
@@ -643,7 +650,7 @@ class CpsatInner:
         self._stagger_terms: list[tuple[Any, int, list[tuple[Any, Any]], int]] = []
         self._staggered = len(groups) >= 2
         if not self._staggered:
-            self.T_dpst = self.T_intra + self.T_dpbw
+            self.T_dpst = self.T_intra + self.T_dpbw + self.T_lat
             return
         self.T_dpst = M.NewIntVar(0, self.TT + self.TW, "T_dpst")
         for i, g in enumerate(groups[:-1]):
@@ -667,11 +674,14 @@ class CpsatInner:
                 )
             gt = math.floor(g / self.tau)
             wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-            add(M.Add(self.T_dpst >= self.I_group[i] + wan - gt), row("dp.stagger", i))
+            add(
+                M.Add(self.T_dpst >= self.I_group[i] + self.L_group[i] + wan - gt),
+                row("dp.stagger", i),
+            )
             self._stagger_terms.append((U, gt, loads, i))
         self._stagger_last = math.floor(groups[-1] / self.tau)
         add(
-            M.Add(self.T_dpst >= self.T_intra + self.T_dpbw - self._stagger_last),
+            M.Add(self.T_dpst >= self.T_intra + self.T_dpbw + self.T_lat - self._stagger_last),
             row("dp.stagger", "all"),
         )
 
@@ -689,7 +699,7 @@ class CpsatInner:
         self._overlap_terms: list[tuple[Any, int, Any, int]] = []  # (piece, L f, sync, L window)
         L = self._overlap_den()
         if self.d.sync_mode == "synchronous":
-            st = self.T_dpst + self.T_lat
+            st = self.T_dpst
             E = self._dp_exposed(T_intra + T_wan, None, self.TW, self.T_lat, st)
             add(M.Add(L * T >= L * T_pipe + E), row("step.time"))
             add(M.Add(L * T < L * T_pipe + E + L), row("step.time_round"))
@@ -859,21 +869,36 @@ class CpsatInner:
 
     def _route_data_parallel(
         self,
-        pair_dem: dict[Any, list[tuple[Any, Any, int]]],
+        pair_dem: dict[Any, list[tuple[Any, Any, int, list[int]]]],
         T_lat: Any,
         dp_load: dict[Any, list[Any]],
     ) -> None:
         self._lat_terms: list[LatencyTerm] = []
         loads: dict[Any, list[Any]] = {}
         for q, dems in sorted(pair_dem.items()):
-            ws = self._paths_allowed("dp", q, [bp for _, bp, _ in dems])
+            ws = self._paths_allowed("dp", q, [bp for _, bp, _, _ in dems])
             self._split(
-                "dp", q, sum(dem for dem, _, _ in dems), sum(mx for _, _, mx in dems), ws, loads
+                "dp",
+                q,
+                sum(dem for dem, _, _, _ in dems),
+                sum(mx for _, _, mx, _ in dems),
+                ws,
+                loads,
             )
             for j in range(1, len(ws)):
                 lat = self.ticks(2 * self.d.pair_paths[q][j].latency_s)
                 self.add(self.m.Add(T_lat >= lat * ws[j]), row("dp.path_latency", *q, j))
                 self._lat_terms.append(LatencyTerm(lat, ws[j]))
+                # a release group pays the path's latency where one of its classes uses it
+                # (linear in the two booleans, as milp._route_data_parallel)
+                for c, (_, bp, _, gs) in enumerate(dems):
+                    for i in gs:
+                        on = lat * (ws[j] + bp - 1)
+                        self.add(
+                            self.m.Add(self.L_group[i] >= on),
+                            row("dp.group_path_latency", i, *q, j, c),
+                        )
+                        self._group_lat_terms[i].append(on)
         for r, terms in loads.items():
             dp_load[r].extend(terms)
 
@@ -942,7 +967,12 @@ class CpsatInner:
                     M.AddMaxEquality(self.I_group[i], [0] + [t.time * t.host for t in iterms]),
                     row("exact.intra_group", i),
                 )
-            st = [T_intra + T_dpbw - self._stagger_last]
+            for i, lterms in self._group_lat_terms.items():
+                add(
+                    M.AddMaxEquality(self.L_group[i], [0, *lterms]),
+                    row("exact.lat_group", i),
+                )
+            st = [T_intra + T_dpbw + T_lat - self._stagger_last]
             for U, gt, loads, i in self._stagger_terms:
                 if U is not None:
                     u = [0] + [
@@ -951,7 +981,7 @@ class CpsatInner:
                     ]
                     add(M.AddMaxEquality(U, u), row("exact.dpst_u", i))
                 wan = T_dpbw if not d.dp_wan_stagger else (0 if U is None else U)
-                st.append(self.I_group[i] + wan - gt)
+                st.append(self.I_group[i] + self.L_group[i] + wan - gt)
             terms = []  # AddMaxEquality over variables
             bound = self.TT + self.TW
             for j, e in enumerate(st):

@@ -466,6 +466,9 @@ class MilpInner:
         n_groups = len(d.release_groups)
         self.I_group = {i: pulp.LpVariable(_name("I_group", i), 0) for i in range(n_groups - 1)}
         self._group_intra_terms: dict[int, list[IntraTerm]] = {i: [] for i in self.I_group}
+        # and the WAN latency of the pairs its stages sync over (0: all inside sites)
+        self.L_group = {i: pulp.LpVariable(_name("L_group", i), 0) for i in self.I_group}
+        self._group_lat_terms: dict[int, list[tuple[float, Any]]] = {i: [] for i in self.I_group}
         self._pairs: list[HostPair] = []
         h: dict[tuple[str, int], pulp.LpVariable] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
@@ -477,8 +480,8 @@ class MilpInner:
         group_load = {g: {r: [] for r in d.routes} for g in wan_groups}
         group_max = {g: {r: 0.0 for r in d.routes} for g in wan_groups}
         pair_dem: dict[
-            Any, list[tuple[Any, Any, float]]
-        ] = {}  # routed pair -> (D, b, S_k) per class
+            Any, list[tuple[Any, Any, float, list[int]]]
+        ] = {}  # routed pair -> (D, b, S_k, the class's release groups) per class
         for cls in d.stage_classes:
             k = cls[0]  # the class's representative stage
             hosts = d.stage_sites[k]
@@ -506,6 +509,7 @@ class MilpInner:
             )
             S_k = d.class_wan_bytes(cls) / GBYTE
             share = pulp.lpSum((2 * S_k / K) * z[K] for K in z if K >= 2)
+            in_groups = [i for i in self.L_group if d.class_release_fraction(cls, groups[i]) > 0]
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
                     add(h[(a, k)] + h[(b, k)] <= 1, row("dp.disconnected", a, b, k))
@@ -516,16 +520,18 @@ class MilpInner:
                 add(bp >= h[(a, k)] + h[(b, k)] - 1, row("dp.pair_on", a, b, k))
                 dem = pulp.LpVariable(_name("D", a, b, k), 0)
                 add(dem >= share - S_k * (1 - bp), row("dp.pair", a, b, k))
-                add(
-                    T_lat >= (2 * d.pair_latency[(a, b)] / ts) * bp, row("dp.pair_latency", a, b, k)
-                )
+                lat = 2 * d.pair_latency[(a, b)] / ts
+                add(T_lat >= lat * bp, row("dp.pair_latency", a, b, k))
+                for i in in_groups:
+                    add(self.L_group[i] >= lat * bp, row("dp.group_latency", i, a, b, k))
+                    self._group_lat_terms[i].append((lat, bp))
                 self._pairs.append(
                     HostPair(
                         dem, share, bp, S_k, h[(a, k)], h[(b, k)], 2 * d.pair_latency[(a, b)] / ts
                     )
                 )
                 if d.routed((a, b)):
-                    pair_dem.setdefault((a, b), []).append((dem, bp, S_k))
+                    pair_dem.setdefault((a, b), []).append((dem, bp, S_k, in_groups))
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
@@ -566,15 +572,17 @@ class MilpInner:
         group_max: dict[float, dict[Any, float]],
     ) -> None:
         """T_dpst, the staggered sync's NIC phases and WAN bandwidth (PerfModel.step,
-        sync_staggered_s): >= I_g + U_g - g for each release group g but the last (I_g >=
-        the NIC phase of every hosting site of the group's stages, U_g >= the group's load
-        / capacity on every route, a hull; none without WAN load; T_dpbw, every stage's,
-        where the WAN phase is not staggered: d.dp_wan_stagger), and >= T_intra + T_dpbw -
-        g_last (every stage's). Without a stagger (one group) it is T_intra + T_dpbw."""
+        sync_staggered_s): >= I_g + L_g + U_g - g for each release group g but the last
+        (I_g >= the NIC phase of every hosting site of the group's stages, L_g >= twice the
+        one-way latency of every pair, and allowed path, that they sync over, U_g >= the
+        group's load / capacity on every route, a hull; none without WAN load; T_dpbw,
+        every stage's, where the WAN phase is not staggered: d.dp_wan_stagger), and >=
+        T_intra + T_dpbw + T_lat - g_last (every stage's). Without a stagger (one group)
+        it is T_intra + T_dpbw + T_lat."""
         self._stagger_terms: list[tuple[Any, float, list[tuple[Any, Load]], int]] = []
         self._staggered = len(groups) >= 2
         if not self._staggered:
-            self.T_dpst = self.T_intra + self.T_dpbw
+            self.T_dpst = self.T_intra + self.T_dpbw + self.T_lat
             return
         self.T_dpst = pulp.LpVariable("T_dpst", 0)
         ts, window = self.ts, self.t_max * self.sync.window
@@ -588,23 +596,25 @@ class MilpInner:
             for r, load in loads:
                 self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
             wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-            self.add(self.T_dpst >= self.I_group[i] + wan - g / ts, row("dp.stagger", i))
+            self.add(
+                self.T_dpst >= self.I_group[i] + self.L_group[i] + wan - g / ts,
+                row("dp.stagger", i),
+            )
             self._stagger_terms.append((U, g / ts, loads, i))
         self.add(
-            self.T_dpst >= self.T_intra + self.T_dpbw - groups[-1] / ts, row("dp.stagger", "all")
+            self.T_dpst >= self.T_intra + self.T_dpbw + self.T_lat - groups[-1] / ts,
+            row("dp.stagger", "all"),
         )
         self._stagger_last = groups[-1] / ts
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan =
-        T_dpbw + T_lat when synchronous; T_dpst + T_lat, NIC phases included, for the
+        T_dpbw + T_lat when synchronous; T_dpst, NIC phases and latency included, for the
         staggered pieces) less what its overlap windows hide, plus the sync policy's part
         of T_wan otherwise."""
         self._exposed = None
         self._overlap_terms: list[tuple[Any, Any]] = []  # (exposed piece, f sync - window)
-        T_dp = self._dp_part(
-            self.T_intra, self.T_dpbw + self.T_lat, self.T_pipe, None, self.T_dpst + self.T_lat
-        )
+        T_dp = self._dp_part(self.T_intra, self.T_dpbw + self.T_lat, self.T_pipe, None, self.T_dpst)
         self.T = pulp.LpVariable("T", 0)
         self.add(self.T == self.T_pipe + T_dp, row("step.time"))
 
@@ -740,7 +750,7 @@ class MilpInner:
 
     def _route_data_parallel(
         self,
-        pair_dem: dict[Any, list[tuple[Any, Any, float]]],
+        pair_dem: dict[Any, list[tuple[Any, Any, float, list[int]]]],
         T_lat: Any,
         dp_load: dict[Any, list[Any]],
         dp_max: dict[Any, float],
@@ -750,12 +760,12 @@ class MilpInner:
         self._lat_terms: list[LatencyTerm] = []
         loads: dict[Any, tuple[list[Any], float]] = {}
         for q, dems in sorted(pair_dem.items()):
-            ws = self._paths_allowed("dp", q, [bp for _, bp, _ in dems])
+            ws = self._paths_allowed("dp", q, [bp for _, bp, _, _ in dems])
             self._split(
                 "dp",
                 q,
-                pulp.lpSum(dem for dem, _, _ in dems),
-                sum(S for _, _, S in dems),
+                pulp.lpSum(dem for dem, _, _, _ in dems),
+                sum(S for _, _, S, _ in dems),
                 ws,
                 loads,
             )
@@ -763,6 +773,14 @@ class MilpInner:
                 lat = 2 * self.d.pair_paths[q][j].latency_s / self.ts
                 self.add(T_lat >= lat * ws[j], row("dp.path_latency", *q, j))
                 self._lat_terms.append(LatencyTerm(lat, ws[j]))
+                # a release group pays the path's latency where one of its classes uses it
+                for c, (_, bp, _, gs) in enumerate(dems):
+                    for i in gs:
+                        self.add(
+                            self.L_group[i] >= lat * (ws[j] + bp - 1),
+                            row("dp.group_path_latency", i, *q, j, c),
+                        )
+                        self._group_lat_terms[i].append((lat, (ws[j], bp)))
         for r, (terms, mx) in loads.items():
             dp_load[r].extend(terms)
             dp_max[r] += mx
@@ -842,7 +860,13 @@ class MilpInner:
                     big,
                     f"exact.intra_group{i}",
                 )
-            st_terms: list[tuple[Any, Any]] = [(T_intra + T_dpbw - self._stagger_last, None)]
+            for i, lterms in self._group_lat_terms.items():
+                self._exact_max(
+                    self.L_group[i], [(0, None), *lterms], big_wan, f"exact.lat_group{i}"
+                )
+            st_terms: list[tuple[Any, Any]] = [
+                (T_intra + T_dpbw + T_lat - self._stagger_last, None)
+            ]
             for U, g, loads, i in self._stagger_terms:
                 if U is not None:
                     u_terms: list[tuple[Any, Any]] = [(0, None)]
@@ -851,7 +875,7 @@ class MilpInner:
                         u_terms.append((t, None))
                     self._exact_max(U, u_terms, big_wan, f"exact.dpst{i}")
                 wan = T_dpbw if not d.dp_wan_stagger else (0 if U is None else U)
-                st_terms.append((self.I_group[i] + wan - g, None))
+                st_terms.append((self.I_group[i] + self.L_group[i] + wan - g, None))
             self._exact_max(self.T_dpst, st_terms, big + big_wan, "exact.dpst")
         self._exact_max(
             T_lat,

@@ -46,7 +46,8 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   of its busiest route plus two one-way path latencies, on top; each stage's exchange
   starts when its own last backward ends (a lower bound of its offset before T_pipe,
   dp_release_s), the routes shared only by the stages released at or after a moment,
-  each such group's longest NIC phase in series with its WAN work (sync_staggered_s in
+  each such group's longest NIC phase in series with its WAN work and the latency of its
+  own stages' pairs (sync_staggered_s in
   step; every stage's at once for ZeRO-1's overlapped parameter gather, in failure
   scenarios and on instances with a multi-path site pair). The per-step sync hides
   partly under the backward of the last micro-batch and the forward of the first
@@ -1215,11 +1216,16 @@ class PerfModel:
 
         The staggered sync (sync_staggered_s, the pieces dp_staggered marks) is, per
         release group g of dp_release_s (delta_g; the stages released at or after T_pipe -
-        delta_g), its longest NIC phase I_g in series with its busiest route's load U_g:
-        2 lat + max over g of (I_g + U_g - delta_g), inside one site max over g of (I_g -
-        delta_g). Megatron reduces each pipeline rank's gradients as soon as that rank's
-        backward is done, with no barrier across ranks (megatron/core/pipeline_parallel/
-        schedules.py: each rank's forward_backward_func ends in its own
+        delta_g), its longest NIC phase I_g in series with its WAN rounds, the two one-way
+        latencies L_g of the slowest pair that the group's stages sync over (0 where they
+        sync inside sites) and its busiest route's load U_g: max over g of (I_g + L_g + U_g
+        - delta_g), the last group's L the whole sync's 2 lat. The latency is the group's
+        own because a stage synced inside one site has no WAN round: charged every group,
+        the slowest split stage's latency fell on the stages that end last, synced inside
+        their sites (benchmarks/README.md, branch glat). Megatron reduces each pipeline
+        rank's gradients as soon as that rank's backward is done, with no barrier across
+        ranks (megatron/core/pipeline_parallel/schedules.py: each rank's
+        forward_backward_func ends in its own
         config.finalize_model_grads_func, finalize_model_grads.py calling its chunks'
         finish_grad_sync; under --overlap-grad-reduce its bucket hooks start earlier still),
         and placer.sim starts each stage's sync, NIC phase included, at its own release
@@ -1276,6 +1282,8 @@ class PerfModel:
         # per release group, the longest NIC phase of the stages released at or after
         # T_pipe - delta (sync_staggered_s)
         group_intra: dict[float, float] = dict.fromkeys(group_load, 0.0)
+        # and the WAN latency of their pairs (two rounds): a group synced inside sites pays none
+        group_lat: dict[float, float] = dict.fromkeys(group_load, 0.0)
         for k in range(cfg.pp):
             h = hosts[k]
             if cfg.dp >= 2:
@@ -1299,9 +1307,11 @@ class PerfModel:
                                 for g, load in group_load.items():
                                     if wan_whole or release[k] <= g:
                                         load[key] += demand * use.share
-                        wan_lat = max(
-                            wan_lat, 2 * net.pair_latency_s(routing, "data_parallel", a, b)
-                        )
+                        lat_ab = 2 * net.pair_latency_s(routing, "data_parallel", a, b)
+                        wan_lat = max(wan_lat, lat_ab)
+                        for g in group_lat:
+                            if release[k] <= g:
+                                group_lat[g] = max(group_lat[g], lat_ab)
         route_dp_s = {
             k: _div(v, cap[k]) * dpf.get(k, 1.0) if v > 0 else 0.0 for k, v in dp_load.items()
         }
@@ -1328,8 +1338,9 @@ class PerfModel:
         # one group (no stagger) is every stage's at once, t_intra + t_wan
         t_sync_st = t_intra + t_wan
         if len(group_load) > 1:
-            t_sync_st = wan_lat * bool(route_dp_s) + max(
+            t_sync_st = max(
                 group_intra[g]
+                + group_lat[g]
                 + max((_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()), default=0.0)
                 - g
                 for g, load in group_load.items()
