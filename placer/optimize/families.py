@@ -30,7 +30,8 @@ Families, in build order:
               member count, one-hots over its fill state and its node count: node_fill,
               PerfModel.site_ring_nodes; the same rows per release group for its
               NIC phase I_g, PerfModel.step's staggered sync), pair
-              latencies (T_lat), the routed
+              latencies (T_lat; per release group but the last L_g, the latency of
+              the pairs and paths its own stages sync over), the routed
               data-parallel flows, and T_dpbw >= data-parallel bytes / route capacity
 * step:       T = T_pipe + T_intra + the sync policy's WAN part (`SYNC`)
 * limits:     max_step_time_s, the frontier walk's caps, the incumbent cutoff

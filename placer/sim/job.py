@@ -74,8 +74,9 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   the busiest route with the WAN phases of the ranks released at or after a moment,
   each rank from a lower bound of its finish time in at most 4 groups
   (PerfModel.dp_release_s; all at once on instances with a multi-path pair), in series
-  after the longest NIC phase of those ranks (PerfModel.step; here each rank's NIC
-  phase starts at its own release and overlaps the others' WAN rounds), and no NIC
+  after the longest NIC phase of those ranks and with the WAN latency of the slowest
+  pair that those ranks sync over (PerfModel.step; here each rank's NIC phase and WAN
+  rounds start at its own release and overlap the others'), and no NIC
   term (pessimistic where the ranks' syncs spread wider than that bound, optimistic
   when a site has so few members that their NICs are narrower than the route).
 * A device's NIC links carry all its traffic: activations out, gradients out, both
