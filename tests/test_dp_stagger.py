@@ -149,6 +149,49 @@ def test_wan_latency_per_release_group_by_hand(km: float) -> None:
     assert abs(st.step_time_s - sim.step_time_s) < abs(st.pipe_s + old - sim.step_time_s)
 
 
+@pytest.mark.parametrize("km", [100.0, 1000.0])
+def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
+    """pp 2, job.overlap on (ZeRO-1: the reduce-scatter half under the last backward, the
+    parameter all-gather half under the first forward of the step), 2 waves: stage 0's 5
+    replicas at a (I_0 the longest NIC phase), stage 1 split 3 at a / 2 at b. Every rank
+    starts its gather with the step, and rank 1's first forward runs phi_1 later (stage
+    0's first forward and one message inside a site: PerfModel.dp_fill_s), so the gather
+    is max(I_0, max(I_0, I_1) + 2 lat + U - phi_1) (stage 0 synced inside a, no WAN term),
+    against I_0 + 2 lat + U with every stage's at once (before). The step is T_pipe plus
+    each piece's exposed part, f (sync + R lat) - window (PerfModel.dp_pieces, R =
+    dp_lat_repeats), the reduce-scatter at the staggered sync, the gather at this; the
+    simulation is no slower, and closer than with the gather at once."""
+    prob = problem_from_data(sc.part_filled_instance(km, overlap=True))
+    p = _plan([(3, ["a", "a"]), (2, ["a", "b"])], waves=2)
+    perf, cfg, st = _step(prob, p)
+    assert cfg.zero1 and cfg.overlap_param_gather
+    i0 = perf.intra_sync_s(cfg, 0, "a", members=5)
+    i1 = max(perf.intra_sync_s(cfg, 1, s, members=n) for s, n in (("a", 3), ("b", 2)))
+    u = perf.stage_wan_bytes(cfg, 1) / perf.net.capacity_Bps(ROUTE, 2, "800zr")
+    lat = 2 * perf.net.path_latency_s(*ROUTE)
+    phi1 = perf.chunk_times(cfg, "h100-sxm")[0].fwd + sum(perf.boundary(cfg, "a", "a"))
+    assert perf.dp_fill_s(cfg) == pytest.approx((0.0, phi1), rel=1e-12)
+    assert i1 < i0 and 0 < phi1 < lat + u  # the gather's WAN part is partly hidden
+    gather = max(i0, max(i0, i1) + lat + u - phi1)
+    assert gather == pytest.approx(i0 + lat + u - phi1, rel=1e-12)
+    assert st.gather_staggered_s == pytest.approx(gather, rel=1e-12)
+    at_once = st.intra_s + st.wan_s
+    assert at_once == pytest.approx(i0 + lat + u, rel=1e-12)
+    (f0, w0), (f1, w1) = perf.dp_pieces(cfg)
+    r0, r1 = perf.dp_lat_repeats(cfg)
+    assert perf.dp_staggered(cfg) == (True, False)
+    reduce_part = max(0.0, f0 * (st.sync_staggered_s + r0 * lat) - w0)
+    assert st.step_time_s == pytest.approx(
+        st.pipe_s + reduce_part + max(0.0, f1 * (gather + r1 * lat) - w1), rel=1e-12
+    )
+    before = st.pipe_s + reduce_part + max(0.0, f1 * (at_once + r1 * lat) - w1)
+    assert st.step_time_s < before
+    sim = simulate(prob, p)
+    assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
+    assert sim.step_time_s <= st.step_time_s * (1 + 1e-9)
+    assert abs(st.step_time_s - sim.step_time_s) < abs(before - sim.step_time_s)
+
+
 def test_release_groups() -> None:
     """Prefix groups by stage index, each stage released at its group's first stage's
     offset (a later release: pessimistic); no stagger with one stage or one replica, or

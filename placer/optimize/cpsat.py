@@ -649,9 +649,15 @@ class CpsatInner:
         M, add = self.m, self.add
         self._stagger_terms: list[tuple[Any, int, list[tuple[Any, Any]], int]] = []
         self._staggered = len(groups) >= 2
+        # ZeRO-1's overlapped parameter gather (milp._define_dp_stagger): the same groups'
+        # terms, each exposed past its first forward (on the grid rounded down)
+        self._gather_terms: list[Any] = []
+        self.T_gst = self.T_intra + self.T_dpbw + self.T_lat
         if not self._staggered:
             self.T_dpst = self.T_intra + self.T_dpbw + self.T_lat
             return
+        if self.d.gather_staggered:
+            self.T_gst = M.NewIntVar(0, self.TT + self.TW, "T_gst")
         self.T_dpst = M.NewIntVar(0, self.TT + self.TW, "T_dpst")
         for i, g in enumerate(groups[:-1]):
             loads = [
@@ -679,11 +685,21 @@ class CpsatInner:
                 row("dp.stagger", i),
             )
             self._stagger_terms.append((U, gt, loads, i))
+            if self.d.gather_staggered:
+                ft = math.floor(self.d.release_fill(g) / self.tau)
+                e = self.I_group[i] + self.L_group[i] + wan - ft
+                add(M.Add(self.T_gst >= e), row("dp.gather_stagger", i))
+                self._gather_terms.append(e)
         self._stagger_last = math.floor(groups[-1] / self.tau)
         add(
             M.Add(self.T_dpst >= self.T_intra + self.T_dpbw + self.T_lat - self._stagger_last),
             row("dp.stagger", "all"),
         )
+        if self.d.gather_staggered:
+            ft = math.floor(self.d.release_fill(groups[-1]) / self.tau)
+            e = self.T_intra + self.T_dpbw + self.T_lat - ft
+            add(M.Add(self.T_gst >= e), row("dp.gather_stagger", "all"))
+            self._gather_terms.append(e)
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan when
@@ -700,7 +716,7 @@ class CpsatInner:
         L = self._overlap_den()
         if self.d.sync_mode == "synchronous":
             st = self.T_dpst
-            E = self._dp_exposed(T_intra + T_wan, None, self.TW, self.T_lat, st)
+            E = self._dp_exposed(T_intra + T_wan, None, self.TW, self.T_lat, st, self.T_gst)
             add(M.Add(L * T >= L * T_pipe + E), row("step.time"))
             add(M.Add(L * T < L * T_pipe + E + L), row("step.time_round"))
         elif not rule.overlapped:
@@ -989,6 +1005,13 @@ class CpsatInner:
                 add(M.Add(v == e), row("exact.dpst_term", j))
                 terms.append(v)
             add(M.AddMaxEquality(self.T_dpst, terms), row("exact.dpst"))
+            if self._gather_terms:
+                gterms = []
+                for j, e in enumerate(self._gather_terms):
+                    v = M.NewIntVar(-bound, bound, f"exact.gst_term[{j}]")
+                    add(M.Add(v == e), row("exact.gst_term", j))
+                    gterms.append(v)
+                add(M.AddMaxEquality(self.T_gst, gterms), row("exact.gst"))
         add(
             M.AddMaxEquality(
                 T_lat,
@@ -1025,20 +1048,27 @@ class CpsatInner:
         )
 
     def _dp_exposed(
-        self, sync: Any, tag: str | None, ub: int, lat: Any = None, sync_st: Any = None
+        self,
+        sync: Any,
+        tag: str | None,
+        ub: int,
+        lat: Any = None,
+        sync_st: Any = None,
+        sync_gather: Any = None,
     ) -> Any:
         """The per-step sync's exposed part (milp._dp_exposed) in 1/L ticks: a piece with
         fraction f of the sync, window w and latency repeats R (PerfModel.dp_lat_repeats)
         is e >= L f (sync + R lat) - L w, e >= 0 (lat None: no latency term); `sync_st`
-        the sync with the staggered WAN phase for the pieces that see it (None: `sync`);
-        `tag` None is the healthy step, a tag one failure scenario's."""
+        the sync with the staggered WAN phase for the pieces that see it (None: `sync`),
+        `sync_gather` the staggered gather for the others (None: `sync`); `tag` None is
+        the healthy step, a tag one failure scenario's."""
         M, L, terms = self.m, self._overlap_den(), []
         reps = self.d.dp_lat_repeats
         for i, (f, window) in enumerate(self.d.dp_pieces):
             if sync_st is not None and self.d.dp_staggered[i]:
                 piece_sync = sync_st
             else:
-                piece_sync = sync
+                piece_sync = sync if sync_gather is None else sync_gather
             num = round(Fraction(f).limit_denominator(64) * L)
             w = round(L * window / self.tau)
             extra = num * reps[i] * lat if lat is not None and reps[i] else 0

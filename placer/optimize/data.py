@@ -107,6 +107,9 @@ class InnerData:
     # staggered WAN phase (PerfModel.dp_staggered) or every stage's at once
     dp_release: tuple[float, ...] = ()
     dp_staggered: tuple[bool, ...] = (True,)
+    # per stage, phi_k (PerfModel.dp_fill_s): the pieces dp_staggered does not mark (ZeRO-1's
+    # overlapped parameter gather) are exposed past it, per release group
+    dp_fill: tuple[float, ...] = ()
     # whether the release groups' WAN loads are their own stages' (False on an instance
     # with a flow-routed pair, PerfModel.any_dp_pair_routed: every group's WAN phase is
     # every stage's, T_dpbw, and only the NIC phases are staggered)
@@ -145,6 +148,19 @@ class InnerData:
     def release_groups(self) -> list[float]:
         """The distinct release offsets, smallest first (one: no stagger)."""
         return sorted(set(self.dp_release)) or [0.0]
+
+    def release_fill(self, g: float) -> float:
+        """phi of release group g (its stages' first forward offset, dp_fill_s): what the
+        staggered gather credits that group (0 without a stagger)."""
+        if not self.dp_fill:
+            return 0.0
+        return min(self.dp_fill[k] for k, r in enumerate(self.dp_release) if r == g)
+
+    @property
+    def gather_staggered(self) -> bool:
+        """Whether some piece is the staggered gather (PerfModel.step, gather_staggered_s):
+        a piece dp_staggered does not mark, with at least two release groups."""
+        return len(self.release_groups) >= 2 and not all(self.dp_staggered)
 
     def class_release_fraction(self, cls: list[int], g: float) -> float:
         """The part of the class's WAN bytes released at or after T_pipe - g."""
@@ -341,6 +357,7 @@ def build_inner(
         dp_lat_repeats=perf.dp_lat_repeats(cfg),
         dp_release=perf.dp_release_s(cfg),
         dp_staggered=perf.dp_staggered(cfg),
+        dp_fill=perf.dp_fill_s(cfg),
         dp_wan_stagger=not perf.any_dp_pair_routed(),
         amortization_s=amortization_s(cat),
         energy_usd_per_j=energy_usd_per_j(cat),

@@ -922,9 +922,14 @@ def _pipe_intra_bound(
         # the staggered pieces' sync is at least every stage's NIC phase from its release
         # (PerfModel.step, per release group: max_g I_g - delta_g >= intra_k - delta_k;
         # a smaller bound than the unstaggered policies', so valid for them too), the
-        # others' at least the slowest stage's; what the overlap windows cannot hide
-        rel = perf.dp_release_s(bound_shape(cfg))  # shared by the shape's policies
-        sync = {True: max(t - r for t, r in zip(lb, rel, strict=True)), False: max(lb)}
+        # overlapped gather's at least every stage's past its first forward (the
+        # staggered gather, dp_fill_s, likewise); what the overlap windows cannot hide
+        shape = bound_shape(cfg)  # shared by the shape's policies
+        rel, fill = perf.dp_release_s(shape), perf.dp_fill_s(shape)
+        sync = {
+            True: max(t - r for t, r in zip(lb, rel, strict=True)),
+            False: max(t - r for t, r in zip(lb, fill, strict=True)),
+        }
         lb_intra = sum(
             max(0.0, f * sync[st] - w)
             for (f, w), st in zip(perf.dp_pieces(cfg), perf.dp_staggered(cfg), strict=True)

@@ -321,9 +321,18 @@ class MilpInner:
         self.sloped = sloped_chains(d.planes)
         used_hops = hops_crossed(d.planes, self.sloped)
         self.tick_loads = {h: v for h, v in self._tick_loads().items() if h in used_hops}
+        # each tick's largest value (its hop's largest load on its narrowest lit option):
+        # its variable's upper bound and the big of the transmit rows that read it, so that
+        # HiGHS' integrality tolerance (1e-6 on a chain's u) relaxes those rows by 1e-6 of
+        # a tick, not of t_max (seed-1t-two-sites: a 126-wave plan priced 1.1e-6 below its
+        # step, under the 128-wave optimum; benchmarks/README.md, branch gather)
+        self.theta_max: dict[Any, float] = {}
         for h, load in self.tick_loads.items():
-            self.theta[h] = t = pulp.LpVariable(_name("theta", *h), 0)
             r = route_key(*h)
+            lit = [o.capacity_Bps for o in d.wave_options[r] if o.capacity_Bps > 0]
+            top = load.max_load * GBYTE / (min(lit) * self.ts) if lit else self.t_max
+            self.theta_max[h] = big = min(self.t_max, top)
+            self.theta[h] = t = pulp.LpVariable(_name("theta", *h), 0, big)
             self._hull(
                 t, load, r, self._wave_caps(r), None, self.t_max, tick_family(h), exact=self._exact
             )
@@ -352,7 +361,9 @@ class MilpInner:
         """tau[c, i] >= the crossing's NIC time and every hop tick of the paths its pair
         may use (path 0 always, path l >= 1 when allowed), all when chain c is in use (0
         otherwise); lam[c, i] likewise for the slowest allowed path's latency."""
-        add, u, ts, big = self.add, self.u[c], self.ts, self.t_max
+        add, u, ts = self.add, self.u[c], self.ts
+        # the healthy ticks are bounded by theta_max (_define_ticks); a failure's are not
+        bigs = getattr(self, "theta_max", {}) if theta is self.theta else {}
         tau[(c, i)] = t = pulp.LpVariable(_name(family, c, i), 0)
         rhs = [(x.nic_s / ts) * u] if floor is None else [floor]
         for lv, hops in enumerate(x.hops):
@@ -362,7 +373,7 @@ class MilpInner:
             off = (1 - u) if w is None else (2 - u - w)
             for h in hops:
                 if h in theta:
-                    rhs.append(theta[h] - big * off)
+                    rhs.append(theta[h] - bigs.get(h, self.t_max) * off)
         for k, e in enumerate(rhs):
             add(t >= e, row(family, c, i, k))
         tau_terms[(c, i)] = rhs
@@ -581,9 +592,15 @@ class MilpInner:
         it is T_intra + T_dpbw + T_lat."""
         self._stagger_terms: list[tuple[Any, float, list[tuple[Any, Load]], int]] = []
         self._staggered = len(groups) >= 2
+        # ZeRO-1's overlapped parameter gather: the same groups' terms, each exposed past
+        # its first forward (PerfModel.dp_fill_s) instead of released before T_pipe
+        self._gather_terms: list[Any] = []
+        self.T_gst = self.T_intra + self.T_dpbw + self.T_lat
         if not self._staggered:
             self.T_dpst = self.T_intra + self.T_dpbw + self.T_lat
             return
+        if self.d.gather_staggered:
+            self.T_gst = pulp.LpVariable("T_gst", 0)
         self.T_dpst = pulp.LpVariable("T_dpst", 0)
         ts, window = self.ts, self.t_max * self.sync.window
         for i, g in enumerate(groups[:-1]):
@@ -601,11 +618,19 @@ class MilpInner:
                 row("dp.stagger", i),
             )
             self._stagger_terms.append((U, g / ts, loads, i))
+            if self.d.gather_staggered:
+                e = self.I_group[i] + self.L_group[i] + wan - self.d.release_fill(g) / ts
+                self.add(self.T_gst >= e, row("dp.gather_stagger", i))
+                self._gather_terms.append(e)
         self.add(
             self.T_dpst >= self.T_intra + self.T_dpbw + self.T_lat - groups[-1] / ts,
             row("dp.stagger", "all"),
         )
         self._stagger_last = groups[-1] / ts
+        if self.d.gather_staggered:
+            e = self.T_intra + self.T_dpbw + self.T_lat - self.d.release_fill(groups[-1]) / ts
+            self.add(self.T_gst >= e, row("dp.gather_stagger", "all"))
+            self._gather_terms.append(e)
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan =
@@ -614,7 +639,9 @@ class MilpInner:
         of T_wan otherwise."""
         self._exposed = None
         self._overlap_terms: list[tuple[Any, Any]] = []  # (exposed piece, f sync - window)
-        T_dp = self._dp_part(self.T_intra, self.T_dpbw + self.T_lat, self.T_pipe, None, self.T_dpst)
+        T_dp = self._dp_part(
+            self.T_intra, self.T_dpbw + self.T_lat, self.T_pipe, None, self.T_dpst, self.T_gst
+        )
         self.T = pulp.LpVariable("T", 0)
         self.add(self.T == self.T_pipe + T_dp, row("step.time"))
 
@@ -877,6 +904,10 @@ class MilpInner:
                 wan = T_dpbw if not d.dp_wan_stagger else (0 if U is None else U)
                 st_terms.append((self.I_group[i] + self.L_group[i] + wan - g, None))
             self._exact_max(self.T_dpst, st_terms, big + big_wan, "exact.dpst")
+            if self._gather_terms:
+                self._exact_max(
+                    self.T_gst, [(e, None) for e in self._gather_terms], big + big_wan, "exact.gst"
+                )
         self._exact_max(
             T_lat,
             [(0, None)]
@@ -899,18 +930,29 @@ class MilpInner:
         for i, (piece, expr) in enumerate(self._overlap_terms):
             self._exact_max(piece, [(0, None), (expr, None)], big_wan, f"exact.dp_overlap.{i}")
 
-    def _dp_exposed(self, sync: Any, tag: str | None, lat: Any = None, sync_st: Any = None) -> Any:
+    def _dp_exposed(
+        self,
+        sync: Any,
+        tag: str | None,
+        lat: Any = None,
+        sync_st: Any = None,
+        sync_gather: Any = None,
+    ) -> Any:
         """The part of a per-step data-parallel sync that its overlap windows do not hide
         (PerfModel.dp_pieces): one variable per piece with exposed >= f (sync + R lat) -
         window and exposed >= 0, convex piecewise-linear in the sync and the latency (R:
         PerfModel.dp_lat_repeats, its half's buckets paying `lat` again; None: no latency
         term); `sync_st` the sync with the staggered WAN phase, for the pieces that see it
-        (PerfModel.dp_staggered; None: `sync` for all); `tag` as in _wan_part."""
+        (PerfModel.dp_staggered; None: `sync` for all), `sync_gather` the staggered
+        gather for the others (None: `sync`); `tag` as in _wan_part."""
         terms = []
         reps = self.d.dp_lat_repeats
         for i, (f, window) in enumerate(self.d.dp_pieces):
             e = pulp.LpVariable(_name("T_dp_exposed", tag or "healthy", i), 0)
-            piece_sync = sync_st if sync_st is not None and self.d.dp_staggered[i] else sync
+            if sync_st is not None and self.d.dp_staggered[i]:
+                piece_sync = sync_st
+            else:
+                piece_sync = sync if sync_gather is None else sync_gather
             expr = f * piece_sync - window / self.ts
             if lat is not None and reps[i]:
                 expr = expr + (f * reps[i]) * lat
@@ -921,15 +963,22 @@ class MilpInner:
         return pulp.lpSum(terms)
 
     def _dp_part(
-        self, T_intra: Any, T_wan: Any, T_pipe: Any, tag: str | None, T_wan_st: Any = None
+        self,
+        T_intra: Any,
+        T_wan: Any,
+        T_pipe: Any,
+        tag: str | None,
+        T_wan_st: Any = None,
+        T_gather_st: Any = None,
     ) -> Any:
         """The data-parallel term of the step for the sync policy: the per-step sync with
         its overlap, the WAN exchange every H steps (diloco) or under the step (streaming).
-        `T_wan_st`: the staggered sync, NIC phases and WAN phase (healthy step; None:
-        every stage's at once, the failure scenarios as placer.resilience prices them)."""
+        `T_wan_st`: the staggered sync, NIC phases and WAN phase, and `T_gather_st` the
+        staggered gather (healthy step; None: every stage's at once, the failure scenarios
+        as placer.resilience prices them)."""
         if self.d.sync_mode == "synchronous":
             # every bucket's collective pays the WAN latency (PerfModel.dp_lat_repeats)
-            return self._dp_exposed(T_intra + T_wan, tag, self.T_lat, T_wan_st)
+            return self._dp_exposed(T_intra + T_wan, tag, self.T_lat, T_wan_st, T_gather_st)
         return self._dp_exposed(T_intra, tag) + self._wan_part(T_wan, T_pipe, tag)
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str | None) -> Any:

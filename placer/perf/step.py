@@ -162,9 +162,12 @@ class StepResult:
     route_tick_s: dict[Hop, float] = field(default_factory=dict)  # lockstep, per direction
     wan_s: float = 0.0  # every stage's WAN exchange at once (busiest route + latency)
     wan_staggered_s: float = 0.0  # the same with each stage's from its backward's end
-    # NIC phases + WAN bandwidth of the staggered sync, per release group (PerfModel.step:
-    # what the staggered pieces charge besides the latency; intra_s + wan_s without stagger)
+    # NIC phases, WAN latency and bandwidth of the staggered sync, per release group
+    # (PerfModel.step: what the staggered pieces charge; intra_s + wan_s without stagger)
     sync_staggered_s: float = 0.0
+    # the same for ZeRO-1's overlapped parameter gather: per release group, exposed past
+    # the group's first forward (PerfModel.dp_fill_s); intra_s + wan_s without stagger
+    gather_staggered_s: float = 0.0
     intra_s: float = 0.0
     unreachable: list[tuple[str, str]] = field(default_factory=list)
     hidden: dict[str, float] = field(default_factory=dict)  # communication overlapped with compute
@@ -716,6 +719,32 @@ class PerfModel:
         first = [min(k for k in range(p) if k * G // p == g) for g in range(G)]
         return tuple(delta[first[k * G // p]] for k in range(p))
 
+    def dp_fill_s(self, cfg: Config) -> tuple[float, ...]:
+        """Per stage k, phi_k: how long after the step's start rank k's first forward runs
+        at the earliest, grouped as dp_release_s groups the stages (its group's first
+        stage's offset: earlier, pessimistic); all zero where dp_release_s is.
+
+        ZeRO-1's parameter all-gather under --overlap-param-gather starts with the step on
+        every rank, and each chunk's first forward waits for its own buckets (Megatron-Core
+        DistributedOptimizer: the forward pre-hook waits for the bucket's all-gather;
+        placer.sim does the same), so rank k's gather is exposed only past phi_k: the
+        pipeline fill ahead of it, the first forwards of ranks 0 .. k - 1 (chunk 0, the
+        shortest over the instance's GPU types) and the activation messages between them
+        (inside a site: the fabric latency and its NIC serialization), a constant of the
+        configuration and never more than the real fill. The mirror of dp_release_s for
+        the gather (the staggered gather: PerfModel.step, gather_staggered_s)."""
+        release = self.dp_release_s(cfg)
+        if not any(release):
+            return (0.0,) * cfg.pp
+        p = cfg.pp
+        gpus = sorted({s.gpu for s in self.problem.instance.sites})
+        first_fwd = [min(self.chunk_times(cfg, g)[j].fwd for g in gpus) for j in range(p)]
+        msg = min(sum(self.boundary(cfg, s.name, s.name)) for s in self.problem.instance.sites)
+        phi = [sum(first_fwd[:k]) + k * msg for k in range(p)]
+        G = min(p, DP_RELEASE_GROUPS)
+        first = [min(k for k in range(p) if k * G // p == g) for g in range(G)]
+        return tuple(phi[first[k * G // p]] for k in range(p))
+
     def dp_pair_routed(self, a: str, b: str) -> bool:
         """Whether the formulations split the pair's traffic over several candidate paths
         (a flow per path, summed over stages: the staggered WAN phase counts all its
@@ -742,8 +771,9 @@ class PerfModel:
     def dp_staggered(self, cfg: Config) -> tuple[bool, ...]:
         """Per dp_pieces piece, whether its WAN phase is the staggered one (each stage's
         from its backward's end, dp_release_s): all but ZeRO-1's parameter all-gather
-        under --overlap-param-gather, which every rank starts with the step (placer.sim;
-        every stage's at once). Without that overlap the gather follows each rank's own
+        under --overlap-param-gather, which every rank starts with the step (placer.sim),
+        each rank's exposed past its own first forward (dp_fill_s: the staggered gather,
+        PerfModel.step). Without that overlap the gather follows each rank's own
         optimizer step, itself after that rank's reduce: staggered too."""
         return tuple(
             not (cfg.zero1 and cfg.overlap_param_gather and i == 1)
@@ -1345,8 +1375,22 @@ class PerfModel:
                 - g
                 for g, load in group_load.items()
             )
+        # the overlapped parameter gather (the pieces dp_staggered does not mark): every
+        # stage's from the step's start, each group's exposed past its first forward
+        # (dp_fill_s), the same groups' NIC phase, latency and route load in series
+        t_gather_st = t_intra + t_wan
+        if len(group_load) > 1:
+            fill = self.dp_fill_s(cfg)
+            phi = {release[k]: fill[k] for k in reversed(range(cfg.pp))}  # group -> first
+            t_gather_st = max(
+                group_intra[g]
+                + group_lat[g]
+                + max((_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()), default=0.0)
+                - phi[g]
+                for g, load in group_load.items()
+            )
         if unreachable:
-            t_wan = t_wan_st = t_sync_st = math.inf
+            t_wan = t_wan_st = t_sync_st = t_gather_st = math.inf
         # the per-step sync hides partly under the backward / forward (dp_pieces); the
         # diloco outer exchange is a separate phase, streaming's overlaps the whole step
         t_dp_raw = t_intra + wan_part_s(cfg.sync_mode, cfg.every_steps, t_wan, t_pipe)
@@ -1355,11 +1399,11 @@ class PerfModel:
             # pieces of a staggered half see the staggered WAN phase (dp_staggered)
             pieces, reps = self.dp_pieces(cfg), self.dp_lat_repeats(cfg)
             t_dp = sum(
-                max(0.0, f * ((t_sync_st if st else t_intra + t_wan) + r * wan_lat) - w)
+                max(0.0, f * ((t_sync_st if st else t_gather_st) + r * wan_lat) - w)
                 for (f, w), r, st in zip(pieces, reps, self.dp_staggered(cfg), strict=True)
             )
             t_dp_raw = sum(
-                f * (t_sync_st if st else t_intra + t_wan)
+                f * (t_sync_st if st else t_gather_st)
                 for (f, _), st in zip(pieces, self.dp_staggered(cfg), strict=True)
             )
             t_dp_raw += wan_lat * sum(f * r for (f, _), r in zip(pieces, reps, strict=True))
@@ -1423,6 +1467,7 @@ class PerfModel:
             wan_s=t_wan,
             wan_staggered_s=t_wan_st,
             sync_staggered_s=t_sync_st,
+            gather_staggered_s=t_gather_st,
             intra_s=t_intra,
             unreachable=sorted(set(unreachable)),
         )
