@@ -47,11 +47,13 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   starts when its own last backward ends (a lower bound of its offset before T_pipe,
   dp_release_s), the routes shared only by the stages released at or after a moment,
   each such group's longest NIC phase in series with its WAN work and the latency of its
-  own stages' pairs (sync_staggered_s in
-  step; every stage's at once for ZeRO-1's overlapped parameter gather, in failure
-  scenarios and on instances with a multi-path site pair). The per-step sync hides
-  partly under the backward of the last micro-batch and the forward of the first
-  (Megatron's --overlap-grad-reduce and --overlap-param-gather): X above.
+  own stages' pairs (sync_staggered_s in step; ZeRO-1's overlapped parameter gather,
+  which every rank starts with the step, exposed per group past a lower bound of its
+  first forward, dp_fill_s, gather_staggered_s; every stage's at once in failure
+  scenarios, and for the WAN load on instances with a multi-path site pair). The
+  per-step sync hides partly under the backward of the last micro-batch and the
+  forward of the first (Megatron's --overlap-grad-reduce and --overlap-param-gather):
+  X above.
 """
 
 from __future__ import annotations

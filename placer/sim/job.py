@@ -66,8 +66,11 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   max(0, f S - W) beyond (optimistic by at most f S / n), charges the WAN latency of
   every bucket (S + (n - 1) lat, n the most buckets of any rank and lat the slowest
   stage's: PerfModel.dp_lat_repeats; pessimistic for the other ranks) but the intra-site
-  hop latencies once (optimistic by (n - 1) of them), and lets no rank hide more under
-  the pipeline drain (pessimistic for the ranks that finish first).
+  hop latencies once (optimistic by (n - 1) of them), lets no rank hide more under
+  the pipeline drain (pessimistic for the ranks that finish first), and exposes each
+  rank's overlapped parameter gather past a lower bound of its first forward, grouped
+  as the releases are (PerfModel.dp_fill_s: the fill ahead of it at the fastest GPU and
+  with messages inside a site; pessimistic where the fill crosses the WAN).
 * Sync between sites: in each of the two WAN rounds every member of a hosting site sends
   its share of the site's 1/K shard to the members of the other sites through its NIC
   and the routed paths (max(n_a, n_b) flows a pair). Differs: the closed form charges
