@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
 from placer.cli import app
-from placer.io import load_instance
+from placer.io import load_instance, problem_from_data
 from placer.optimize.driver import solve
 from placer.schema import RENAMED_GPU_KEYS, RENAMED_KEYS_REMOVED_IN
 
@@ -66,6 +66,30 @@ def test_resilient_instance_spare_waves() -> None:
     ring, optcc = summary["spare_waves_ring"], summary["spare_waves_optcc"]
     assert int(m.group(1)) == ring
     assert m.group(2) == ("none" if optcc == 0 else str(optcc))
+
+
+@pytest.mark.slow
+def test_within_fastest_example() -> None:
+    """The trade-offs section's within_fastest example on three-sites-80-300-500km: the
+    fastest plan's waves, capex and step, and the cheapest plan within 1% of it."""
+    m = re.search(
+        r"`instances/three-sites-80-300-500km.yaml` this buys (\d+) waves \(\$([\d,]+)\) "
+        r"for a ([\d.]+) s step instead of (\d+) waves \(\$([\d,]+), the instance's budget\) "
+        r"for ([\d.]+) s\.",
+        " ".join(README.split()),
+    )
+    assert m, "README quotes no within_fastest example"
+    problem = load_instance(REPO / "instances" / "three-sites-80-300-500km.yaml")
+    data = problem.instance.model_dump(mode="json", exclude_none=True)
+    budget = data["objective"]["max_cost_usd"]
+    data["objective"] = {"minimize": "cost", "within_fastest": 0.01, "max_cost_usd": budget}
+    cheap = solve(problem_from_data(data)).evaluation
+    fast = solve(problem).evaluation
+    for ev, (waves, capex, step) in ((cheap, m.group(1, 2, 3)), (fast, m.group(4, 5, 6))):
+        assert sum(link["waves"] for link in ev.links) == int(waves)
+        assert f"{ev.capex_usd:,.0f}" == capex
+        assert f"{ev.step_time_s:.3f}" == step
+    assert f"{budget:,.0f}" == m.group(5)
 
 
 def _block_after(marker: str, lang: str = "", nth: int = 0) -> str:
