@@ -197,3 +197,49 @@ def test_families_equal_the_evaluator(case_id: str, backend: str) -> None:
         assert {k for k in got if k.startswith("power_w")} == {
             k for k in want if k.startswith("power_w")
         }
+
+
+@pytest.mark.parametrize("waves", [126, 128])
+def test_milp_prices_a_pinned_plan_at_its_step_under_lockstep_contention(waves: int) -> None:
+    """seed-1t-two-sites (64 chains east -> west sharing the route at every tick), its
+    optimum's layout pinned at 126 and 128 waves, with the contention planes at its point
+    (what the driver's cutting-plane loop ends with): the MILP's step is the evaluator's to
+    MIP_REL_GAP. With the transmit rows' big at t_max, HiGHS' integrality tolerance let the
+    126-wave plan through 1.1e-6 below its step (a chain's u at 1 - 1.2e-7), and the MILP
+    called it optimal over the 128-wave optimum (milp._define_ticks, theta_max)."""
+    from pathlib import Path
+
+    from placer.evaluate import evaluate
+    from placer.io import load_instance, plan_from_data
+    from placer.optimize.milp import MIP_REL_GAP
+
+    problem = load_instance(
+        Path(__file__).resolve().parents[1] / "instances/seed-1t-two-sites.yaml"
+    )
+    data_plan = {
+        "instance": problem.name,
+        "parallelism": {"tp": 8, "pp": 32, "dp": 32, "micro_batch": 1},
+        "stage_layers": [4] * 32,
+        "replica_groups": [{"count": 32, "stage_sites": ["east"] * 16 + ["west"] * 16}],
+        "links": [{"sites": ["east", "west"], "waves": waves, "optic": "800zr"}],
+        "sync_mode": "synchronous",
+    }
+    ev = evaluate(problem, data_plan)
+    assert ev.feasible, ev.violations
+    plan = plan_from_data(data_plan)
+    perf = PerfModel(problem)
+    cfg = config_of(problem, plan)
+    chains = chain_types(problem, perf, cfg)
+    data = build_inner(problem, perf, cfg, chains)
+    counts = {chains.index(tuple(g.stage_sites)): g.count for g in plan.replica_groups}
+    link_waves = {link.key: link.waves for link in plan.links}
+    assert data.planes is not None
+    add_violated_planes(problem, perf, cfg, data.planes, counts, link_waves, ev.routing)
+    m = MilpInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
+    for c, v in m.n.items():
+        m.add(v == counts.get(c, 0), f"pin.n:{c}")
+    for r in data.routes:
+        m.add(m.y[(r, _option(data, r, link_waves.get(r, 0)))] == 1, f"pin.y:{r[0]}:{r[1]}")
+    out = m._solve_once(60, 1, {})
+    assert out.kind == "optimal", out
+    assert pulp.value(m.T) * m.ts == pytest.approx(ev.step_time_s, rel=2 * MIP_REL_GAP)

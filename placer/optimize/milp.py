@@ -322,10 +322,9 @@ class MilpInner:
         used_hops = hops_crossed(d.planes, self.sloped)
         self.tick_loads = {h: v for h, v in self._tick_loads().items() if h in used_hops}
         # each tick's largest value (its hop's largest load on its narrowest lit option):
-        # its variable's upper bound and the big of the transmit rows that read it, so that
-        # HiGHS' integrality tolerance (1e-6 on a chain's u) relaxes those rows by 1e-6 of
-        # a tick, not of t_max (seed-1t-two-sites: a 126-wave plan priced 1.1e-6 below its
-        # step, under the 128-wave optimum; benchmarks/README.md, branch gather)
+        # its variable's upper bound, and the big and the scale of the transmit rows that
+        # read it (_crossing), so that those rows are written in units of a tick, not of
+        # t_max (benchmarks/README.md, branch gather)
         self.theta_max: dict[Any, float] = {}
         for h, load in self.tick_loads.items():
             r = route_key(*h)
@@ -365,7 +364,14 @@ class MilpInner:
         # the healthy ticks are bounded by theta_max (_define_ticks); a failure's are not
         bigs = getattr(self, "theta_max", {}) if theta is self.theta else {}
         tau[(c, i)] = t = pulp.LpVariable(_name(family, c, i), 0)
-        rhs = [(x.nic_s / ts) * u] if floor is None else [floor]
+        # each row divided by its own scale (the NIC time, the tick's bound), so that
+        # HiGHS' absolute feasibility tolerance (1e-6 in step units) is relative to a
+        # transmit time of ~1e-5 steps: unscaled, a 5.7e-7 violation of the tick row let
+        # seed-1t-two-sites' 126-wave plan through 1.1e-6 below its step, and the MILP
+        # called it optimal over the 128-wave optimum (benchmarks/README.md, branch gather)
+        nic = x.nic_s / ts
+        rhs = [nic * u] if floor is None else [floor]
+        scales = [nic if floor is None and nic > 0 else 1.0]
         for lv, hops in enumerate(x.hops):
             w = self.w.get(("pp", x.pair, lv)) if lv >= 1 else None
             if lv >= 1 and w is None:
@@ -373,9 +379,11 @@ class MilpInner:
             off = (1 - u) if w is None else (2 - u - w)
             for h in hops:
                 if h in theta:
-                    rhs.append(theta[h] - bigs.get(h, self.t_max) * off)
-        for k, e in enumerate(rhs):
-            add(t >= e, row(family, c, i, k))
+                    big = bigs.get(h, self.t_max)
+                    rhs.append(theta[h] - big * off)
+                    scales.append(big if h in bigs and big > 0 else 1.0)
+        for k, (e, sc) in enumerate(zip(rhs, scales, strict=True)):
+            add((1.0 / sc) * t >= (1.0 / sc) * e, row(family, c, i, k))
         tau_terms[(c, i)] = rhs
         if (c, i) in self.lam:
             return
