@@ -712,14 +712,22 @@ class PerfModel:
             return (0.0,) * p
         if cfg.dualpipev:  # its ranks end on W ops in no rank order: no stagger credited
             return (0.0,) * p
+        # rank j's last backward and the gradient message from rank j + 1 into it
+        return self._rank_offsets(cfg, "bwd")
+
+    def _rank_offsets(self, cfg: Config, phase: str) -> tuple[float, ...]:
+        """Per stage k, the sum over ranks j < k of rank j's chunk-0 `phase` time (the
+        shortest over the instance's GPU types) and one pipeline message inside a site
+        (the shortest), each stage at its group's first stage's value (DP_RELEASE_GROUPS
+        prefix groups by stage index): dp_release_s ("bwd") and dp_fill_s ("fwd")."""
+        p = cfg.pp
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
-        last_bwd = [min(self.chunk_times(cfg, g)[j].bwd for g in gpus) for j in range(p)]
-        # the gradient message from rank j + 1 to rank j: at least one inside a site
+        times = [min(getattr(self.chunk_times(cfg, g)[j], phase) for g in gpus) for j in range(p)]
         msg = min(sum(self.boundary(cfg, s.name, s.name)) for s in self.problem.instance.sites)
-        delta = [sum(last_bwd[:k]) + k * msg for k in range(p)]
+        offset = [sum(times[:k]) + k * msg for k in range(p)]
         G = min(p, DP_RELEASE_GROUPS)
         first = [min(k for k in range(p) if k * G // p == g) for g in range(G)]
-        return tuple(delta[first[k * G // p]] for k in range(p))
+        return tuple(offset[first[k * G // p]] for k in range(p))
 
     def dp_fill_s(self, cfg: Config) -> tuple[float, ...]:
         """Per stage k, phi_k: how long after the step's start rank k's first forward runs
@@ -735,17 +743,9 @@ class PerfModel:
         (inside a site: the fabric latency and its NIC serialization), a constant of the
         configuration and never more than the real fill. The mirror of dp_release_s for
         the gather (the staggered gather: PerfModel.step, gather_staggered_s)."""
-        release = self.dp_release_s(cfg)
-        if not any(release):
+        if not any(self.dp_release_s(cfg)):
             return (0.0,) * cfg.pp
-        p = cfg.pp
-        gpus = sorted({s.gpu for s in self.problem.instance.sites})
-        first_fwd = [min(self.chunk_times(cfg, g)[j].fwd for g in gpus) for j in range(p)]
-        msg = min(sum(self.boundary(cfg, s.name, s.name)) for s in self.problem.instance.sites)
-        phi = [sum(first_fwd[:k]) + k * msg for k in range(p)]
-        G = min(p, DP_RELEASE_GROUPS)
-        first = [min(k for k in range(p) if k * G // p == g) for g in range(G)]
-        return tuple(phi[first[k * G // p]] for k in range(p))
+        return self._rank_offsets(cfg, "fwd")
 
     def dp_pair_routed(self, a: str, b: str) -> bool:
         """Whether the formulations split the pair's traffic over several candidate paths
