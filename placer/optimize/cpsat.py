@@ -680,26 +680,23 @@ class CpsatInner:
                 )
             gt = math.floor(g / self.tau)
             wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-            add(
-                M.Add(self.T_dpst >= self.I_group[i] + self.L_group[i] + wan - gt),
-                row("dp.stagger", i),
-            )
+            work = self.I_group[i] + self.L_group[i] + wan
+            add(M.Add(self.T_dpst >= work - gt), row("dp.stagger", i))
             self._stagger_terms.append((U, gt, loads, i))
-            if self.d.gather_staggered:
-                ft = math.floor(self.d.release_fill(g) / self.tau)
-                e = self.I_group[i] + self.L_group[i] + wan - ft
-                add(M.Add(self.T_gst >= e), row("dp.gather_stagger", i))
-                self._gather_terms.append(e)
+            self._gather_row(work, g, i)
         self._stagger_last = math.floor(groups[-1] / self.tau)
-        add(
-            M.Add(self.T_dpst >= self.T_intra + self.T_dpbw + self.T_lat - self._stagger_last),
-            row("dp.stagger", "all"),
-        )
-        if self.d.gather_staggered:
-            ft = math.floor(self.d.release_fill(groups[-1]) / self.tau)
-            e = self.T_intra + self.T_dpbw + self.T_lat - ft
-            add(M.Add(self.T_gst >= e), row("dp.gather_stagger", "all"))
-            self._gather_terms.append(e)
+        work = self.T_intra + self.T_dpbw + self.T_lat
+        add(M.Add(self.T_dpst >= work - self._stagger_last), row("dp.stagger", "all"))
+        self._gather_row(work, groups[-1], "all")
+
+    def _gather_row(self, work: Any, g: float, tag: Any) -> None:
+        """T_gst >= release group g's work less its first forward (d.release_fill, on the
+        grid rounded down)."""
+        if not self.d.gather_staggered:
+            return
+        e = work - math.floor(self.d.release_fill(g) / self.tau)
+        self.add(self.m.Add(self.T_gst >= e), row("dp.gather_stagger", tag))
+        self._gather_terms.append(e)
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan when
@@ -998,20 +995,9 @@ class CpsatInner:
                     add(M.AddMaxEquality(U, u), row("exact.dpst_u", i))
                 wan = T_dpbw if not d.dp_wan_stagger else (0 if U is None else U)
                 st.append(self.I_group[i] + self.L_group[i] + wan - gt)
-            terms = []  # AddMaxEquality over variables
-            bound = self.TT + self.TW
-            for j, e in enumerate(st):
-                v = M.NewIntVar(-bound, bound, f"exact.dpst_term[{j}]")
-                add(M.Add(v == e), row("exact.dpst_term", j))
-                terms.append(v)
-            add(M.AddMaxEquality(self.T_dpst, terms), row("exact.dpst"))
+            self._exact_max_of(self.T_dpst, st, "exact.dpst")
             if self._gather_terms:
-                gterms = []
-                for j, e in enumerate(self._gather_terms):
-                    v = M.NewIntVar(-bound, bound, f"exact.gst_term[{j}]")
-                    add(M.Add(v == e), row("exact.gst_term", j))
-                    gterms.append(v)
-                add(M.AddMaxEquality(self.T_gst, gterms), row("exact.gst"))
+                self._exact_max_of(self.T_gst, self._gather_terms, "exact.gst")
         add(
             M.AddMaxEquality(
                 T_lat,
@@ -1046,6 +1032,15 @@ class CpsatInner:
         return math.lcm(
             *(Fraction(f).limit_denominator(64).denominator for f, _ in self.d.dp_pieces)
         )
+
+    def _exact_max_of(self, var: Any, exprs: list[Any], name: str) -> None:
+        """var == max(exprs): AddMaxEquality over variables, one per expression."""
+        M, bound, terms = self.m, self.TT + self.TW, []
+        for j, e in enumerate(exprs):
+            v = M.NewIntVar(-bound, bound, f"{name}_term[{j}]")
+            self.add(M.Add(v == e), row(f"{name}_term", j))
+            terms.append(v)
+        self.add(M.AddMaxEquality(var, terms), row(name))
 
     def _dp_exposed(
         self,

@@ -621,24 +621,22 @@ class MilpInner:
             for r, load in loads:
                 self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
             wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-            self.add(
-                self.T_dpst >= self.I_group[i] + self.L_group[i] + wan - g / ts,
-                row("dp.stagger", i),
-            )
+            work = self.I_group[i] + self.L_group[i] + wan
+            self.add(self.T_dpst >= work - g / ts, row("dp.stagger", i))
             self._stagger_terms.append((U, g / ts, loads, i))
-            if self.d.gather_staggered:
-                e = self.I_group[i] + self.L_group[i] + wan - self.d.release_fill(g) / ts
-                self.add(self.T_gst >= e, row("dp.gather_stagger", i))
-                self._gather_terms.append(e)
-        self.add(
-            self.T_dpst >= self.T_intra + self.T_dpbw + self.T_lat - groups[-1] / ts,
-            row("dp.stagger", "all"),
-        )
+            self._gather_row(work, g, i)
+        work = self.T_intra + self.T_dpbw + self.T_lat
+        self.add(self.T_dpst >= work - groups[-1] / ts, row("dp.stagger", "all"))
         self._stagger_last = groups[-1] / ts
-        if self.d.gather_staggered:
-            e = self.T_intra + self.T_dpbw + self.T_lat - self.d.release_fill(groups[-1]) / ts
-            self.add(self.T_gst >= e, row("dp.gather_stagger", "all"))
-            self._gather_terms.append(e)
+        self._gather_row(work, groups[-1], "all")
+
+    def _gather_row(self, work: Any, g: float, tag: Any) -> None:
+        """T_gst >= release group g's work less its first forward (d.release_fill)."""
+        if not self.d.gather_staggered:
+            return
+        e = work - self.d.release_fill(g) / self.ts
+        self.add(self.T_gst >= e, row("dp.gather_stagger", tag))
+        self._gather_terms.append(e)
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan =

@@ -1368,29 +1368,21 @@ class PerfModel:
         # the staggered sync, NIC phases and WAN bandwidth (sync_staggered_s): per release
         # group its longest NIC phase in series with its routes' load, from T_pipe - delta;
         # one group (no stagger) is every stage's at once, t_intra + t_wan
-        t_sync_st = t_intra + t_wan
+        # and the overlapped parameter gather (the pieces dp_staggered does not mark):
+        # every stage's from the step's start, each group's exposed past its first
+        # forward (dp_fill_s), the same groups' work
+        t_sync_st = t_gather_st = t_intra + t_wan
         if len(group_load) > 1:
-            t_sync_st = max(
-                group_intra[g]
+            work = {
+                g: group_intra[g]
                 + group_lat[g]
                 + max((_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()), default=0.0)
-                - g
                 for g, load in group_load.items()
-            )
-        # the overlapped parameter gather (the pieces dp_staggered does not mark): every
-        # stage's from the step's start, each group's exposed past its first forward
-        # (dp_fill_s), the same groups' NIC phase, latency and route load in series
-        t_gather_st = t_intra + t_wan
-        if len(group_load) > 1:
+            }
             fill = self.dp_fill_s(cfg)
             phi = {release[k]: fill[k] for k in reversed(range(cfg.pp))}  # group -> first
-            t_gather_st = max(
-                group_intra[g]
-                + group_lat[g]
-                + max((_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()), default=0.0)
-                - phi[g]
-                for g, load in group_load.items()
-            )
+            t_sync_st = max(w - g for g, w in work.items())
+            t_gather_st = max(w - phi[g] for g, w in work.items())
         if unreachable:
             t_wan = t_wan_st = t_sync_st = t_gather_st = math.inf
         # the per-step sync hides partly under the backward / forward (dp_pieces); the
