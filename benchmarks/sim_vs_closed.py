@@ -261,13 +261,16 @@ def main() -> None:
     ap.add_argument("--overlap", choices=["both", "off", "on"], default="both")
     ap.add_argument("--dump", type=Path, help="write the random plans' per-plan records (JSON)")
     args = ap.parse_args()
-    dump: list = []
-    overlaps = {"both": (False, True), "off": (False,), "on": (True,)}[args.overlap]
-    if args.random_only:
-        for overlap in overlaps:
+
+    def random_sets() -> None:
+        dump: list = []
+        for overlap in {"both": (False, True), "off": (False,), "on": (True,)}[args.overlap]:
             random_set(args.random, args.seed, overlap=overlap, dump=dump)
         if args.dump:
             args.dump.write_text(json.dumps(dump, indent=1))
+
+    if args.random_only:
+        random_sets()
         return
     plans = shipped()
     if args.quick:
@@ -275,10 +278,7 @@ def main() -> None:
     if "two-campus-100km" in plans:
         wave_sweep(*plans["two-campus-100km"])
     if args.random:
-        for overlap in overlaps:
-            random_set(args.random, args.seed, overlap=overlap, dump=dump)
-        if args.dump:
-            args.dump.write_text(json.dumps(dump, indent=1))
+        random_sets()
 
 
 if __name__ == "__main__":
