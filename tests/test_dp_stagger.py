@@ -115,28 +115,43 @@ def test_nic_phase_per_release_group_by_hand() -> None:
     assert abs(st.step_time_s - sim.step_time_s) < abs(flat.step_time_s - sim.step_time_s)
 
 
-@pytest.mark.parametrize("km", [100.0, 500.0])
+@pytest.mark.parametrize("km", [100.0, 1000.0])
 def test_wan_latency_per_release_group_by_hand(km: float) -> None:
     """pp 2, overlap off, 2 waves: stage 0's 5 replicas at a (a node of 1: the longest NIC
     phase, I_0), stage 1 split 3 at a / 2 at b (synced across the route). Stage 0, released
     last (delta 0), syncs inside a and pays no WAN latency; stage 1's two WAN rounds start
     delta_1 earlier. The sync is max(I_0, max(I_0, I_1) + 2 lat + U - delta_1) (each group's
     own latency: L_0 = 0, L_1 = 2 lat); the latency charged to every group (before) was
-    2 lat + max(I_0, max(I_0, I_1) + U - delta_1). At 100 km the drain hides stage 1's
-    whole sync (the step is T_pipe + I_0), at 500 km it does not. The simulation is no
-    slower than the closed form and closer to it than the old charge."""
+    2 lat + max(I_0, max(I_0, I_1) + U - delta_1). delta_1 is the plan's: T_pipe less the
+    latest T_c - tail_c over the two chains, the crossing chain's tail holding the fiber's
+    one-way latency (hand arithmetic below). At 100 km the drain hides stage 1's whole
+    sync (the step is T_pipe + I_0), at 1,000 km it does not. The simulation is no slower
+    than the closed form and closer to it than the old charge."""
     prob = problem_from_data(sc.part_filled_instance(km))
     p = _plan([(3, ["a", "a"]), (2, ["a", "b"])], waves=2)
     perf, cfg, st = _step(prob, p)
     i0 = perf.intra_sync_s(cfg, 0, "a", members=5)
     i1 = max(perf.intra_sync_s(cfg, 1, s, members=n) for s, n in (("a", 3), ("b", 2)))
-    delta = perf.dp_release_s(cfg)[1]
     u = perf.stage_wan_bytes(cfg, 1) / perf.net.capacity_Bps(ROUTE, 2, "800zr")
     lat = 2 * perf.net.path_latency_s(*ROUTE)
     assert lat == pytest.approx(2 * km * 4.9e-6, rel=1e-12)
     assert i1 < i0  # stage 0's node of 1 is the longest NIC phase
+    # stage 1's release (PerfModel.step, the plan's): each chain is done with stage 1 its
+    # own tail before its end, stage 0's last backward and the gradient message into it
+    # (fabric hop + NIC serialization, plus the fiber's one-way latency where it crosses)
+    bwd0 = perf.chunk_times(cfg, "h100-sxm")[0].bwd
+    fabric = perf.catalog.network.intra_site_latency_s
+    tx = perf.message_bytes(cfg) / perf.nic_Bps(perf.catalog.gpus["h100-sxm"])
+    tail = {("a", "a"): bwd0 + fabric + tx, ("a", "b"): bwd0 + fabric + tx + lat / 2}
+    for chain, t in tail.items():
+        assert perf.chain_offsets_s(cfg, chain, "bwd") == pytest.approx((0.0, t), rel=1e-12)
+    ends = {c: perf.chain_time(cfg, c, tick_s=st.route_tick_s or None) for c in tail}
+    assert st.pipe_s == pytest.approx(max(ends.values()), rel=1e-12)
+    delta = st.pipe_s - max(ends[c] - tail[c] for c in tail)
+    # never less than the configuration's constant (a message inside a site)
+    assert delta >= perf.dp_release_s(cfg)[1] == pytest.approx(bwd0 + fabric + tx, rel=1e-12)
     sync = max(i0, max(i0, i1) + lat + u - delta)
-    old = lat + max(i0, max(i0, i1) + u - delta)
+    old = lat + max(i0, max(i0, i1) + u - perf.dp_release_s(cfg)[1])
     if km == 100.0:
         assert sync == pytest.approx(i0, rel=1e-12)
     else:
@@ -154,8 +169,9 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     """pp 2, job.overlap on (ZeRO-1: the reduce-scatter half under the last backward, the
     parameter all-gather half under the first forward of the step), 2 waves: stage 0's 5
     replicas at a (I_0 the longest NIC phase), stage 1 split 3 at a / 2 at b. Every rank
-    starts its gather with the step, and rank 1's first forward runs phi_1 later (stage
-    0's first forward and one message inside a site: PerfModel.dp_fill_s), so the gather
+    starts its gather with the step, and rank 1's first forward runs phi_1 later (the
+    plan's: T_pipe less the latest T_c - head_c, head_c stage 0's first forward and the
+    chain's own activation message, across the fiber for a -> b), so the gather
     is max(I_0, max(I_0, I_1) + 2 lat + U - phi_1) (stage 0 synced inside a, no WAN term),
     against I_0 + 2 lat + U with every stage's at once (before). The step is T_pipe plus
     each piece's exposed part, f (sync + R lat) - window (PerfModel.dp_pieces, R =
@@ -169,8 +185,19 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     i1 = max(perf.intra_sync_s(cfg, 1, s, members=n) for s, n in (("a", 3), ("b", 2)))
     u = perf.stage_wan_bytes(cfg, 1) / perf.net.capacity_Bps(ROUTE, 2, "800zr")
     lat = 2 * perf.net.path_latency_s(*ROUTE)
-    phi1 = perf.chunk_times(cfg, "h100-sxm")[0].fwd + sum(perf.boundary(cfg, "a", "a"))
-    assert perf.dp_fill_s(cfg) == pytest.approx((0.0, phi1), rel=1e-12)
+    fwd0 = perf.chunk_times(cfg, "h100-sxm")[0].fwd
+    fabric = perf.catalog.network.intra_site_latency_s
+    tx = perf.message_bytes(cfg) / perf.nic_Bps(perf.catalog.gpus["h100-sxm"])
+    assert perf.dp_fill_s(cfg) == pytest.approx((0.0, fwd0 + fabric + tx), rel=1e-12)
+    # the plan's: rank 1's first forward comes each chain's own head after its start
+    # (stage 0's first forward and the activation message, across the fiber for a -> b),
+    # exposed only past the chain's slack T_pipe - T_c: phi_1 = T_pipe - max (T_c - head_c)
+    head = {("a", "a"): fwd0 + fabric + tx, ("a", "b"): fwd0 + fabric + tx + lat / 2}
+    for chain, h in head.items():
+        assert perf.chain_offsets_s(cfg, chain, "fwd") == pytest.approx((0.0, h), rel=1e-12)
+    ends = {c: perf.chain_time(cfg, c, tick_s=st.route_tick_s or None) for c in head}
+    phi1 = st.pipe_s - max(ends[c] - head[c] for c in head)
+    assert phi1 >= fwd0 + fabric + tx
     assert i1 < i0 and 0 < phi1 < lat + u  # the gather's WAN part is partly hidden
     gather = max(i0, max(i0, i1) + lat + u - phi1)
     assert gather == pytest.approx(i0 + lat + u - phi1, rel=1e-12)

@@ -33,6 +33,7 @@ from placer.optimize.families import (
     chain_weight,
     hull_cells,
     intra_targets,
+    moment_chains,
     row,
     sync_rule,
     tick_family,
@@ -643,15 +644,15 @@ class CpsatInner:
     def _define_dp_stagger(
         self, groups: list[float], group_load: dict[float, dict[Any, list[Any]]]
     ) -> None:
-        """T_dpst, the staggered sync's NIC phases and WAN bandwidth time
-        (milp._define_dp_stagger), the release offsets on the tick grid rounded down
-        (pessimistic by under a tick)."""
+        """T_dpst and T_gst, the staggered sync and the staggered gather
+        (milp._define_dp_stagger), in ticks: each chain time rounded up as its pipeline
+        rows have it, each tail or head rounded to the nearest tick (within a tick or two
+        of the evaluator)."""
         M, add = self.m, self.add
-        self._stagger_terms: list[tuple[Any, int, list[tuple[Any, Any]], int]] = []
+        self._stagger_terms: list[tuple[Any, list[tuple[Any, Any]], int]] = []
+        self._stagger_exprs: list[Any] = []  # T_dpst is their max (_exact_step)
         self._staggered = len(groups) >= 2
-        # ZeRO-1's overlapped parameter gather (milp._define_dp_stagger): the same groups'
-        # terms, each exposed past its first forward (on the grid rounded down)
-        self._gather_terms: list[Any] = []
+        self._gather_terms: list[Any] = []  # T_gst is their max
         self.T_gst = self.T_intra + self.T_dpbw + self.T_lat
         if not self._staggered:
             self.T_dpst = self.T_intra + self.T_dpbw + self.T_lat
@@ -659,44 +660,63 @@ class CpsatInner:
         if self.d.gather_staggered:
             self.T_gst = M.NewIntVar(0, self.TT + self.TW, "T_gst")
         self.T_dpst = M.NewIntVar(0, self.TT + self.TW, "T_dpst")
-        for i, g in enumerate(groups[:-1]):
-            loads = [
-                (r, sum(group_load[g][r]))
-                for r in self.d.routes
-                if g in group_load and group_load[g][r]
-            ]
-            U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]") if loads else None
-            for r, load in loads:
-                self._hull(
-                    U,
-                    load,
-                    r,
-                    self._wave_caps(r),
-                    None,
-                    self.TW,
-                    f"route.dpst{i}",
-                    self.Q_wan,
-                    by_route=True,
-                )
-            gt = math.floor(g / self.tau)
-            wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-            work = self.I_group[i] + self.L_group[i] + wan
-            add(M.Add(self.T_dpst >= work - gt), row("dp.stagger", i))
-            self._stagger_terms.append((U, gt, loads, i))
-            self._gather_row(work, g, i)
-        self._stagger_last = math.floor(groups[-1] / self.tau)
-        work = self.T_intra + self.T_dpbw + self.T_lat
-        add(M.Add(self.T_dpst >= work - self._stagger_last), row("dp.stagger", "all"))
-        self._gather_row(work, groups[-1], "all")
+        usable = sorted(moment_chains(self.d, self.ub))
+        T_end = self._define_end(usable)
+        for i, g in enumerate(groups):
+            if i == len(groups) - 1:  # every stage's
+                work, tag = self.T_intra + self.T_dpbw + self.T_lat, "all"
+            else:
+                loads = [
+                    (r, sum(group_load[g][r]))
+                    for r in self.d.routes
+                    if g in group_load and group_load[g][r]
+                ]
+                U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]") if loads else None
+                for r, load in loads:
+                    self._hull(
+                        U,
+                        load,
+                        r,
+                        self._wave_caps(r),
+                        None,
+                        self.TW,
+                        f"route.dpst{i}",
+                        self.Q_wan,
+                        by_route=True,
+                    )
+                wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
+                work, tag = self.I_group[i] + self.L_group[i] + wan, i
+                self._stagger_terms.append((U, loads, i))
+            for c in usable:
+                expr = work + self._moment(c, self.d.release_tail[c][i]) - T_end
+                add(M.Add(self.T_dpst >= expr), row("dp.stagger", tag, c))
+                self._stagger_exprs.append(expr)
+                if self.d.gather_staggered:
+                    expr = work + self._moment(c, self.d.fill_head[c][i]) - T_end
+                    add(M.Add(self.T_gst >= expr), row("dp.gather_stagger", tag, c))
+                    self._gather_terms.append(expr)
 
-    def _gather_row(self, work: Any, g: float, tag: Any) -> None:
-        """T_gst >= release group g's work less its first forward (d.release_fill, on the
-        grid rounded down)."""
-        if not self.d.gather_staggered:
-            return
-        e = work - math.floor(self.d.release_fill(g) / self.tau)
-        self.add(self.m.Add(self.T_gst >= e), row("dp.gather_stagger", tag))
-        self._gather_terms.append(e)
+    def _moment(self, c: int, offset: float) -> Any:
+        """(T_c - offset) u_c in ticks (milp._moment): T_c rounded up, the offset to the
+        nearest tick."""
+        return (self.ticks(self.d.chain_time[c]) - round(offset / self.tau)) * self.u[c]
+
+    def _define_end(self, usable: list[int]) -> Any:
+        """T_end, the longest uncontended chain time in use, exactly (milp._define_end)."""
+        M, add = self.m, self.add
+        times = {c: self.ticks(self.d.chain_time[c]) for c in usable}
+        if not times:  # no chain type fits the step's range: no plan, no rows
+            return 0
+        V = max(times.values())
+        T_end = M.NewIntVar(min(times.values()), V, "T_end")
+        for c in usable:
+            add(M.Add(T_end >= times[c] * self.u[c]), row("dp.end", c))
+        secs = {c: self.d.chain_time[c] for c in usable}  # distinct as the MILP's
+        for j, v in enumerate(sorted(set(secs.values()))[:-1]):
+            slower = [self.u[c] for c in usable if secs[c] > v]
+            vt = self.ticks(v)
+            add(M.Add(T_end <= vt + (V - vt) * sum(slower)), row("dp.end_cap", j))
+        return T_end
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan when
@@ -985,16 +1005,14 @@ class CpsatInner:
                     M.AddMaxEquality(self.L_group[i], [0, *lterms]),
                     row("exact.lat_group", i),
                 )
-            st = [T_intra + T_dpbw + T_lat - self._stagger_last]
-            for U, gt, loads, i in self._stagger_terms:
+            for U, loads, i in self._stagger_terms:
                 if U is not None:
                     u = [0] + [
                         self._exact_route_time(load, r, self.TW, self.Q_wan, f"exact.dpst{i}")
                         for r, load in loads
                     ]
                     add(M.AddMaxEquality(U, u), row("exact.dpst_u", i))
-                wan = T_dpbw if not d.dp_wan_stagger else (0 if U is None else U)
-                st.append(self.I_group[i] + self.L_group[i] + wan - gt)
+            st = list(self._stagger_exprs)  # each a lower bound, the latest release attains it
             self._exact_max_of(self.T_dpst, st, "exact.dpst")
             if self._gather_terms:
                 self._exact_max_of(self.T_gst, self._gather_terms, "exact.gst")

@@ -110,6 +110,12 @@ class InnerData:
     # per stage, phi_k (PerfModel.dp_fill_s): the pieces dp_staggered does not mark (ZeRO-1's
     # overlapped parameter gather) are exposed past it, per release group
     dp_fill: tuple[float, ...] = ()
+    # per chain type, per release group (release_groups' order), the chain's own tail
+    # and head at the group's first stage (PerfModel.chain_offsets_s): the group's sync
+    # starts at max over the chain types in use of T_c - tail, its gather is exposed past
+    # T_c - head, each against T_pipe (PerfModel.step); empty without a stagger
+    release_tail: list[tuple[float, ...]] = field(default_factory=list)
+    fill_head: list[tuple[float, ...]] = field(default_factory=list)
     # whether the release groups' WAN loads are their own stages' (False on an instance
     # with a flow-routed pair, PerfModel.any_dp_pair_routed: every group's WAN phase is
     # every stage's, T_dpbw, and only the NIC phases are staggered)
@@ -318,6 +324,10 @@ def build_inner(
         classes.setdefault(tuple(c[k] for c in chains), []).append(k)
     chain_time = [deadline.checked(perf.chain_time, cfg, c) for c in chains]  # hook
     planes, hop_cross = _contention(perf, cfg, chains, pair_paths, chain_time)
+    release = perf.dp_release_s(cfg)
+    firsts = [release.index(g) for g in sorted(set(release))] if len(set(release)) >= 2 else []
+    release_tail = [tuple(perf.chain_offsets_s(cfg, c, "bwd")[k] for k in firsts) for c in chains]
+    fill_head = [tuple(perf.chain_offsets_s(cfg, c, "fwd")[k] for k in firsts) for c in chains]
     return InnerData(
         cfg=cfg,
         chains=chains,
@@ -358,6 +368,8 @@ def build_inner(
         dp_release=perf.dp_release_s(cfg),
         dp_staggered=perf.dp_staggered(cfg),
         dp_fill=perf.dp_fill_s(cfg),
+        release_tail=release_tail if firsts else [],
+        fill_head=fill_head if firsts else [],
         dp_wan_stagger=not perf.any_dp_pair_routed(),
         amortization_s=amortization_s(cat),
         energy_usd_per_j=energy_usd_per_j(cat),

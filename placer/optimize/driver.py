@@ -894,6 +894,7 @@ def _pipe_intra_bound(
     if hosts is None:
         return None
     memo: dict[tuple[Any, ...], float] = {}
+    all_hosts = hosts
     hosts = [_one_per_kind(kinds, h, reduced) for h in hosts]
     plain = lb_pipe = perf.pipeline_lower_bound(cfg, host_cover(hosts))
     if caps is not None:
@@ -920,12 +921,19 @@ def _pipe_intra_bound(
             for k in range(cfg.pp)
         ]
         # the staggered pieces' sync is at least every stage's NIC phase from its release
-        # (PerfModel.step, per release group: max_g I_g - delta_g >= intra_k - delta_k;
-        # a smaller bound than the unstaggered policies', so valid for them too), the
-        # overlapped gather's at least every stage's past its first forward (the
-        # staggered gather, dp_fill_s, likewise); what the overlap windows cannot hide
+        # (PerfModel.step, per release group: max_g I_g + R_g - T_pipe >= intra_k -
+        # credit_k; a smaller bound than the unstaggered policies', so valid for them
+        # too), the overlapped gather's at least every stage's past its first forward
+        # (the staggered gather, likewise); what the overlap windows cannot hide. A
+        # plan's credit (T_pipe - R_g) is at most its critical chain's tail, or head, plus
+        # T_pipe - T_crit, and the step never falls when T_pipe grows against a fixed R
+        # (the pieces' fractions sum to 1): so the step is at least the longest chain's
+        # time (lb_pipe bounds it) plus the exposure at the longest tail or head the
+        # hosts allow (offsets_bound_s). 0 without a stagger, as dp_release_s is.
         shape = bound_shape(cfg)  # shared by the shape's policies
-        rel, fill = perf.dp_release_s(shape), perf.dp_fill_s(shape)
+        staggered = any(perf.dp_release_s(shape))
+        rel = perf.offsets_bound_s(shape, all_hosts, "bwd") if staggered else (0.0,) * cfg.pp
+        fill = perf.offsets_bound_s(shape, all_hosts, "fwd") if staggered else (0.0,) * cfg.pp
         sync = {
             True: max(t - r for t, r in zip(lb, rel, strict=True)),
             False: max(t - r for t, r in zip(lb, fill, strict=True)),

@@ -32,7 +32,11 @@ Families, in build order:
               NIC phase I_g, PerfModel.step's staggered sync), pair
               latencies (T_lat; per release group but the last L_g, the latency of
               the pairs and paths its own stages sync over), the routed
-              data-parallel flows, and T_dpbw >= data-parallel bytes / route capacity
+              data-parallel flows, T_dpbw >= data-parallel bytes / route capacity, and
+              the staggered sync and gather per release group and chain type, each
+              released at the chain's own T_c - tail (first forward at T_c - head)
+              against T_end, the longest chain in use, pinned exactly (dp.end,
+              dp.end_cap; PerfModel.dp_moments_s)
 * step:       T = T_pipe + T_intra + the sync policy's WAN part (`SYNC`)
 * limits:     max_step_time_s, the frontier walk's caps, the incumbent cutoff
 * resilience: sites in use (also the tie-break's site count), then every single failure
@@ -50,6 +54,7 @@ types' weights over the replicas (`chain_weight`, `TieBreak`, `tiebreak_key`).
 from __future__ import annotations
 
 import hashlib
+import math
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -245,3 +250,18 @@ def tiebreak_weights(dp: int, n_chains: int, n_path_binaries: int, n_sites: int)
     w_sites = w_paths * (n_path_binaries + 1)
     w_waves = w_sites * (n_sites + 1)
     return TieBreak(w_waves, w_sites, w_paths, 1)
+
+
+def moment_chains(d: Any, t_max_s: float) -> set[int]:
+    """The chain types whose release and first-forward moments the staggered sync and
+    gather rows read (both formulations' _define_dp_stagger, _define_end): connected, and
+    no slower uncontended than the configuration's step bound `t_max_s` (a slower one is
+    never in use: its pipeline rows alone exceed the step's range; CP-SAT forbids it,
+    pipe.too_slow)."""
+    return {
+        c
+        for c, t in enumerate(d.chain_time)
+        if math.isfinite(t)
+        and t <= t_max_s
+        and all(math.isfinite(x) for x in d.release_tail[c] + d.fill_head[c])
+    }

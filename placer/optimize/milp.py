@@ -33,6 +33,7 @@ from placer.optimize.families import (
     chain_weight,
     hull_cells,
     intra_targets,
+    moment_chains,
     row,
     sync_rule,
     tick_family,
@@ -591,18 +592,22 @@ class MilpInner:
         group_max: dict[float, dict[Any, float]],
     ) -> None:
         """T_dpst, the staggered sync's NIC phases and WAN bandwidth (PerfModel.step,
-        sync_staggered_s): >= I_g + L_g + U_g - g for each release group g but the last
-        (I_g >= the NIC phase of every hosting site of the group's stages, L_g >= twice the
-        one-way latency of every pair, and allowed path, that they sync over, U_g >= the
-        group's load / capacity on every route, a hull; none without WAN load; T_dpbw,
-        every stage's, where the WAN phase is not staggered: d.dp_wan_stagger), and >=
-        T_intra + T_dpbw + T_lat - g_last (every stage's). Without a stagger (one group)
-        it is T_intra + T_dpbw + T_lat."""
-        self._stagger_terms: list[tuple[Any, float, list[tuple[Any, Load]], int]] = []
+        sync_staggered_s), and T_gst, ZeRO-1's overlapped parameter gather
+        (gather_staggered_s): per release group i its work W_i = I_i + L_i + U_i (I_i >=
+        the NIC phase of every hosting site of the group's stages, L_i >= twice the one-way
+        latency of every pair, and allowed path, that they sync over, U_i >= the group's
+        load / capacity on every route, a hull; none without WAN load; T_dpbw, every
+        stage's, where the WAN phase is not staggered: d.dp_wan_stagger; the last group's
+        T_intra + T_dpbw + T_lat), released at T_c - tail_c of every chain type c in use
+        and exposed past T_c - head_c for the gather, against the longest chain T_end
+        (PerfModel.dp_moments_s; T_c the uncontended chain time, d.chain_time):
+        T_dpst >= W_i + (T_c - tail_c,i) u_c - T_end, T_gst >= W_i + (T_c - head_c,i) u_c
+        - T_end (_define_end pins T_end, so the rows are exact). Without a stagger (one
+        group) both are T_intra + T_dpbw + T_lat."""
+        self._stagger_terms: list[tuple[Any, list[tuple[Any, Load]], int]] = []
+        self._stagger_exprs: list[Any] = []  # T_dpst is their max (_exact_step)
         self._staggered = len(groups) >= 2
-        # ZeRO-1's overlapped parameter gather: the same groups' terms, each exposed past
-        # its first forward (PerfModel.dp_fill_s) instead of released before T_pipe
-        self._gather_terms: list[Any] = []
+        self._gather_terms: list[Any] = []  # T_gst is their max
         self.T_gst = self.T_intra + self.T_dpbw + self.T_lat
         if not self._staggered:
             self.T_dpst = self.T_intra + self.T_dpbw + self.T_lat
@@ -610,33 +615,57 @@ class MilpInner:
         if self.d.gather_staggered:
             self.T_gst = pulp.LpVariable("T_gst", 0)
         self.T_dpst = pulp.LpVariable("T_dpst", 0)
-        ts, window = self.ts, self.t_max * self.sync.window
-        for i, g in enumerate(groups[:-1]):
-            loads = [
-                (r, Load(pulp.lpSum(group_load[g][r]), group_max[g][r]))
-                for r in self.d.routes
-                if g in group_load and group_load[g][r]
-            ]
-            U = pulp.LpVariable(_name("U_dpst", i), 0) if loads else None
-            for r, load in loads:
-                self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
-            wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-            work = self.I_group[i] + self.L_group[i] + wan
-            self.add(self.T_dpst >= work - g / ts, row("dp.stagger", i))
-            self._stagger_terms.append((U, g / ts, loads, i))
-            self._gather_row(work, g, i)
-        work = self.T_intra + self.T_dpbw + self.T_lat
-        self.add(self.T_dpst >= work - groups[-1] / ts, row("dp.stagger", "all"))
-        self._stagger_last = groups[-1] / ts
-        self._gather_row(work, groups[-1], "all")
+        window = self.t_max * self.sync.window
+        usable = sorted(moment_chains(self.d, self.t_max * self.ts))
+        T_end = self._define_end(usable)
+        for i, g in enumerate(groups):
+            if i == len(groups) - 1:  # every stage's
+                work, tag = self.T_intra + self.T_dpbw + self.T_lat, "all"
+            else:
+                loads = [
+                    (r, Load(pulp.lpSum(group_load[g][r]), group_max[g][r]))
+                    for r in self.d.routes
+                    if g in group_load and group_load[g][r]
+                ]
+                U = pulp.LpVariable(_name("U_dpst", i), 0) if loads else None
+                for r, load in loads:
+                    self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
+                wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
+                work, tag = self.I_group[i] + self.L_group[i] + wan, i
+                self._stagger_terms.append((U, loads, i))
+            for c in usable:
+                expr = work + self._moment(c, self.d.release_tail[c][i]) - T_end
+                self.add(self.T_dpst >= expr, row("dp.stagger", tag, c))
+                self._stagger_exprs.append(expr)
+                if self.d.gather_staggered:
+                    expr = work + self._moment(c, self.d.fill_head[c][i]) - T_end
+                    self.add(self.T_gst >= expr, row("dp.gather_stagger", tag, c))
+                    self._gather_terms.append(expr)
 
-    def _gather_row(self, work: Any, g: float, tag: Any) -> None:
-        """T_gst >= release group g's work less its first forward (d.release_fill)."""
-        if not self.d.gather_staggered:
-            return
-        e = work - self.d.release_fill(g) / self.ts
-        self.add(self.T_gst >= e, row("dp.gather_stagger", tag))
-        self._gather_terms.append(e)
+    def _moment(self, c: int, offset: float) -> Any:
+        """(T_c - offset) u_c in model units: chain type c's release (offset its tail) or
+        first-forward moment (its head), 0 when c is not in use."""
+        return ((self.d.chain_time[c] - offset) / self.ts) * self.u[c]
+
+    def _define_end(self, usable: list[int]) -> Any:
+        """T_end, the longest uncontended chain time over the chain types in use, exactly:
+        >= T_c u_c (`dp.end`) and, for each distinct chain time v, <= v unless a slower
+        chain type is in use (`dp.end_cap`: T_end <= v + (V - v) sum_{T_c > v} u_c, V the
+        slowest). Exact, because the sync rows read it with a minus sign: a free T_end
+        would be raised to hide the sync, and one tied to T_pipe (the first version)
+        left the objective flat along T_pipe, on which CP-SAT 9.15 ran out of memory."""
+        d, add, ts = self.d, self.add, self.ts
+        times = {c: d.chain_time[c] / ts for c in usable}
+        if not times:  # no chain type fits the step's range: no plan, no rows
+            return 0
+        V = max(times.values())
+        T_end = pulp.LpVariable("T_end", min(times.values()), V)
+        for c in usable:
+            add(T_end >= times[c] * self.u[c], row("dp.end", c))
+        for j, v in enumerate(sorted({d.chain_time[c] for c in usable})[:-1]):
+            slower = [self.u[c] for c in usable if d.chain_time[c] > v]
+            add(T_end <= v / ts + (V - v / ts) * pulp.lpSum(slower), row("dp.end_cap", j))
+        return T_end
 
     def define_step(self) -> None:
         """T = T_pipe + the data-parallel part: the per-step sync (T_intra, and T_wan =
@@ -897,18 +926,16 @@ class MilpInner:
                 self._exact_max(
                     self.L_group[i], [(0, None), *lterms], big_wan, f"exact.lat_group{i}"
                 )
-            st_terms: list[tuple[Any, Any]] = [
-                (T_intra + T_dpbw + T_lat - self._stagger_last, None)
-            ]
-            for U, g, loads, i in self._stagger_terms:
+            for U, loads, i in self._stagger_terms:
                 if U is not None:
                     u_terms: list[tuple[Any, Any]] = [(0, None)]
                     for r, load in loads:
                         t = self._exact_route_time(load, r, f"exact.dpst{i}", self.sync.window)
                         u_terms.append((t, None))
                     self._exact_max(U, u_terms, big_wan, f"exact.dpst{i}")
-                wan = T_dpbw if not d.dp_wan_stagger else (0 if U is None else U)
-                st_terms.append((self.I_group[i] + self.L_group[i] + wan - g, None))
+            # every row of T_dpst is a lower bound and the chain type in use whose release
+            # is latest attains it (_define_dp_stagger): T_dpst is their max
+            st_terms = [(e, None) for e in self._stagger_exprs]
             self._exact_max(self.T_dpst, st_terms, big + big_wan, "exact.dpst")
             if self._gather_terms:
                 self._exact_max(

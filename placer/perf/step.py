@@ -44,13 +44,16 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   hosting the stage; a site's member count prices a part-filled node, whose fewer NICs
   carry the node's whole share of the ring (node_fill). The WAN phase pays the bandwidth
   of its busiest route plus two one-way path latencies, on top; each stage's exchange
-  starts when its own last backward ends (a lower bound of its offset before T_pipe,
-  dp_release_s), the routes shared only by the stages released at or after a moment,
-  each such group's longest NIC phase in series with its WAN work and the latency of its
-  own stages' pairs (sync_staggered_s in step; ZeRO-1's overlapped parameter gather,
-  which every rank starts with the step, exposed per group past a lower bound of its
-  first forward, dp_fill_s, gather_staggered_s; every stage's at once in failure
-  scenarios, and for the WAN load on instances with a multi-path site pair). The
+  starts when its own last backward ends (grouped by dp_release_s; its credit before the
+  pipeline's end is the plan's, dp_moments_s: the longest chain's end less the latest
+  moment any chain in use is done with the stage, each chain's own drain of backwards
+  and messages, across the fiber where it crosses), the routes shared only by the stages
+  released at or after a moment, each such group's longest NIC phase in series with its
+  WAN work and the latency of its own stages' pairs (sync_staggered_s in step; ZeRO-1's
+  overlapped parameter gather, which every rank starts with the step, exposed per group
+  past its first forward, the latest over the chains in use of their own fill against
+  their slack, gather_staggered_s; every stage's at once in failure scenarios, and for
+  the WAN load on instances with a multi-path site pair). The
   per-step sync hides partly under the backward of the last micro-batch and the
   forward of the first (Megatron's --overlap-grad-reduce and --overlap-param-gather):
   X above.
@@ -164,11 +167,12 @@ class StepResult:
     route_tick_s: dict[Hop, float] = field(default_factory=dict)  # lockstep, per direction
     wan_s: float = 0.0  # every stage's WAN exchange at once (busiest route + latency)
     wan_staggered_s: float = 0.0  # the same with each stage's from its backward's end
-    # NIC phases, WAN latency and bandwidth of the staggered sync, per release group
-    # (PerfModel.step: what the staggered pieces charge; intra_s + wan_s without stagger)
+    # NIC phases, WAN latency and bandwidth of the staggered sync, per release group, from
+    # the plan's release (PerfModel.step, dp_moments_s: what the staggered pieces charge;
+    # intra_s + wan_s without stagger)
     sync_staggered_s: float = 0.0
     # the same for ZeRO-1's overlapped parameter gather: per release group, exposed past
-    # the group's first forward (PerfModel.dp_fill_s); intra_s + wan_s without stagger
+    # the plan's first forward (dp_moments_s); intra_s + wan_s without stagger
     gather_staggered_s: float = 0.0
     intra_s: float = 0.0
     unreachable: list[tuple[str, str]] = field(default_factory=list)
@@ -694,7 +698,11 @@ class PerfModel:
         the configuration (the formulations read it as data) and never more than the real
         stagger (Megatron reduces each rank's gradients as soon as that rank is done;
         placer.sim does too). Grouped by stage index into G prefix groups, each stage
-        released at its group's first stage's delta (later: pessimistic).
+        released at its group's first stage's delta (later: pessimistic). The groups and
+        this constant are what the driver's bounds and the formulations' group loads
+        read; the step credits each group the plan's own release, never less
+        (dp_moments_s: a chain whose drain crosses the WAN is done with its later ranks a
+        one-way latency earlier, and a chain that ends before the longest by its slack).
 
         All zero (every stage's exchange at once, as before) where the stagger does not
         apply: one stage, fewer than two replicas, a sync mode other than synchronous
@@ -715,16 +723,46 @@ class PerfModel:
         # rank j's last backward and the gradient message from rank j + 1 into it
         return self._rank_offsets(cfg, "bwd")
 
-    def _rank_offsets(self, cfg: Config, phase: str) -> tuple[float, ...]:
-        """Per stage k, the sum over ranks j < k of rank j's chunk-0 `phase` time (the
-        shortest over the instance's GPU types) and one pipeline message inside a site
-        (the shortest), each stage at its group's first stage's value (DP_RELEASE_GROUPS
-        prefix groups by stage index): dp_release_s ("bwd") and dp_fill_s ("fwd")."""
+    def offsets_bound_s(self, cfg: Config, hosts: list[set[str]], phase: str) -> tuple[float, ...]:
+        """Per stage k, the most chain_offsets_s can be for a chain whose rank j sits at a
+        site of hosts[j]: each boundary's longest message between the two ranks' hosts
+        (the driver's configuration bound: a plan's release or fill credit is at most its
+        critical chain's tail or head past T_pipe - T_c, PerfModel.step)."""
         p = cfg.pp
         gpus = sorted({s.gpu for s in self.problem.instance.sites})
         times = [min(getattr(self.chunk_times(cfg, g)[j], phase) for g in gpus) for j in range(p)]
-        msg = min(sum(self.boundary(cfg, s.name, s.name)) for s in self.problem.instance.sites)
-        offset = [sum(times[:k]) + k * msg for k in range(p)]
+        msgs = []
+        for j in range(p - 1):
+            pairs = [(a, b) for a in hosts[j + 1] for b in hosts[j]]
+            pairs = [(a, b) if phase == "bwd" else (b, a) for a, b in pairs]
+            msgs.append(max(sum(self.boundary(cfg, a, b)) for a, b in pairs))
+        offset = [sum(times[:k]) + sum(msgs[:k]) for k in range(p)]
+        G = min(p, DP_RELEASE_GROUPS)
+        first = [min(k for k in range(p) if k * G // p == g) for g in range(G)]
+        return tuple(offset[first[k * G // p]] for k in range(p))
+
+    def _rank_offsets(
+        self, cfg: Config, phase: str, chain: Chain | None = None
+    ) -> tuple[float, ...]:
+        """Per stage k, the sum over ranks j < k of rank j's chunk-0 `phase` time (the
+        shortest over the instance's GPU types) and one pipeline message per boundary
+        between them, each stage at its group's first stage's value (DP_RELEASE_GROUPS
+        prefix groups by stage index): dp_release_s ("bwd") and dp_fill_s ("fwd") with
+        the shortest message inside a site; chain_offsets_s with `chain`'s own messages
+        (the gradients' from rank j + 1 to rank j, the activations' the other way)."""
+        p = cfg.pp
+        gpus = sorted({s.gpu for s in self.problem.instance.sites})
+        times = [min(getattr(self.chunk_times(cfg, g)[j], phase) for g in gpus) for j in range(p)]
+        if chain is None:
+            msg = min(sum(self.boundary(cfg, s.name, s.name)) for s in self.problem.instance.sites)
+            offset = [sum(times[:k]) + k * msg for k in range(p)]
+        else:
+            hops = [
+                (chain[j + 1], chain[j]) if phase == "bwd" else (chain[j], chain[j + 1])
+                for j in range(p - 1)
+            ]
+            msgs = [sum(self.boundary(cfg, a, b)) for a, b in hops]
+            offset = [sum(times[:k]) + sum(msgs[:k]) for k in range(p)]
         G = min(p, DP_RELEASE_GROUPS)
         first = [min(k for k in range(p) if k * G // p == g) for g in range(G)]
         return tuple(offset[first[k * G // p]] for k in range(p))
@@ -746,6 +784,42 @@ class PerfModel:
         if not any(self.dp_release_s(cfg)):
             return (0.0,) * cfg.pp
         return self._rank_offsets(cfg, "fwd")
+
+    def chain_offsets_s(self, cfg: Config, chain: Chain, phase: str) -> tuple[float, ...]:
+        """Per stage k, what `chain`'s own pipeline puts between rank k and the chain's end
+        (phase "bwd": the tail, the last backwards of ranks k - 1 .. 0 and the gradient
+        messages into them) or its start (phase "fwd": the head, the first forwards of ranks
+        0 .. k - 1 and the activation messages between them), uncontended, over the
+        chain's own sites (a message across sites pays the shortest path's latency), each
+        stage at its release group's first stage's value. A chain ending at T_c releases
+        rank k's sync at T_c - tail_k at the latest and runs rank k's first forward at
+        head_k at the earliest (PerfModel.step, the plan's release and fill); never below
+        dp_release_s / dp_fill_s, which use the shortest message inside a site."""
+        key = ("offsets", cfg, chain, phase)
+        if key not in self._memo:
+            self._memo[key] = self._rank_offsets(cfg, phase, chain)
+        return self._memo[key]
+
+    def dp_moments_s(
+        self, cfg: Config, chains: list[Chain]
+    ) -> tuple[dict[int, float], dict[int, float], float]:
+        """The plan's release and first-forward moments (PerfModel.step): per stage k
+        (its release group's first stage), the latest T_c - tail_c and T_c - head_c over
+        `chains` (chain_offsets_s), and the latest T_c, with T_c each chain type's
+        uncontended 1F1B time over shortest paths (chain_time). Group g's sync is exposed
+        past its credit T_end - max (T_c - tail_c): the longest chain ends that long after
+        the last of the group's ranks is done; its gather likewise past the first forward
+        it delays most."""
+        ends = {c: self.chain_time(cfg, c) for c in chains}
+        rel = {
+            k: max(t - self.chain_offsets_s(cfg, c, "bwd")[k] for c, t in ends.items())
+            for k in range(cfg.pp)
+        }
+        fil = {
+            k: max(t - self.chain_offsets_s(cfg, c, "fwd")[k] for c, t in ends.items())
+            for k in range(cfg.pp)
+        }
+        return rel, fil, max(ends.values())
 
     def dp_pair_routed(self, a: str, b: str) -> bool:
         """Whether the formulations split the pair's traffic over several candidate paths
@@ -1251,7 +1325,14 @@ class PerfModel:
         delta_g), its longest NIC phase I_g in series with its WAN rounds, the two one-way
         latencies L_g of the slowest pair that the group's stages sync over (0 where they
         sync inside sites) and its busiest route's load U_g: max over g of (I_g + L_g + U_g
-        - delta_g), the last group's L the whole sync's 2 lat. The latency is the group's
+        - credit_g), the last group's L the whole sync's 2 lat, credit_g = T_end - max over
+        the chain types in use of (T_c - tail_c,g) (dp_moments_s; before, delta_g, the
+        shortest drain with messages inside a site: a chain whose drain crosses the fiber
+        is done with the group's ranks a one-way latency or more earlier, and a chain that
+        ends T_end - T_c before the longest is done that much earlier still;
+        benchmarks/README.md, branch moments). ZeRO-1's overlapped gather likewise past
+        T_end - max (T_c - head_c,g), its first forward against the chain's slack. The
+        latency is the group's
         own because a stage synced inside one site has no WAN round: charged every group,
         the slowest split stage's latency fell on the stages that end last, synced inside
         their sites (benchmarks/README.md, branch glat). Megatron reduces each pipeline
@@ -1372,17 +1453,24 @@ class PerfModel:
         # every stage's from the step's start, each group's exposed past its first
         # forward (dp_fill_s), the same groups' work
         t_sync_st = t_gather_st = t_intra + t_wan
-        if len(group_load) > 1:
+        if len(group_load) > 1 and not unreachable:
             work = {
                 g: group_intra[g]
                 + group_lat[g]
                 + max((_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()), default=0.0)
                 for g, load in group_load.items()
             }
-            fill = self.dp_fill_s(cfg)
-            phi = {release[k]: fill[k] for k in reversed(range(cfg.pp))}  # group -> first
-            t_sync_st = max(w - g for g, w in work.items())
-            t_gather_st = max(w - phi[g] for g, w in work.items())
+            # the plan's release and fill (chain_offsets_s): group g's sync starts when the
+            # last of its first stage's ranks is done, at the latest T_c - tail_c over the
+            # chain types in use, and its gather is exposed past the latest T_c - head_c
+            # (a chain ending before the others has that much slack), each against the
+            # longest chain; T_c the uncontended 1F1B time over shortest paths (a constant
+            # per chain type, so that the formulations pin the longest exactly:
+            # dp_moments_s)
+            release_at, fill_at, t_end = self.dp_moments_s(cfg, [c for _, c in groups])
+            # each group at its first stage's moments (release.index: its first stage)
+            t_sync_st = max(w + release_at[release.index(g)] - t_end for g, w in work.items())
+            t_gather_st = max(w + fill_at[release.index(g)] - t_end for g, w in work.items())
         if unreachable:
             t_wan = t_wan_st = t_sync_st = t_gather_st = math.inf
         # the per-step sync hides partly under the backward / forward (dp_pieces); the

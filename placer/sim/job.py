@@ -68,15 +68,17 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   stage's: PerfModel.dp_lat_repeats; pessimistic for the other ranks) but the intra-site
   hop latencies once (optimistic by (n - 1) of them), lets no rank hide more under
   the pipeline drain (pessimistic for the ranks that finish first), and exposes each
-  rank's overlapped parameter gather past a lower bound of its first forward, grouped
-  as the releases are (PerfModel.dp_fill_s: the fill ahead of it at the fastest GPU and
-  with messages inside a site; pessimistic where the fill crosses the WAN).
+  rank's overlapped parameter gather past its first forward, grouped as the releases
+  are (PerfModel.dp_moments_s: the latest over the chains in use of each chain's own
+  fill at the fastest GPU, uncontended, against its slack; the gathers' use of the
+  routes the fill needs is not charged: optimistic there).
 * Sync between sites: in each of the two WAN rounds every member of a hosting site sends
   its share of the site's 1/K shard to the members of the other sites through its NIC
   and the routed paths (max(n_a, n_b) flows a pair). Differs: the closed form charges
   the busiest route with the WAN phases of the ranks released at or after a moment,
-  each rank from a lower bound of its finish time in at most 4 groups
-  (PerfModel.dp_release_s; all at once on instances with a multi-path pair), in series
+  each rank from its chains' own uncontended drain in at most 4 groups
+  (PerfModel.dp_release_s groups, dp_moments_s credits; all at once on instances with
+  a multi-path pair), in series
   after the longest NIC phase of those ranks and with the WAN latency of the slowest
   pair that those ranks sync over (PerfModel.step; here each rank's NIC phase and WAN
   rounds start at its own release and overlap the others'), and no NIC
