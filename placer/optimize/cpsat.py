@@ -687,6 +687,15 @@ class CpsatInner:
                 wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
                 work, tag = self.I_group[i] + self.L_group[i] + wan, i
                 self._stagger_terms.append((U, loads, i))
+            # valid cuts (milp._define_dp_stagger): the credit is at most a tail (head)
+            tail = max((self.d.release_tail[c][i] for c in usable), default=0.0)
+            add(M.Add(self.T_dpst >= work - math.ceil(tail / self.tau)), row("dp.stagger_cut", tag))
+            if self.d.gather_staggered:
+                head = max((self.d.fill_head[c][i] for c in usable), default=0.0)
+                add(
+                    M.Add(self.T_gst >= work - math.ceil(head / self.tau)),
+                    row("dp.gather_cut", tag),
+                )
             for c in usable:
                 expr = work + self._moment(c, self.d.release_tail[c][i]) - T_end
                 add(M.Add(self.T_dpst >= expr), row("dp.stagger", tag, c))
@@ -711,6 +720,7 @@ class CpsatInner:
         T_end = M.NewIntVar(min(times.values()), V, "T_end")
         for c in usable:
             add(M.Add(T_end >= times[c] * self.u[c]), row("dp.end", c))
+        add(M.Add(T_end <= self.T_pipe), row("dp.end_pipe"))  # valid (milp._define_end)
         secs = {c: self.d.chain_time[c] for c in usable}  # distinct as the MILP's
         for j, v in enumerate(sorted(set(secs.values()))[:-1]):
             slower = [self.u[c] for c in usable if secs[c] > v]

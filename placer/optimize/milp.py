@@ -633,6 +633,13 @@ class MilpInner:
                 wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
                 work, tag = self.I_group[i] + self.L_group[i] + wan, i
                 self._stagger_terms.append((U, loads, i))
+            # a plan's credit is at most its longest chain's own tail (or head): valid
+            # cuts, without which the LP relaxation credits up to T_end
+            tail = max((self.d.release_tail[c][i] for c in usable), default=0.0)
+            self.add(self.T_dpst >= work - tail / self.ts, row("dp.stagger_cut", tag))
+            if self.d.gather_staggered:
+                head = max((self.d.fill_head[c][i] for c in usable), default=0.0)
+                self.add(self.T_gst >= work - head / self.ts, row("dp.gather_cut", tag))
             for c in usable:
                 expr = work + self._moment(c, self.d.release_tail[c][i]) - T_end
                 self.add(self.T_dpst >= expr, row("dp.stagger", tag, c))
@@ -662,6 +669,9 @@ class MilpInner:
         T_end = pulp.LpVariable("T_end", min(times.values()), V)
         for c in usable:
             add(T_end >= times[c] * self.u[c], row("dp.end", c))
+        # every chain's 1F1B time bounds T_pipe from below (the seed plane, pipe.chain):
+        # valid, and it ties T_end to the minimized T_pipe in the LP relaxation
+        add(T_end <= self.T_pipe, row("dp.end_pipe"))
         for j, v in enumerate(sorted({d.chain_time[c] for c in usable})[:-1]):
             slower = [self.u[c] for c in usable if d.chain_time[c] > v]
             add(T_end <= v / ts + (V - v / ts) * pulp.lpSum(slower), row("dp.end_cap", j))
