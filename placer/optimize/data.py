@@ -107,9 +107,6 @@ class InnerData:
     # staggered WAN phase (PerfModel.dp_staggered) or every stage's at once
     dp_release: tuple[float, ...] = ()
     dp_staggered: tuple[bool, ...] = (True,)
-    # per stage, phi_k (PerfModel.dp_fill_s): the pieces dp_staggered does not mark (ZeRO-1's
-    # overlapped parameter gather) are exposed past it, per release group
-    dp_fill: tuple[float, ...] = ()
     # per chain type, per release group (release_groups' order), the chain's own tail
     # and head at the group's first stage (PerfModel.chain_offsets_s): the group's sync
     # starts at max over the chain types in use of T_c - tail, its gather is exposed past
@@ -154,13 +151,6 @@ class InnerData:
     def release_groups(self) -> list[float]:
         """The distinct release offsets, smallest first (one: no stagger)."""
         return sorted(set(self.dp_release)) or [0.0]
-
-    def release_fill(self, g: float) -> float:
-        """phi of release group g (its stages' first forward offset, dp_fill_s): what the
-        staggered gather credits that group (0 without a stagger)."""
-        if not self.dp_fill:
-            return 0.0
-        return min(self.dp_fill[k] for k, r in enumerate(self.dp_release) if r == g)
 
     @property
     def gather_staggered(self) -> bool:
@@ -367,7 +357,6 @@ def build_inner(
         dp_lat_repeats=perf.dp_lat_repeats(cfg),
         dp_release=perf.dp_release_s(cfg),
         dp_staggered=perf.dp_staggered(cfg),
-        dp_fill=perf.dp_fill_s(cfg),
         release_tail=release_tail if firsts else [],
         fill_head=fill_head if firsts else [],
         dp_wan_stagger=not perf.any_dp_pair_routed(),
