@@ -513,6 +513,7 @@ def cases() -> list[Case]:
         + BUCKET_LATENCY_CASES
         + STAGGER_RESILIENCE_CASES
         + GROUP_LATENCY_CASES
+        + WAN_NIC_CASES
     )
 
 
@@ -674,25 +675,31 @@ UNEVEN_SPLIT_CASES = [
 
 
 def part_filled_instance(
-    km: float = 100.0, dp: int = 5, overlap: bool = False, site_gpus: int = 12
+    km: float = 100.0,
+    dp: int = 5,
+    overlap: bool = False,
+    site_gpus: int = 12,
+    max_waves: int = 2,
 ) -> dict[str, Any]:
     """Two sites of three 4-GPU nodes, a tp 1 pp 2 job of dp replicas: q = 4 replicas a
     node. dp 5 at one site leaves each stage a node of 1, whose one NIC carries that
-    node's 4 shard rings (PerfModel.node_fill: 4x the NIC phase); split 3 / 2 the worst
-    node holds 2 (2x) and the sync crosses the route. Priced as whole nodes the optimum
-    keeps all 5 at one site; priced by the fill it splits them (test_solver_library
-    checks that the pricing decides). dp 6: the fill (2x) is priced, the layout stays.
-    job.overlap off: the whole sync is exposed, so the NIC phase decides; with overlap
-    on every bucket of the split stage pays the WAN latency (PerfModel.dp_lat_repeats)
-    and all 5 at one site are optimal even at 20 km (the bucket-latency cases: `overlap`,
-    and `site_gpus` 8 to force the split)."""
+    node's 4 shard rings (PerfModel.node_fill: 4x the NIC phase); split 3 / 2 each site's
+    members of a stage share one node (no NIC ring) and the sync crosses the route, the
+    WAN phase's NIC term through b's 2 members' NICs (PerfModel.wan_nic_s). Priced as
+    whole nodes the optimum keeps all 5 at one site; priced by the fill it splits them
+    (test_solver_library checks that the pricing decides). dp 6: the fill (2x) is priced.
+    job.overlap off: the whole sync is exposed, so the NIC phases decide; with overlap on
+    every bucket of the split stage pays the WAN latency (PerfModel.dp_lat_repeats: the
+    bucket-latency cases, `overlap`, and `site_gpus` 4 or 8 to force the split;
+    `max_waves` 1 where the route, not the split sites' NICs, is to bound the WAN
+    phase)."""
     return {
         "name": "case-part-filled",
         "sites": [
             {"name": s, "gpu": "h100-sxm", "gpus": site_gpus, "gpus_per_node": 4}
             for s in ("a", "b")
         ],
-        "routes": [{"sites": ["a", "b"], "km": km, "fiber_pairs": 1, "max_waves": 2}],
+        "routes": [{"sites": ["a", "b"], "km": km, "fiber_pairs": 1, "max_waves": max_waves}],
         "job": {
             "model": dict(INTERLEAVE_MODEL),
             "global_batch": 8 * dp,
@@ -716,9 +723,9 @@ PART_FILLED_MOVES = [c for c in PART_FILLED_CASES if c.instance["job"]["gpus"] =
 # the site's own NIC ring (PerfModel.site_ring_nodes): pp 1, dp 16 replicas of 1 GPU on
 # sites of three 4-GPU nodes, so the stage splits (at most 12 at a site). Ringed over all
 # 16 replicas' 4 nodes every split pays 2 x 3/4 of the node shard (12 / 4 and 8 / 8 tie);
-# with each site ringing its own nodes 8 / 8 pays 2 x 1/2 while 12 / 4 keeps the 1-node
-# site's stand-in (node_fill), so 8 / 8 becomes the optimum
-# (test_site_ring_decides_the_optimum)
+# with each site ringing its own nodes 8 / 8 pays 2 x 1/2 while 12 / 4's site a rings its
+# 3 nodes, 2 x 2/3 (site b's one node has no NIC ring: its WAN shard is the WAN phase's
+# NIC term), so 8 / 8 becomes the optimum (test_site_ring_decides_the_optimum)
 def _site_ring() -> dict[str, Any]:
     inst = part_filled_instance(100.0, dp=16)
     inst["job"]["parallelism"]["pp"] = [1]
@@ -778,8 +785,12 @@ DUALPIPEV_CASES = [
 
 
 # overlap on: every bucket of a stage synced across the sites pays the WAN latency
-# (PerfModel.dp_lat_repeats); at 20 km it keeps all 5 replicas at one site, and with 4
-# GPUs a site (pp 1) the split it forces is priced with it
+# (PerfModel.dp_lat_repeats); at 30 km on one wave, every stage's exchange at once (the
+# stagger off), it keeps all 5 replicas at one site, and with 4 GPUs a site (pp 1) the
+# split it forces is priced with it. One wave: on two, the split sites' NICs (2 and 3
+# members: PerfModel.wan_nic_s) bound the WAN phase, each stage's on its own members'
+# NICs, so every stage's at once costs the same as staggered and the stagger decides
+# nothing (brute force over 10-100 km: the split at 20-80 km either way)
 def _bucket_latency_split() -> dict[str, Any]:
     """pp 1: 5 replicas of 1 GPU on sites of 4 GPUs, so the one stage syncs across both."""
     inst = part_filled_instance(100.0, dp=5, overlap=True, site_gpus=4)
@@ -790,7 +801,7 @@ def _bucket_latency_split() -> dict[str, Any]:
 
 
 BUCKET_LATENCY_CASES = [
-    Case("bucket-latency-20km", part_filled_instance(20.0, overlap=True)),
+    Case("bucket-latency-30km", part_filled_instance(30.0, overlap=True, max_waves=1)),
     Case("bucket-latency-split", _bucket_latency_split()),
 ]
 
@@ -798,22 +809,24 @@ BUCKET_LATENCY_CASES = [
 # the staggered WAN phase (PerfModel.dp_release_s) under resilience: the survival limit is
 # (1 + max_slowdown) x the healthy step, which is staggered, while a failure scenario
 # prices every stage's exchange at once (placer.resilience), so both formulations need
-# the healthy step exact (milp/cpsat _exact_step: T_dpst's and T_gst's one-hots). At 12%
-# the split optimum of bucket-latency-20km survives the loss of one of its 2 waves; at 8%
-# it does not (an overstated T_dpst would let the split through at 8%, an understated one
-# would reject it at 12%), and the optimum splits stage 0 alone, 3 / 2: its stage 1's
-# NIC phase (5 at a, the longest) runs under the drain, per release group (PerfModel.step;
-# before, at the slowest stage's in series, all 5 at a: test_nic_phase_per_release_group_
-# moves_the_optimum). Below 7% no split survives. (Before the parameter gather was
-# staggered too, PerfModel.dp_fill_s, the healthy step was higher and the cases were 10%
-# and 6%: benchmarks/README.md, branch gather.)
+# the healthy step exact (milp/cpsat _exact_step: T_dpst's and T_gst's one-hots). On
+# part_filled_instance(20 km, overlap on, 2 waves) the optimum splits both stages 3 at b /
+# 2 at a; its step with one of its 2 waves lost is 1.0645 x its healthy step, so it
+# survives at 7% and not at 6% (an overstated T_dpst would let it through at 6%, an
+# understated one would reject it at 7%), and at 6% the optimum splits stage 0 alone, 3 /
+# 2: its stage 1's NIC phase (5 at a, the longest) runs under the drain, per release
+# group (PerfModel.step; test_nic_phase_per_release_group_moves_the_optimum). At 4% no
+# split survives (brute force over 3-20%). (Before the WAN phase's NIC term,
+# PerfModel.wan_nic_s, the cases were 12% and 8%; before the staggered parameter gather,
+# 10% and 6%: benchmarks/README.md, branches gather and nic.)
 def _stagger_resilience(slowdown: float) -> dict[str, Any]:
     inst = part_filled_instance(20.0, overlap=True)
     inst["resilience"] = {"survive": ["wave"], "collective": "ring", "max_slowdown": slowdown}
     return inst
 
 
-# a NIC or a wave lost, 3%: no plan survives (brute force). The MILP once returned the
+# a NIC or a wave lost, 3%: no plan survives (brute force: none at 3-4%, a plan from 5%;
+# a lost NIC slows the WAN phase's NIC term too, PerfModel.step). The MILP once returned the
 # single-site plan here (ModelMismatchError): an unused route's exact time (hull cell of
 # zero waves, zero capacity) was free, the staggered WAN phase's max picked it up, and the
 # overstated healthy step relaxed the survival limit (milp._hull, exact)
@@ -828,20 +841,34 @@ def _nic_survival(slowdown: float) -> dict[str, Any]:
 
 
 STAGGER_RESILIENCE_CASES = [
-    Case("stagger-resilience-12pct", _stagger_resilience(0.12)),
-    Case("stagger-resilience-8pct", _stagger_resilience(0.08)),
+    Case("stagger-resilience-7pct", _stagger_resilience(0.07)),
+    Case("stagger-resilience-6pct", _stagger_resilience(0.06)),
     Case("nic-survival-3pct", _nic_survival(0.03), infeasible="no feasible plan"),
 ]
 
 
-# the WAN latency per release group (PerfModel.step, sync_staggered_s): dp 6 over two sites
-# of 8 GPUs at 50 km, overlap off. Keeping every stage inside one site (6 chains b -> a)
-# pays no WAN sync; stage 0 at b alone (6: a node of 2) and stage 1 split 4 at a / 2 at b
-# syncs stage 1 across the route, but stage 1 is released delta_1 before stage 0 and its
-# two WAN rounds run under the drain: with each group's own latency that plan is faster
-# (and the simulator agrees); with the latency charged to every group (before) it was
-# slower, 2 lat on top of stage 0's NIC phase (test_wan_latency_per_release_group_moves_
-# the_optimum)
+# the WAN latency per release group (PerfModel.step, sync_staggered_s): dp 8 over two sites
+# of 12 GPUs (three 4-GPU nodes) at 100 km on one wave, overlap off. Stage 0 at b alone
+# (8: two full nodes) and stage 1 split 4 at a / 4 at b syncs stage 1 across the route,
+# but stage 1 is released delta_1 before stage 0 and its two WAN rounds run under the
+# drain: with each group's own latency that plan is the optimum (and the simulator
+# agrees it beats splitting both stages 4 / 4); with the latency charged to every group
+# (before) it was slower than that, 2 lat on top of stage 0's NIC phase
+# (test_wan_latency_per_release_group_moves_the_optimum). (dp 6 on 8-GPU sites at 50 km
+# was the case before the WAN phase's NIC term, PerfModel.wan_nic_s: now both stages
+# split 3 / 3 there, each site's members one node with no NIC ring; brute force over dp
+# 6-8, sites of 8-16, 30-200 km, 1-2 waves found only this family of the kind.)
 GROUP_LATENCY_CASES = [
-    Case("group-latency-50km", part_filled_instance(50.0, dp=6, site_gpus=8)),
+    Case("group-latency-100km", part_filled_instance(100.0, dp=8, site_gpus=12, max_waves=1)),
+]
+
+
+# the WAN phase's NIC term (PerfModel.wan_nic_s): dp 6 over two sites of 8 GPUs (two 4-GPU
+# nodes) at 50 km, overlap off. Without the term the optimum splits both stages 4 at a /
+# 2 at b (b's 2 members of each stage one node: no NIC ring, and before the term nothing
+# charged their NICs for the WAN phase); with it, 3 / 3, whose slowest site sends its
+# shard through 3 members' NICs, not 2, and the 4 / 2 split is slower under the term
+# than that (the simulator agrees: test_wan_nic_term_decides_the_optimum)
+WAN_NIC_CASES = [
+    Case("wan-nic-50km", part_filled_instance(50.0, dp=6, site_gpus=8)),
 ]

@@ -197,7 +197,8 @@ def test_bucket_latency_decides_and_prices_the_optimum(monkeypatch) -> None:
     """With job.overlap on every bucket of a stage synced across sites pays the WAN
     latency (PerfModel.dp_lat_repeats; brute force = CP-SAT = MILP on both cases in
     test_backends_agree_with_brute_force). With every stage's WAN exchange at once (the
-    stagger off: test_dp_stagger_moves_the_optimum has it on), at 20 km, charged once, the
+    stagger off: test_dp_stagger_moves_the_optimum has it on), at 30 km on one wave, charged
+    once, the
     optimum splits a stage over both sites; charged per bucket it keeps all 5 replicas at
     one site, and the split is slower under the per-bucket price than that: the pricing,
     not a tie, moves the optimum. Where the split is forced (sites of 4 GPUs, pp 1) the
@@ -208,13 +209,13 @@ def test_bucket_latency_decides_and_prices_the_optimum(monkeypatch) -> None:
     problems = {c.id: problem_from_data(c.instance) for c in sc.BUCKET_LATENCY_CASES}
     with monkeypatch.context() as mp:
         mp.setattr(PerfModel, "dp_release_s", _no_stagger)
-        kept = solve(problems["bucket-latency-20km"], backend="brute", time_limit_s=60)
+        kept = solve(problems["bucket-latency-30km"], backend="brute", time_limit_s=60)
         mp.setattr(PerfModel, "dp_lat_repeats", lambda self, cfg: (0,) * len(self.dp_pieces(cfg)))
         once = {k: solve(p, backend="brute", time_limit_s=60) for k, p in problems.items()}
         mp.undo()
         mp.setattr(PerfModel, "dp_release_s", _no_stagger)
-        split = once["bucket-latency-20km"]
-        priced = evaluate(problems["bucket-latency-20km"], json.loads(split.plan.model_dump_json()))
+        split = once["bucket-latency-30km"]
+        priced = evaluate(problems["bucket-latency-30km"], json.loads(split.plan.model_dump_json()))
     assert [(g.count, g.stage_sites) for g in kept.plan.replica_groups] == [(5, ["a", "a"])]
     assert any(len({g.stage_sites[k] for g in split.plan.replica_groups}) > 1 for k in range(2))
     assert split.objective < kept.objective < priced.step_time_s
@@ -228,8 +229,8 @@ def test_bucket_latency_decides_and_prices_the_optimum(monkeypatch) -> None:
 def test_dp_stagger_moves_the_optimum(monkeypatch) -> None:
     """Each stage's WAN sync priced from its own backward's end (PerfModel.dp_release_s:
     stage 1 of 2 finishes stage 0's last backward and a gradient message earlier, so its
-    exchange is done before stage 0's starts sharing the route). On bucket-latency-20km
-    (dp 5, nodes of 4, 20 km, overlap on; brute force = CP-SAT = MILP in
+    exchange is done before stage 0's starts sharing the route). On bucket-latency-30km
+    (dp 5, nodes of 4, 30 km, one wave, overlap on; brute force = CP-SAT = MILP in
     test_backends_agree_with_brute_force) the optimum splits both stages over the sites
     (3 at b, 2 at a), where with every stage's exchange at once it keeps all 5 replicas
     at a (test_bucket_latency_decides_and_prices_the_optimum), and that split is slower
@@ -239,8 +240,8 @@ def test_dp_stagger_moves_the_optimum(monkeypatch) -> None:
     from placer.perf.step import PerfModel
     from placer.sim import simulate
 
-    problem = problem_from_data(BY_ID["bucket-latency-20km"].instance)
-    split = outcome("bucket-latency-20km", "brute")
+    problem = problem_from_data(BY_ID["bucket-latency-30km"].instance)
+    split = outcome("bucket-latency-30km", "brute")
     assert all(len({g.stage_sites[k] for g in split.plan.replica_groups}) == 2 for k in range(2)), (
         split.plan.replica_groups
     )
@@ -260,15 +261,15 @@ def test_dp_stagger_moves_the_optimum(monkeypatch) -> None:
     assert sims["split"] < sims["kept"], sims
     # under resilience the cases around the split's survival (solver_cases: brute force =
     # CP-SAT = MILP there needs the healthy step exact)
-    survives = outcome("stagger-resilience-12pct", "brute")
+    survives = outcome("stagger-resilience-7pct", "brute")
     assert sorted((g.count, g.stage_sites) for g in survives.plan.replica_groups) == sorted(
         (g.count, g.stage_sites) for g in split.plan.replica_groups
     )
 
 
 def test_nic_phase_per_release_group_moves_the_optimum() -> None:
-    """stagger-resilience-8pct (bucket-latency-20km surviving a lost wave within 8%):
-    the split optimum of bucket-latency-20km does not survive, and the optimum splits
+    """stagger-resilience-6pct (solver_cases: 20 km, 2 waves, surviving a lost wave within
+    6%): the split optimum of stagger-resilience-7pct does not survive, and the optimum splits
     stage 0 alone (3 / 2 over the sites, stage 1's 5 replicas at a). Its stage 1, released
     first, has the longest NIC phase (5 at a: a node of 1), which the staggered sync runs
     under the drain (PerfModel.step, per release group: test_nic_phase_per_release_group_
@@ -282,8 +283,8 @@ def test_nic_phase_per_release_group_moves_the_optimum() -> None:
     from placer.perf.step import PerfModel
     from placer.sim import simulate
 
-    problem = problem_from_data(BY_ID["stagger-resilience-8pct"].instance)
-    best = outcome("stagger-resilience-8pct", "brute")
+    problem = problem_from_data(BY_ID["stagger-resilience-6pct"].instance)
+    best = outcome("stagger-resilience-6pct", "brute")
     stage0 = sorted(
         sum(g.count for g in best.plan.replica_groups if g.stage_sites[0] == s) for s in "ab"
     )
@@ -307,42 +308,97 @@ def test_nic_phase_per_release_group_moves_the_optimum() -> None:
 
 
 def test_wan_latency_per_release_group_moves_the_optimum() -> None:
-    """group-latency-50km (solver_cases: dp 6, two 8-GPU sites, 50 km, overlap off): the
-    optimum keeps stage 0's 6 replicas at one site and splits stage 1 (brute force =
-    CP-SAT = MILP in test_backends_agree_with_brute_force). Stage 1 is released first and
-    its WAN sync, latency included, runs under the drain: the step is T_pipe + stage 0's
-    NIC phase (its node of 2), the group of stage 0 alone paying no WAN latency. Charged
-    2 lat on top (every group's latency the slowest pair's, as before: PerfModel.step,
-    sync_staggered_s) that plan is slower than keeping every stage inside one site (all 6
-    chains b -> a), the optimum before: the per-group latency, not a tie, moves the
-    optimum. The simulator agrees with the closed form on both plans' order."""
+    """group-latency-100km (solver_cases: dp 8, two 12-GPU sites, 100 km, one wave, overlap
+    off): the optimum keeps stage 0's 8 replicas at one site and splits stage 1, 4 / 4
+    (brute force = CP-SAT = MILP in test_backends_agree_with_brute_force). Stage 1 is
+    released first and its WAN sync, latency included, runs under the drain: the step is
+    T_pipe + stage 0's NIC phase (its two nodes), the group of stage 0 alone paying no WAN
+    latency. Charged 2 lat on top (every group's latency the slowest pair's, as before:
+    PerfModel.step, sync_staggered_s) that plan is slower than splitting both stages 4 / 4,
+    whose every group crosses (so the old charge is its price too): the per-group latency,
+    not a tie, moves the optimum. The simulator agrees with the closed form on both plans'
+    order."""
     from placer.evaluate import config_of
     from placer.io import plan_from_data
     from placer.perf.step import PerfModel
     from placer.sim import simulate
 
-    problem = problem_from_data(BY_ID["group-latency-50km"].instance)
-    best = outcome("group-latency-50km", "brute")
+    problem = problem_from_data(BY_ID["group-latency-100km"].instance)
+    best = outcome("group-latency-100km", "brute")
     plan = json.loads(best.plan.model_dump_json())
     stage0 = {g["stage_sites"][0] for g in plan["replica_groups"]}
     stage1 = {g["stage_sites"][1] for g in plan["replica_groups"]}
     assert len(stage0) == 1 and stage1 == {"a", "b"}, plan["replica_groups"]
     (s0,) = stage0
     other = next(s for s in ("a", "b") if s != s0)
-    whole = dict(plan, replica_groups=[{"count": 6, "stage_sites": [s0, other]}])
+    dp = sum(g["count"] for g in plan["replica_groups"])
+    both = dict(
+        plan,
+        replica_groups=[
+            {"count": dp // 2, "stage_sites": [s0, s0]},
+            {"count": dp // 2, "stage_sites": [other, other]},
+        ],
+    )
     perf = PerfModel(problem)
     ev = evaluate(problem, plan, perf)
     cfg = config_of(problem, plan_from_data(plan))
-    i0 = perf.intra_sync_s(cfg, 0, s0, members=6)
+    i0 = perf.intra_sync_s(cfg, 0, s0, members=dp)
     lat = 2 * perf.net.path_latency_s("a", "b")
-    assert lat == pytest.approx(2 * 50 * 4.9e-6, rel=1e-12)
+    assert lat == pytest.approx(2 * 100 * 4.9e-6, rel=1e-12)
     assert ev.step_time_s == pytest.approx(best.objective, rel=1e-12)
     assert ev.step_time_s == pytest.approx(ev.step.pipe_s + i0, rel=1e-12)
-    steps = {"split1": ev.step_time_s, "whole": evaluate(problem, whole).step_time_s}
-    assert steps["split1"] < steps["whole"] < ev.step.pipe_s + i0 + lat
-    sims = {"split1": simulate(problem, plan).step_time_s, "whole": simulate(problem, whole)}
-    sims["whole"] = sims["whole"].step_time_s
-    assert sims["split1"] < sims["whole"], sims
+    steps = {"split1": ev.step_time_s, "both": evaluate(problem, both).step_time_s}
+    assert steps["split1"] < steps["both"] < ev.step.pipe_s + i0 + lat
+    sims = {k: simulate(problem, p).step_time_s for k, p in (("split1", plan), ("both", both))}
+    assert sims["split1"] < sims["both"], sims
+
+
+def _no_wan_nic(self, cfg, k, site):  # PerfModel.wan_nic_coef_s before the NIC term
+    return 0.0
+
+
+def test_wan_nic_term_decides_the_optimum(monkeypatch) -> None:
+    """wan-nic-50km (solver_cases: dp 6, two 8-GPU sites, 50 km, overlap off; brute force
+    = CP-SAT = MILP in test_backends_agree_with_brute_force): with the WAN phase's NIC
+    term (PerfModel.wan_nic_s) the optimum splits both stages 3 / 3; without it, 4 / 2,
+    whose 2 members at b carry b's half of each stage's shard through 2 NICs, and that
+    plan is slower under the term than the new optimum: the term, not a tie, moves the
+    optimum. The simulator (each member's WAN flows on its own NICs) agrees on the order.
+    And on part-filled-20km the term is what binds: the optimum buys 1 wave where without
+    it 2 were bought, and the simulator finds the second wave buys nothing."""
+    from placer.perf.step import PerfModel
+    from placer.sim import simulate
+
+    def members(res) -> list[tuple[int, ...]]:
+        counts = [Counter() for _ in range(2)]
+        for g in res.plan.replica_groups:
+            for k, site in enumerate(g.stage_sites):
+                counts[k][site] += g.count
+        return [tuple(sorted(c.values())) for c in counts]
+
+    problem = problem_from_data(BY_ID["wan-nic-50km"].instance)
+    new = outcome("wan-nic-50km", "brute")
+    with monkeypatch.context() as mp:
+        mp.setattr(PerfModel, "wan_nic_coef_s", _no_wan_nic)
+        old = solve(problem, backend="brute", time_limit_s=60)
+    assert members(new) == [(3, 3), (3, 3)] and members(old) == [(2, 4), (2, 4)]
+    plans = {k: json.loads(r.plan.model_dump_json()) for k, r in (("new", new), ("old", old))}
+    old_priced = evaluate(problem, plans["old"]).step_time_s
+    assert old.objective < new.objective < old_priced
+    sims = {k: simulate(problem, p).step_time_s for k, p in plans.items()}
+    assert sims["new"] < sims["old"], sims
+
+    problem = problem_from_data(BY_ID["part-filled-20km"].instance)
+    new = outcome("part-filled-20km", "brute")
+    with monkeypatch.context() as mp:
+        mp.setattr(PerfModel, "wan_nic_coef_s", _no_wan_nic)
+        old = solve(problem, backend="brute", time_limit_s=60)
+    assert [link.waves for link in new.plan.links] == [1]
+    assert [link.waves for link in old.plan.links] == [2]
+    plans = {k: json.loads(r.plan.model_dump_json()) for k, r in (("new", new), ("old", old))}
+    assert evaluate(problem, plans["old"]).step_time_s == pytest.approx(new.objective, rel=1e-9)
+    sims = {k: simulate(problem, p).step_time_s for k, p in plans.items()}
+    assert sims["new"] == pytest.approx(sims["old"], rel=1e-6), sims
 
 
 @pytest.mark.parametrize("case", sc.PART_FILLED_MOVES, ids=lambda c: c.id)
@@ -378,6 +434,8 @@ def test_site_ring_decides_the_optimum(monkeypatch) -> None:
     the 12 / 4 split is strictly slower under the site's ring and ties with 8 / 8 under
     the ring over all replicas' nodes (the model before, which kept 12 / 4), and the
     simulation agrees on the order."""
+    from placer.evaluate import config_of
+    from placer.io import plan_from_data
     from placer.perf.step import PerfModel
     from placer.sim import simulate
 
@@ -399,12 +457,19 @@ def test_site_ring_decides_the_optimum(monkeypatch) -> None:
         old_plan.pop(key, None)
     assert evaluate(problem, old_plan).step_time_s > res.objective * 1.01
     with monkeypatch.context() as mp:
-        mp.setattr(
-            PerfModel, "site_ring_nodes", staticmethod(lambda cfg, own, ranks, q: -(-ranks // q))
-        )
+        mp.setattr(PerfModel, "site_ring_nodes", staticmethod(lambda own, q: -(-16 // q)))
         before = [evaluate(problem, p).step_time_s for p in (new_plan, old_plan)]
     assert before[0] == pytest.approx(before[1], rel=1e-12)
-    assert before[1] == pytest.approx(evaluate(problem, old_plan).step_time_s, rel=1e-12)
+    # 12 / 4: site b's 4 members fill one node, which has no NIC ring of its own (its WAN
+    # shard is the WAN phase's NIC term, PerfModel.wan_nic_s); site a rings its 3 nodes
+    perf = PerfModel(problem)
+    cfg = config_of(problem, plan_from_data(old_plan))
+    healthy = {s: perf.intra_sync_s(cfg, 0, s, members=n) for s, n in (("a", 12), ("b", 4))}
+    with monkeypatch.context() as mp:  # NICs 1000x slower: only a NIC phase notices
+        nic = perf.nic_Bps
+        mp.setattr(perf, "nic_Bps", lambda gpu: nic(gpu) / 1000)
+        slow = {s: perf.intra_sync_s(cfg, 0, s, members=n) for s, n in (("a", 12), ("b", 4))}
+    assert slow["b"] == healthy["b"] and slow["a"] > 100 * healthy["a"]
     assert simulate(problem, new_plan).step_time_s < simulate(problem, old_plan).step_time_s
 
 

@@ -38,6 +38,7 @@ from placer.optimize.families import (
     sync_rule,
     tick_family,
     tiebreak_weights,
+    wan_nic_terms,
 )
 from placer.optimize.symmetry import ordered_start, site_classes
 
@@ -507,6 +508,10 @@ class CpsatInner:
         self.L_group = {i: M.NewIntVar(0, TW, f"L_group[{i}]") for i in self.I_group}
         self._group_lat_terms: dict[int, list[Any]] = {i: [] for i in self.I_group}
         self._pairs: list[HostPair] = []
+        # the WAN phase's NIC terms per target ("all": T_dpbw; i: release group i's U_i),
+        # each with its class's host count
+        self._nic_terms: dict[Any, list[tuple[Any, list[Any]]]] = {}
+        self._nic_exact: dict[Any, list[Any]] = {}
         h: dict[tuple[str, int], Any] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
         pair_dem: dict[
@@ -544,6 +549,9 @@ class CpsatInner:
             shares = [0] + [round(2 * S_k / K) if K >= 2 else 0 for K in range(1, len(hosts) + 1)]
             n_hosts = M.NewIntVar(1, len(hosts), f"K[{k}]")
             add(M.Add(n_hosts == sum(h[(s, k)] for s in hosts)), row("dp.k_count", k))
+            no_k = dict.fromkeys(range(2, len(hosts) + 1))  # K is read off n_hosts here
+            for tag, terms in wan_nic_terms(d, cls, h, no_k, x).items():
+                self._nic_terms.setdefault(tag, []).append((n_hosts, terms))
             share = M.NewIntVar(0, max(shares), f"share[{k}]")
             add(M.AddElement(n_hosts, shares, share), row("dp.k_share", k))
             group_share: dict[float, tuple[Any, int] | None] = {}
@@ -595,6 +603,7 @@ class CpsatInner:
             dp_load[r] += routed_load[r]
             for g in wan_groups:  # a flow-routed pair: all its stages in every group
                 group_load[g][r] += routed_load[r]
+        self._define_wan_nic(self.T_dpbw, "all")
         self._define_dp_stagger(groups, group_load)
         self.dp_loads: dict[Any, Any] = {}
         for r in d.routes:
@@ -641,6 +650,30 @@ class CpsatInner:
         self._group_pairs.append((dem, sg, on))
         return dem
 
+    def _define_wan_nic(self, var: Any, tag: Any) -> None:
+        """var >= the WAN phase's NIC term of every hosting site of target `tag`'s terms
+        (milp._define_wan_nic), exactly: per (site, class) an element over (K - 1) (ub + 1)
+        + x into the table of (K - 1)/K c / n in ticks (rounded up; 0 at n = 0 or K = 1),
+        so one variable carries the site's term whatever K and x are."""
+        M, add = self.m, self.add
+        exact = self._nic_exact.setdefault(tag, [])
+        for n_hosts, terms in self._nic_terms.get(tag, []):
+            by_site: dict[str, list[Any]] = {}
+            for t in terms:
+                by_site.setdefault(t.site, []).append(t)
+            for site, ts in by_site.items():
+                ub, k, coef = ts[0].ub, ts[0].stage, {t.hosts: t.coef for t in ts}
+                table = [
+                    self.ticks(coef[K] / n) if K in coef and n else 0
+                    for K in range(1, max(coef) + 1)
+                    for n in range(ub + 1)
+                ]
+                v = M.NewIntVar(0, max(table), f"wan_nic[{tag}][{site}][{k}]")
+                idx = (n_hosts - 1) * (ub + 1) + ts[0].members
+                add(M.AddElement(idx, table, v), row("dp.wan_nic_table", tag, site, k))
+                add(M.Add(var >= v), row("dp.wan_nic", tag, site, k))
+                exact.append(v)
+
     def _define_dp_stagger(
         self, groups: list[float], group_load: dict[float, dict[Any, list[Any]]]
     ) -> None:
@@ -671,7 +704,10 @@ class CpsatInner:
                     for r in self.d.routes
                     if g in group_load and group_load[g][r]
                 ]
-                U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]") if loads else None
+                nic = self.d.dp_wan_stagger and bool(self._nic_terms.get(i))
+                U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]") if loads or nic else None
+                if nic:
+                    self._define_wan_nic(U, i)
                 for r, load in loads:
                     self._hull(
                         U,
@@ -1000,6 +1036,7 @@ class CpsatInner:
             self._exact_route_time(load, r, self.TW, self.Q_wan, "exact.dp")
             for r, load in self.dp_loads.items()
         ]
+        dp += self._nic_exact.get("all", [])
         add(M.AddMaxEquality(T_dpbw, dp), row("exact.dpbw"))
         if self._staggered:
             for i, (dem_g, sg, on) in enumerate(self._group_pairs):
@@ -1021,6 +1058,7 @@ class CpsatInner:
                         self._exact_route_time(load, r, self.TW, self.Q_wan, f"exact.dpst{i}")
                         for r, load in loads
                     ]
+                    u += self._nic_exact.get(i, [])
                     add(M.AddMaxEquality(U, u), row("exact.dpst_u", i))
             st = list(self._stagger_exprs)  # each a lower bound, the latest release attains it
             self._exact_max_of(self.T_dpst, st, "exact.dpst")
@@ -1198,7 +1236,12 @@ class CpsatInner:
             scaled = M.NewIntVar(0, big * 4, "res.T_intra_nic")
             num = round(res.nic_factor * 10**6)
             add(M.Add(10**6 * scaled >= num * T_intra), row("res.nic_scaled"))
-            within(T_pipe + self._dp_part(scaled, T_dpbw + T_lat, T_pipe, "nic"), "nic")
+            # the WAN phase's NIC term slowed by the same factor (milp._add_resilience)
+            Tn = M.NewIntVar(0, big * 4, "res.T_dpbw[nic]")
+            add(M.Add(Tn >= T_dpbw), row("res.dp_healthy", "nic"))
+            for v in self._nic_exact.get("all", []):
+                add(M.Add(10**6 * Tn >= num * v), row("res.wan_nic", "nic"))
+            within(T_pipe + self._dp_part(scaled, Tn + T_lat, T_pipe, "nic"), "nic")
 
     def _scenario_ticks(self, Tp: Any, r: Any, caps: list[list[float]], ub: int, tag: str) -> None:
         """The failure of route r raises its hops' ticks (see milp._scenario_ticks)."""

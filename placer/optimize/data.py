@@ -88,6 +88,9 @@ class InnerData:
     # ring of ceil(n / q) nodes, its fill by n mod q)
     fill_q: dict[str, int] = field(default_factory=dict)
     intra_fill: dict[tuple[int, str], dict[int, float]] = field(default_factory=dict)
+    # per (stage, site), c_{k,s} of the WAN phase's NIC term (PerfModel.wan_nic_coef_s):
+    # a stage hosted by K sites pays (K - 1)/K c / n at each hosting site of n members
+    wan_nic: dict[tuple[int, str], float] = field(default_factory=dict)
     # multi-commodity routing: pairs with several candidate paths get flow variables
     pair_paths: dict[PairKey, list[Path]] = field(
         default_factory=dict
@@ -163,6 +166,13 @@ class InnerData:
         total = self.class_wan_bytes(cls)
         part = sum(self.wan_bytes[k] for k in cls if self.dp_release[k] <= g)
         return part / total if total > 0 else 1.0
+
+    def class_wan_nic(self, cls: list[int], site: str, g: float | None = None) -> float:
+        """The largest c_{k,s} (wan_nic) over the class's stages (in release group g; 0:
+        none there): the stages of a class share their hosts, so the slowest one's
+        NIC term is the class's."""
+        ks = cls if g is None else self.group_stages(cls, g)
+        return max((self.wan_nic[(k, site)] for k in ks), default=0.0)
 
     def class_intra(self, cls: list[int], site: str) -> float:
         return max(self.intra[(k, site)] for k in cls)
@@ -350,6 +360,7 @@ def build_inner(
         stage_classes=list(classes.values()),
         fill_q=fill_q,
         intra_fill=intra_fill,
+        wan_nic={(k, s): perf.wan_nic_coef_s(cfg, k, s) for k in range(cfg.pp) for s in sites},
         pair_paths=pair_paths,
         chain_pairs=chain_pairs,
         chain_level_time=chain_level_time,

@@ -1141,7 +1141,8 @@ def _least_intra_members(dp: int, hosts: int, q: int) -> tuple[int | None, ...]:
     N = ceil(n / q) nodes when N >= 2, at a fill >= 1, and the ring's (N - 1)/N and 2 (N - 1)
     hops grow with N: so q N1 members, N1 = max(2, ceil(n0 / q)), whole nodes (fill 1), is
     below all of them, whether or not q N1 <= dp. A site whose n <= q members fit one node
-    keeps the ring of all replicas at its fill >= 1: q members (fill 1) is below those.
+    has no NIC phase (its WAN shard is the WAN phase's NIC term, PerfModel.wan_nic_s, which
+    this bound leaves out): q members (one node) is that value, below every count.
     Without node_fill the phase does not depend on the count (None)."""
     if not q:
         return (None,)

@@ -32,7 +32,10 @@ Families, in build order:
               NIC phase I_g, PerfModel.step's staggered sync), pair
               latencies (T_lat; per release group but the last L_g, the latency of
               the pairs and paths its own stages sync over), the routed
-              data-parallel flows, T_dpbw >= data-parallel bytes / route capacity, and
+              data-parallel flows, T_dpbw >= data-parallel bytes / route capacity
+              and >= the WAN phase's NIC term of every hosting site, (K - 1)/K c / x at
+              its member count x (dp.wan_nic: MILP secants on (host, K), CP-SAT an
+              element table; PerfModel.wan_nic_s; likewise each group's U_g), and
               the staggered sync and gather per release group and chain type, each
               released at the chain's own T_c - tail (first forward at T_c - head)
               against T_end, the longest chain in use, pinned exactly (dp.end,
@@ -107,6 +110,47 @@ class IntraTerm(NamedTuple):
     host: Any
     groups: Any
     time: float  # model time unit
+
+
+class NicTerm(NamedTuple):
+    """A site hosting a stage class with K hosting sites pays the WAN phase's NIC term
+    (K - 1)/K c / x at its member count x (PerfModel.wan_nic_s): written where the site
+    hosts the class (`host`) and the class has K hosts (`k_on`)."""
+
+    site: str
+    stage: int
+    hosts: int  # K
+    coef: float  # (K - 1)/K c_{k,s}, seconds
+    host: Any
+    k_on: Any
+    members: Any  # x_{s,k}
+    ub: int  # the largest member count the site can hold
+
+
+def wan_nic_terms(
+    d: Any, cls: list[int], host: dict[tuple[str, int], Any], k_on: dict[int, Any], x: Any
+) -> dict[Any, list[NicTerm]]:
+    """The WAN phase's NIC terms of a class hosted by two or more sites, per target: "all"
+    (T_dpbw: every stage's WAN phase) and, where the WAN phase is staggered
+    (d.dp_wan_stagger), each release group i but the last (its U_i: its own stages'). The
+    coefficient of a target is the largest c_{k,s} of the class's stages it covers
+    (d.class_wan_nic); `k_on[K]` is the backend's indicator of K hosting sites."""
+    k = cls[0]
+    hosts = d.stage_sites[k]
+    out: dict[Any, list[NicTerm]] = {}
+    groups = d.release_groups[:-1] if d.dp_wan_stagger else []
+    targets = [("all", None)] + [(i, g) for i, g in enumerate(groups)]
+    for tag, g in targets:
+        for s in hosts:
+            c = d.class_wan_nic(cls, s, g)
+            if c <= 0:
+                continue
+            ub = max(1, min(d.cfg.dp, d.site_groups[s]))
+            for K in range(2, len(hosts) + 1):
+                out.setdefault(tag, []).append(
+                    NicTerm(s, k, K, (K - 1) / K * c, host[(s, k)], k_on[K], x[(s, k)], ub)
+                )
+    return out
 
 
 def intra_targets(

@@ -29,6 +29,7 @@ from placer.optimize.families import (
     IntraTerm,
     LatencyTerm,
     Load,
+    NicTerm,
     PathLevelTerm,
     chain_weight,
     hull_cells,
@@ -38,6 +39,7 @@ from placer.optimize.families import (
     sync_rule,
     tick_family,
     tiebreak_weights,
+    wan_nic_terms,
 )
 from placer.optimize.symmetry import ordered_start, site_classes
 
@@ -490,6 +492,9 @@ class MilpInner:
         self.L_group = {i: pulp.LpVariable(_name("L_group", i), 0) for i in self.I_group}
         self._group_lat_terms: dict[int, list[tuple[float, Any]]] = {i: [] for i in self.I_group}
         self._pairs: list[HostPair] = []
+        # the WAN phase's NIC terms per target ("all": T_dpbw; i: release group i's U_i)
+        self._nic_terms: dict[Any, list[NicTerm]] = {}
+        self._nic_exact: dict[Any, list[tuple[Any, Any]]] = {}
         h: dict[tuple[str, int], pulp.LpVariable] = {}
         dp_load: dict[Any, list[Any]] = {r: [] for r in d.routes}
         dp_max: dict[Any, float] = {r: 0.0 for r in d.routes}
@@ -527,6 +532,8 @@ class MilpInner:
                 pulp.lpSum(K * z[K] for K in z) == pulp.lpSum(h[(s, k)] for s in hosts),
                 row("dp.k_count", k),
             )
+            for tag, terms in wan_nic_terms(d, cls, h, z, x).items():
+                self._nic_terms.setdefault(tag, []).extend(terms)
             S_k = d.class_wan_bytes(cls) / GBYTE
             share = pulp.lpSum((2 * S_k / K) * z[K] for K in z if K >= 2)
             in_groups = [i for i in self.L_group if d.class_release_fraction(cls, groups[i]) > 0]
@@ -570,6 +577,7 @@ class MilpInner:
             for g in wan_groups:  # a flow-routed pair: all its stages in every group
                 group_load[g][r] += routed_load[r]
                 group_max[g][r] += routed_max[r]
+        self._define_wan_nic(self.T_dpbw, "all")
         self._define_dp_stagger(groups, group_load, group_max)
         self.dp_loads: dict[Any, Load] = {}
         for r in d.routes:
@@ -584,6 +592,29 @@ class MilpInner:
                     self.t_max * self.sync.window,
                     "route.dp",
                 )
+
+    def _define_wan_nic(
+        self, var: Any, tag: Any, scale: float = 1.0, family: str = "dp.wan_nic"
+    ) -> None:
+        """var >= the WAN phase's NIC term (K - 1)/K c / x of every hosting site
+        (PerfModel.wan_nic_s) of target `tag`'s terms. c / x is convex in the member count
+        x, so at integer x it is the largest of its secants through (j, c / j) and (j + 1,
+        c / (j + 1)), j = 1 .. ub - 1, whose hull is the LP relaxation's: each secant a row
+        `dp.wan_nic`, relaxed unless the site hosts the class and the class has K hosts
+        (by the secant's value at x = 0, the most it can reach when it should not bind).
+        The exact step's term per secant is active on both indicators. `scale` != 1 is a
+        failure scenario's (a lost NIC: the terms x its factor, no exact terms)."""
+        exact = self._nic_exact.setdefault(tag, []) if scale == 1.0 else []
+        for t in self._nic_terms.get(tag, []):
+            a = scale * t.coef / self.ts
+            for j in range(1, max(2, t.ub)):
+                secant = a / j - a / (j * (j + 1)) * (t.members - j)
+                big = a / j + a / (j + 1)
+                self.add(
+                    var >= secant - big * (2 - t.host - t.k_on),
+                    row(family, tag, t.site, t.stage, t.hosts, j),
+                )
+                exact.append((secant, (t.host, t.k_on)))
 
     def _define_dp_stagger(
         self,
@@ -627,9 +658,12 @@ class MilpInner:
                     for r in self.d.routes
                     if g in group_load and group_load[g][r]
                 ]
-                U = pulp.LpVariable(_name("U_dpst", i), 0) if loads else None
+                nic = self.d.dp_wan_stagger and bool(self._nic_terms.get(i))
+                U = pulp.LpVariable(_name("U_dpst", i), 0) if loads or nic else None
                 for r, load in loads:
                     self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
+                if nic:
+                    self._define_wan_nic(U, i)
                 wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
                 work, tag = self.I_group[i] + self.L_group[i] + wan, i
                 self._stagger_terms.append((U, loads, i))
@@ -923,6 +957,7 @@ class MilpInner:
             dp_terms.append((self._exact_route_time(load, r, "exact.dp", self.sync.window), None))
         # the WAN exchange may last H (diloco) or 2H (streaming) steps: its bigs scale with it
         big_wan = big * self.sync.window
+        dp_terms += self._nic_exact.get("all", [])
         self._exact_max(T_dpbw, dp_terms, big_wan, "exact.dpbw")
         if self._staggered:
             for i, terms in self._group_intra_terms.items():
@@ -942,6 +977,7 @@ class MilpInner:
                     for r, load in loads:
                         t = self._exact_route_time(load, r, f"exact.dpst{i}", self.sync.window)
                         u_terms.append((t, None))
+                    u_terms += self._nic_exact.get(i, [])
                     self._exact_max(U, u_terms, big_wan, f"exact.dpst{i}")
             # every row of T_dpst is a lower bound and the chain type in use whose release
             # is latest attains it (_define_dp_stagger): T_dpst is their max
@@ -1113,8 +1149,13 @@ class MilpInner:
                 T_intra <= 0, row("res.survive", "nic")
             )  # a lost NIC cuts its node off the collective
         elif res.nic_factor is not None:
+            # the WAN phase's bandwidth term with its NIC term slowed by the same factor
+            # (PerfModel.step, intra_factor): max(routes, factor x NIC term)
+            Tn = pulp.LpVariable(_name("res.T_dpbw", "nic"), 0)
+            add(Tn >= T_dpbw, row("res.dp_healthy", "nic"))
+            self._define_wan_nic(Tn, "all", res.nic_factor, "res.wan_nic")
             add(
-                T_pipe + self._dp_part(res.nic_factor * T_intra, T_dpbw + T_lat, T_pipe, "nic")
+                T_pipe + self._dp_part(res.nic_factor * T_intra, Tn + T_lat, T_pipe, "nic")
                 <= limit,
                 row("res.survive", "nic"),
             )

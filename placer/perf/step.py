@@ -1221,12 +1221,14 @@ class PerfModel:
         member count: NVIDIA/nccl#687, #569), and its ring is the site's own: ceil(members /
         q) nodes (NCCL's hierarchical all-reduce rings each site's nodes: placer.sim), its
         (N - 1)/N and 2 (N - 1) hop latencies those of N. A site whose members fit one node
-        (N = 1, no NIC phase in the simulation) keeps the ring over ceil(d / q) nodes at
-        the fill, in lieu of the NIC term its WAN phase lacks (node_fill). Without members
+        (N = 1) has no NIC phase, as in the simulation; what its few NICs carry is the WAN
+        phase's, priced there (wan_nic_s; before that term, such a site kept the ring over
+        ceil(d / q) nodes at the fill as a stand-in). Without members
         (or where node_fill does not apply: q = 1, CP, EP, HSDP) the ring is ceil(d / q)
-        nodes of all d replicas (pessimistic for a site with fewer; with d <= q there is no
-        NIC phase). Both formulations encode the count by a one-hot over the site's node
-        count and its remainder (milp._define_node_fill).
+        nodes of all d replicas (pessimistic for a site with fewer, and standing in for
+        the WAN phase's NIC term, which is 0 there; with d <= q there is no NIC phase).
+        Both formulations encode the count by a one-hot over the site's node count and
+        its remainder (milp._define_node_fill).
 
         With CP and EP the dense gradients are reduced over the dp x cp x ep ranks that
         hold the same tp slice (at stride tp), the routed experts' over the dp x tp x cp
@@ -1262,7 +1264,7 @@ class PerfModel:
             out += comm.ring_allreduce_s(q, g, self.nvlink_Bps(gpu))
             nodes = math.ceil(n / q)
             if fill_site:
-                nodes = self.site_ring_nodes(cfg, members * (n // cfg.dp), n, q)
+                nodes = self.site_ring_nodes(members * (n // cfg.dp), q)
             if fill == 1.0:
                 out += comm.ring_allreduce_s(nodes, g / q, self.nic_Bps(gpu), lat)
             elif nodes > 1:
@@ -1271,14 +1273,39 @@ class PerfModel:
                 out += comm.ring_allreduce_s(nodes, 0.0, self.nic_Bps(gpu), lat)
         return out
 
+    def wan_nic_coef_s(self, cfg: Config, k: int, site: str) -> float:
+        """c_{k,s}: 2 S_k over one member's NICs at `site` (its `width` GPUs' NICs), the
+        seconds of stage k's two WAN rounds if one member carried all of them; wan_nic_s
+        divides it by the site's member count and scales it by (K - 1)/K. 0 where the
+        site's NIC ring is not its own (node_fill_q 0: q = 1, CP, EP, HSDP): that ring
+        spans all d replicas' nodes (intra_sync_s), whose bandwidth term covers the WAN
+        leg's NICs too (2 (d - 1)/d G against the site ring's plus this term's, equal
+        for balanced sites), so charging both would count those NICs twice."""
+        if self.node_fill_q(cfg, site) == 0:
+            return 0.0
+        return 2 * self.stage_wan_bytes(cfg, k) / (cfg.width * self.nic_Bps(self.site_gpu(site)))
+
+    def wan_nic_s(self, cfg: Config, k: int, hosts: dict[str, int]) -> float:
+        """The NIC term of stage k's WAN phase, (K - 1)/K c_{k,s} / n_s at the slowest of its
+        K hosting sites (0 where one site hosts it). In each of the two WAN rounds a site
+        sends the other K - 1 sites their (K - 1)/K of its reduced shard S_k and receives
+        as much, through its n_s members' NICs, 1/n_s each (placer.sim: every member of a
+        hosting site sends and receives its share through its own NICs); the routes carry
+        the same bytes (their term, by route), and the phase's bandwidth time is the larger
+        of the two. It is what a site with few members of a stage pays: one member with
+        tp 2 syncing over 766 km took 5.3 ms on its NICs against the route's 1.19 ms
+        (benchmarks/README.md, branch nic)."""
+        K = len(hosts)
+        if K < 2:
+            return 0.0
+        return max((K - 1) / K * self.wan_nic_coef_s(cfg, k, s) / n for s, n in hosts.items())
+
     @staticmethod
-    def site_ring_nodes(cfg: Config, site_ranks: int, ranks: int, q: int) -> int:
+    def site_ring_nodes(site_ranks: int, q: int) -> int:
         """The nodes of a site's NIC ring (intra_sync_s, where node_fill applies): the
-        site's own ceil(site_ranks / q) when that is two or more (NCCL rings each site's
-        nodes: placer.sim), else the ring of all `ranks` (the stand-in of a site whose
-        members fit one node, node_fill)."""
-        own = math.ceil(site_ranks / q)
-        return own if own >= 2 else math.ceil(ranks / q)
+        site's own ceil(site_ranks / q) (NCCL rings each site's nodes: placer.sim); one
+        node has no NIC phase (its WAN shard is the WAN phase's NIC term, wan_nic_s)."""
+        return math.ceil(site_ranks / q)
 
     def node_fill_q(self, cfg: Config, site: str) -> int:
         """Replicas of a stage per node at `site` where the NIC phase depends on the site's
@@ -1315,8 +1342,9 @@ class PerfModel:
     ) -> StepResult:
         """Step time of a placement. The factors price failures (placer.resilience): a
         route's pipeline or data-parallel time is multiplied by its factor, the intra-site
-        sync by `intra_factor`. `routing` splits pairs' traffic over paths (placer.network);
-        pairs it does not list use their shortest path. `stagger` False prices every
+        sync and the WAN phase's NIC term (wan_nic_s) by `intra_factor` (a lost NIC).
+        `routing` splits pairs' traffic over paths (placer.network); pairs it does not
+        list use their shortest path. `stagger` False prices every
         stage's WAN exchange at once (failure scenarios: the formulations' survival rows
         are written that way, pessimistic).
 
@@ -1324,9 +1352,11 @@ class PerfModel:
         release group g of dp_release_s (delta_g; the stages released at or after T_pipe -
         delta_g), its longest NIC phase I_g in series with its WAN rounds, the two one-way
         latencies L_g of the slowest pair that the group's stages sync over (0 where they
-        sync inside sites) and its busiest route's load U_g: max over g of (I_g + L_g + U_g
-        - credit_g), the last group's L the whole sync's 2 lat, credit_g = T_end - max over
-        the chain types in use of (T_c - tail_c,g) (dp_moments_s; before, delta_g, the
+        sync inside sites) and U_g, the larger of its busiest route's load and its stages'
+        NIC term (wan_nic_s: a site with few members sends its shard through their
+        NICs): max over g of (I_g + L_g + U_g - credit_g), the last group's L the whole
+        sync's 2 lat, credit_g = T_end - max over the chain types in use of (T_c -
+        tail_c,g) (dp_moments_s; before, delta_g, the
         shortest drain with messages inside a site: a chain whose drain crosses the fiber
         is done with the group's ranks a one-way latency or more earlier, and a chain that
         ends T_end - T_c before the longest is done that much earlier still;
@@ -1397,6 +1427,8 @@ class PerfModel:
         group_intra: dict[float, float] = dict.fromkeys(group_load, 0.0)
         # and the WAN latency of their pairs (two rounds): a group synced inside sites pays none
         group_lat: dict[float, float] = dict.fromkeys(group_load, 0.0)
+        group_nic: dict[float, float] = dict.fromkeys(group_load, 0.0)
+        wan_nic = 0.0
         for k in range(cfg.pp):
             h = hosts[k]
             if cfg.dp >= 2:
@@ -1408,6 +1440,11 @@ class PerfModel:
             sites = sorted(h)
             if len(sites) >= 2:
                 demand = 2 * self.stage_wan_bytes(cfg, k) / len(sites)
+                nic_k = self.wan_nic_s(cfg, k, h)
+                wan_nic = max(wan_nic, nic_k)
+                for g in group_nic:
+                    if wan_whole or release[k] <= g:
+                        group_nic[g] = max(group_nic[g], nic_k)
                 for i, a in enumerate(sites):
                     for b in sites[i + 1 :]:
                         uses = net.pair_paths(routing, "data_parallel", a, b)
@@ -1431,7 +1468,11 @@ class PerfModel:
         if t_intra > 0:
             t_intra *= intra_factor
             group_intra = {g: v * intra_factor for g, v in group_intra.items()}
-        t_wan = (max(route_dp_s.values()) + wan_lat) if route_dp_s else 0.0
+        # a lost NIC slows the WAN phase's NIC leg by the same factor: the hosting
+        # members' NICs carry it (wan_nic_s)
+        wan_nic *= intra_factor
+        group_nic = {g: v * intra_factor for g, v in group_nic.items()}
+        t_wan = (max(*route_dp_s.values(), wan_nic) + wan_lat) if route_dp_s else 0.0
         # each group's routes finish its stages' exchanges delta after T_pipe - delta at
         # the earliest (one work-conserving route: max over release times r of r + the work
         # released at or after r); delta 0 is the last stage group alone, the largest delta
@@ -1441,7 +1482,11 @@ class PerfModel:
             t_wan_st = wan_lat + max(
                 0.0,
                 max(
-                    max(_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()) - g
+                    max(
+                        group_nic[g],
+                        *(_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()),
+                    )
+                    - g
                     for g, load in group_load.items()
                     if load
                 ),
@@ -1457,7 +1502,11 @@ class PerfModel:
             work = {
                 g: group_intra[g]
                 + group_lat[g]
-                + max((_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()), default=0.0)
+                + max(
+                    group_nic[g],
+                    *(_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()),
+                    0.0,
+                )
                 for g, load in group_load.items()
             }
             # the plan's release and fill (chain_offsets_s): group g's sync starts when the
@@ -1571,10 +1620,10 @@ class PerfModel:
 def node_fill(members: int, q: int) -> float:
     """The NIC-phase bandwidth factor of a site holding `members` replicas of a stage, q
     per node in rank order (placer.outputs.launch): 1 in whole nodes, ceil(q / r) when the
-    last node holds r < q of them (its r NICs carry the q shard rings), also when that is
-    the site's only node. There the simulation has no NIC phase but sends the site's WAN
-    shard through those r NICs, which the closed form's WAN phase does not price (no NIC
-    term): charging 0 let a free WAN undercut one site (tests/test_solver_properties.py
+    last node holds r < q of them (its r NICs carry the q shard rings). A site whose
+    members fit one node has no NIC phase (site_ring_nodes); the WAN shard it sends through
+    those r NICs is the WAN phase's NIC term (PerfModel.wan_nic_s), which keeps a free WAN
+    from undercutting one site (tests/test_solver_properties.py
     test_free_wan_equals_one_site). Both formulations encode it by members mod q."""
     r = members % q
     return float(math.ceil(q / r)) if r else 1.0

@@ -39,14 +39,14 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   members' shards (ring i through member i mod r of a node of r: NCCL's rings enter and
   leave every node once, through that node's NICs, whatever its member count:
   NVIDIA/nccl#687, #569). The closed form prices the same partial node (intra_sync_s at
-  the site's member count: node_fill, ceil(q / r) on the NIC bandwidth). Differs: a site
-  whose members fit one node has no NIC phase here; the closed form charges it as a
-  partial node of the ring (ceil(q / r), q = 1: the ring's phase), pessimistic, in lieu
-  of the NIC term its WAN phase lacks (next item). The closed form's ring is the site's
-  own ceil(n/q) nodes, as here, where node_fill applies (q >= 2, no CP/EP/HSDP:
-  PerfModel.site_ring_nodes); elsewhere it is ceil(d/q) of all d replicas, pessimistic
-  when a site holds fewer (its (N-1)/N and 2 (N-1) hop latencies are those of the larger
-  ring); it takes the max over sites of NVLink + NIC phase where the simulation runs
+  the site's member count: node_fill, ceil(q / r) on the NIC bandwidth). A site whose
+  members fit one node has no NIC phase, here and in the closed form (its few NICs carry
+  the WAN phase's bytes: next item). The closed form's ring is the site's own ceil(n/q)
+  nodes, as here, where node_fill applies (q >= 2, no CP/EP/HSDP:
+  PerfModel.site_ring_nodes); elsewhere (differs) it is ceil(d/q) of all d replicas,
+  pessimistic when a site holds fewer (its (N-1)/N and 2 (N-1) hop latencies are those
+  of the larger ring, whose bandwidth term stands in for the WAN phase's NIC term
+  there); it takes the max over sites of NVLink + NIC phase where the simulation runs
   each phase at every site before the next (the same when one site is the slowest in
   both, as with one site).
 * Overlap (job.overlap, or SimOptions.dp_buckets: 0 none, n chunk 0 in n buckets):
@@ -74,16 +74,20 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   routes the fill needs is not charged: optimistic there).
 * Sync between sites: in each of the two WAN rounds every member of a hosting site sends
   its share of the site's 1/K shard to the members of the other sites through its NIC
-  and the routed paths (max(n_a, n_b) flows a pair). Differs: the closed form charges
+  and the routed paths, each sender to the receivers whose ranges of the shard overlap
+  its own (_pairing: n_a + n_b - 1 flows a pair at most, every member's NICs carrying
+  1/n of its site's bytes). The closed form's WAN phase takes the larger of the busiest
+  route and the NIC term, (K - 1)/K 2 S / n through the n members of the slowest hosting
+  site (PerfModel.wan_nic_s; where node_fill applies). Differs: the closed form charges
   the busiest route with the WAN phases of the ranks released at or after a moment,
   each rank from its chains' own uncontended drain in at most 4 groups
   (PerfModel.dp_release_s groups, dp_moments_s credits; all at once on instances with
   a multi-path pair), in series
   after the longest NIC phase of those ranks and with the WAN latency of the slowest
   pair that those ranks sync over (PerfModel.step; here each rank's NIC phase and WAN
-  rounds start at its own release and overlap the others'), and no NIC
-  term (pessimistic where the ranks' syncs spread wider than that bound, optimistic
-  when a site has so few members that their NICs are narrower than the route).
+  rounds start at its own release and overlap the others'; pessimistic where the ranks'
+  syncs spread wider than that bound); the WAN rounds pay the fiber's latency, not the
+  fabric hop a pipeline message pays (both here and in the closed form).
 * A device's NIC links carry all its traffic: activations out, gradients out, both
   inbound streams and its sync flows share them (max-min fair). Differs: the closed form
   gives each direction of each boundary a NIC of its own.
@@ -845,12 +849,21 @@ class _Job:
 
 def _pairing(n_src: int, n_dst: int) -> list[tuple[int, int, float]]:
     """Who sends to whom in a WAN round: (sender, receiver, fraction of the site's bytes).
-    The larger side has one flow per member, each 1/max(n_src, n_dst) of the bytes,
-    dealt round-robin over the smaller side (exactly balanced when one count divides the
-    other): max(n_src, n_dst) flows instead of n_src x n_dst."""
-    if n_src >= n_dst:
-        return [(i, i % n_dst, 1.0 / n_src) for i in range(n_src)]
-    return [(j % n_src, j, 1.0 / n_dst) for j in range(n_dst)]
+    Member i of a side of n holds the contiguous range [i/n, (i+1)/n) of the stage's
+    gradient (the site's reduce-scatter), so a sender sends each receiver the overlap of
+    their ranges: the north-west-corner transport plan, at most n_src + n_dst - 1 flows,
+    every sender 1/n_src and every receiver 1/n_dst of the bytes (balanced NICs)."""
+    out, i, j = [], 0, 0
+    # in units of 1 / (n_src n_dst): sender i's range ends at (i+1) n_dst, receiver j's at
+    # (j+1) n_src
+    at = 0
+    while i < n_src and j < n_dst:
+        end = min((i + 1) * n_dst, (j + 1) * n_src)
+        out.append((i, j, (end - at) / (n_src * n_dst)))
+        at = end
+        i += end == (i + 1) * n_dst
+        j += end == (j + 1) * n_src
+    return out
 
 
 def _after(env: simpy.Environment, event: simpy.Event, delay: float) -> Generator:
