@@ -53,9 +53,12 @@ CPSAT_ONLY = (
     "exact.share_group",
     "exact.pair_off_group",
     "exact.dpst",
+    # the WAN phase's NIC term: CP-SAT's element table over (host count, member count)
+    "dp.nic_table",
 )
-# rows that exist in both but are indexed by a backend's own decomposition
-INDEXED_APART = ("exact.chain_path_on",)
+# rows that exist in both but are indexed by a backend's own decomposition (the WAN
+# phase's NIC term: a MILP secant per (site, stage, K, j), a CP-SAT bound per (site, stage))
+INDEXED_APART = ("exact.chain_path_on", "dp.wan_nic", "res.wan_nic")
 
 
 def _namespace(name: str) -> str:

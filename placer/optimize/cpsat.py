@@ -670,7 +670,7 @@ class CpsatInner:
                 ]
                 v = M.NewIntVar(0, max(table), f"wan_nic[{tag}][{site}][{k}]")
                 idx = (n_hosts - 1) * (ub + 1) + ts[0].members
-                add(M.AddElement(idx, table, v), row("dp.wan_nic_table", tag, site, k))
+                add(M.AddElement(idx, table, v), row("dp.nic_table", tag, site, k))
                 add(M.Add(var >= v), row("dp.wan_nic", tag, site, k))
                 exact.append(v)
 
@@ -1239,8 +1239,8 @@ class CpsatInner:
             # the WAN phase's NIC term slowed by the same factor (milp._add_resilience)
             Tn = M.NewIntVar(0, big * 4, "res.T_dpbw[nic]")
             add(M.Add(Tn >= T_dpbw), row("res.dp_healthy", "nic"))
-            for v in self._nic_exact.get("all", []):
-                add(M.Add(10**6 * Tn >= num * v), row("res.wan_nic", "nic"))
+            for i, v in enumerate(self._nic_exact.get("all", [])):
+                add(M.Add(10**6 * Tn >= num * v), row("res.wan_nic", "nic", i))
             within(T_pipe + self._dp_part(scaled, Tn + T_lat, T_pipe, "nic"), "nic")
 
     def _scenario_ticks(self, Tp: Any, r: Any, caps: list[list[float]], ub: int, tag: str) -> None:
