@@ -762,7 +762,9 @@ def test_interleaving_crosses_the_wan_at_every_chunk_boundary_and_the_wrap() -> 
 # envelope measured by benchmarks/sim_vs_closed.py --random-only (200 plans seed 1, 1,000
 # plans seed 2) and over 400 draws of multi_site_plans, rounded out to the next 0.5-1%.
 # A change that widens the gap on these draws fails here; one that narrows it should
-# tighten the bound (re-measure with the commands in benchmarks/README.md).
+# tighten the bound (re-measure with the commands in benchmarks/README.md;
+# benchmarks/step_bounds_draws.py draws fresh samples of the strategy, whose tails
+# exceed these: "Branch nic" there).
 STEP_BOUNDS: dict[tuple[str, bool], tuple[float, float]] = {
     # the same hierarchical collective in both (agree to rounding: test_step_agrees_...);
     # what is left is T_pipe: the ranks that finish first sync over the drain (<= 0) and
