@@ -27,8 +27,11 @@ from test_simulate import multi_site_plans  # noqa: E402
 
 from placer.sim import simulate  # noqa: E402
 
+# (sync class, overlap, (closed - sim) / sim, simulated T_pipe, closed-form step)
+Draw = tuple[str, bool, float, float, float]
 
-def _draws(n: int, overlap: bool, out: list[tuple[str, bool, float]], at: int) -> None:
+
+def _draws(n: int, overlap: bool, out: list[Draw], at: int) -> None:
     @seed(at)
     @settings(
         max_examples=n,
@@ -45,8 +48,8 @@ def _draws(n: int, overlap: bool, out: list[tuple[str, bool, float]], at: int) -
     run()
 
 
-def draws(n: int, at: int) -> list[tuple[str, bool, float]]:
-    out: list[tuple[str, bool, float]] = []
+def draws(n: int, at: int) -> list[Draw]:
+    out: list[Draw] = []
     for overlap in (False, True):
         _draws(n, overlap, out, at)
     return out

@@ -87,6 +87,17 @@ def test_staggered_wan_phase_is_not_optimistic_against_the_simulation() -> None:
             assert flat.step_time_s == pytest.approx(st.step_time_s, rel=1e-12)
 
 
+def _nic_term_3a_2b(perf, cfg, k: int) -> float:
+    """Stage k's WAN-phase NIC term with 3 members at a and 2 at b (PerfModel.wan_nic_s),
+    checked by hand: each of K = 2 sites sends and receives 1/2 of its shard per round, 2
+    rounds, through its members' NICs, b's 2 the slowest: 2 x S_k / 2 / (2 NICs). The
+    WAN phase's bandwidth time is the larger of it and the route's."""
+    nic = perf.nic_Bps(perf.catalog.gpus["h100-sxm"])
+    term = perf.wan_nic_s(cfg, k, {"a": 3, "b": 2})
+    assert term == pytest.approx(perf.stage_wan_bytes(cfg, k) / (2 * nic), rel=1e-12)
+    return term
+
+
 def test_nic_phase_per_release_group_by_hand() -> None:
     """pp 2, overlap off, 20 km, 2 waves: stage 0 split 3 at a / 2 at b (synced across the
     route; each site's members share one node, which has no NIC ring: I_0 its NVLink
@@ -107,9 +118,7 @@ def test_nic_phase_per_release_group_by_hand() -> None:
     i1 = perf.intra_sync_s(cfg, 1, "a", members=5)
     delta = perf.dp_release_s(cfg)[1]
     u = perf.stage_wan_bytes(cfg, 0) / perf.net.capacity_Bps(ROUTE, 2, "800zr")
-    nic = perf.nic_Bps(perf.catalog.gpus["h100-sxm"])
-    n0 = perf.wan_nic_s(cfg, 0, {"a": 3, "b": 2})
-    assert n0 == pytest.approx(perf.stage_wan_bytes(cfg, 0) / (2 * nic), rel=1e-12)
+    n0 = _nic_term_3a_2b(perf, cfg, 0)
     assert n0 > u  # two members' NICs are slower than two waves: the NIC term decides
     w0 = max(n0, u)
     lat = 2 * perf.net.path_latency_s(*ROUTE)
@@ -154,13 +163,7 @@ def test_wan_latency_per_release_group_by_hand(km: float) -> None:
     i0 = perf.intra_sync_s(cfg, 0, "a", members=5)
     i1 = max(perf.intra_sync_s(cfg, 1, s, members=n) for s, n in (("a", 3), ("b", 2)))
     u = perf.stage_wan_bytes(cfg, 1) / perf.net.capacity_Bps(ROUTE, 2, "800zr")
-    # the WAN phase's NIC term (PerfModel.wan_nic_s): each of K = 2 sites sends and
-    # receives 1/2 of its shard per round, 2 rounds, through its members' NICs, b's 2
-    # the slowest: 2 x S_1 / 2 / (2 NICs); the bandwidth time is the larger of it and U
-    nic = perf.nic_Bps(perf.catalog.gpus["h100-sxm"])
-    n1 = perf.wan_nic_s(cfg, 1, {"a": 3, "b": 2})
-    assert n1 == pytest.approx(perf.stage_wan_bytes(cfg, 1) / (2 * nic), rel=1e-12)
-    w = max(n1, u)
+    w = max(_nic_term_3a_2b(perf, cfg, 1), u)
     lat = 2 * perf.net.path_latency_s(*ROUTE)
     assert lat == pytest.approx(2 * km * 4.9e-6, rel=1e-12)
     assert i1 < i0  # stage 0's node of 1 is the longest NIC phase
@@ -212,13 +215,7 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     i0 = perf.intra_sync_s(cfg, 0, "a", members=5)
     i1 = max(perf.intra_sync_s(cfg, 1, s, members=n) for s, n in (("a", 3), ("b", 2)))
     u = perf.stage_wan_bytes(cfg, 1) / perf.net.capacity_Bps(ROUTE, 2, "800zr")
-    # the WAN phase's NIC term (PerfModel.wan_nic_s): each of K = 2 sites sends and
-    # receives 1/2 of its shard per round, 2 rounds, through its members' NICs, b's 2
-    # the slowest: 2 x S_1 / 2 / (2 NICs); the bandwidth time is the larger of it and U
-    nic = perf.nic_Bps(perf.catalog.gpus["h100-sxm"])
-    n1 = perf.wan_nic_s(cfg, 1, {"a": 3, "b": 2})
-    assert n1 == pytest.approx(perf.stage_wan_bytes(cfg, 1) / (2 * nic), rel=1e-12)
-    w = max(n1, u)
+    w = max(_nic_term_3a_2b(perf, cfg, 1), u)
     lat = 2 * perf.net.path_latency_s(*ROUTE)
     fwd0 = perf.chunk_times(cfg, "h100-sxm")[0].fwd
     fabric = perf.catalog.network.intra_site_latency_s

@@ -704,7 +704,7 @@ class CpsatInner:
                     for r in self.d.routes
                     if g in group_load and group_load[g][r]
                 ]
-                nic = self.d.dp_wan_stagger and bool(self._nic_terms.get(i))
+                nic = bool(self._nic_terms.get(i))  # group terms only where staggered
                 U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]") if loads or nic else None
                 if nic:
                     self._define_wan_nic(U, i)

@@ -658,7 +658,7 @@ class MilpInner:
                     for r in self.d.routes
                     if g in group_load and group_load[g][r]
                 ]
-                nic = self.d.dp_wan_stagger and bool(self._nic_terms.get(i))
+                nic = bool(self._nic_terms.get(i))  # group terms only where staggered
                 U = pulp.LpVariable(_name("U_dpst", i), 0) if loads or nic else None
                 for r, load in loads:
                     self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")

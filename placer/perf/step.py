@@ -1473,6 +1473,11 @@ class PerfModel:
         wan_nic *= intra_factor
         group_nic = {g: v * intra_factor for g, v in group_nic.items()}
         t_wan = (max(*route_dp_s.values(), wan_nic) + wan_lat) if route_dp_s else 0.0
+        # each release group's WAN bandwidth time: its busiest route or its NIC term
+        group_bw = {
+            g: max(group_nic[g], *(_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()), 0.0)
+            for g, load in group_load.items()
+        }
         # each group's routes finish its stages' exchanges delta after T_pipe - delta at
         # the earliest (one work-conserving route: max over release times r of r + the work
         # released at or after r); delta 0 is the last stage group alone, the largest delta
@@ -1480,16 +1485,7 @@ class PerfModel:
         t_wan_st = t_wan
         if route_dp_s and len(group_load) > 1:
             t_wan_st = wan_lat + max(
-                0.0,
-                max(
-                    max(
-                        group_nic[g],
-                        *(_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()),
-                    )
-                    - g
-                    for g, load in group_load.items()
-                    if load
-                ),
+                0.0, max(group_bw[g] - g for g, load in group_load.items() if load)
             )
         # the staggered sync, NIC phases and WAN bandwidth (sync_staggered_s): per release
         # group its longest NIC phase in series with its routes' load, from T_pipe - delta;
@@ -1499,16 +1495,7 @@ class PerfModel:
         # forward (dp_fill_s), the same groups' work
         t_sync_st = t_gather_st = t_intra + t_wan
         if len(group_load) > 1 and not unreachable:
-            work = {
-                g: group_intra[g]
-                + group_lat[g]
-                + max(
-                    group_nic[g],
-                    *(_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()),
-                    0.0,
-                )
-                for g, load in group_load.items()
-            }
+            work = {g: group_intra[g] + group_lat[g] + group_bw[g] for g in group_load}
             # the plan's release and fill (chain_offsets_s): group g's sync starts when the
             # last of its first stage's ranks is done, at the latest T_c - tail_c over the
             # chain types in use, and its gather is exposed past the latest T_c - head_c
