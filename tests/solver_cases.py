@@ -813,12 +813,13 @@ BUCKET_LATENCY_CASES = [
 # part_filled_instance(20 km, overlap on, 2 waves) the optimum splits both stages 3 at b /
 # 2 at a; its step with one of its 2 waves lost is 1.0645 x its healthy step, so it
 # survives at 7% and not at 6% (an overstated T_dpst would let it through at 6%, an
-# understated one would reject it at 7%), and at 6% the optimum splits stage 0 alone, 3 /
-# 2: its stage 1's NIC phase (5 at a, the longest) runs under the drain, per release
-# group (PerfModel.step; test_nic_phase_per_release_group_moves_the_optimum). At 4% no
-# split survives (brute force over 3-20%). (Before the WAN phase's NIC term,
-# PerfModel.wan_nic_s, the cases were 12% and 8%; before the staggered parameter gather,
-# 10% and 6%: benchmarks/README.md, branches gather and nic.)
+# understated one would reject it at 7%), and at 6% the optimum splits stage 0 3 / 2 and
+# stage 1 4 / 1: its stage 1's NIC and WAN work runs under the drain, per release group
+# (PerfModel.step; test_nic_phase_per_release_group_moves_the_optimum). At 4% no split
+# survives (brute force over 3-20%). (Before the per-stage series of each release group
+# the 6% optimum split stage 0 alone; before the WAN phase's NIC term, PerfModel.wan_nic_s,
+# the cases were 12% and 8%; before the staggered parameter gather, 10% and 6%:
+# benchmarks/README.md, branches gather, nic and series.)
 def _stagger_resilience(slowdown: float) -> dict[str, Any]:
     inst = part_filled_instance(20.0, overlap=True)
     inst["resilience"] = {"survive": ["wave"], "collective": "ring", "max_slowdown": slowdown}

@@ -106,10 +106,16 @@ def test_nic_phase_per_release_group_by_hand() -> None:
     phase is W_0 = max(N_0, U): N_0 its NIC term (PerfModel.wan_nic_s: b's 2 members'
     NICs carry b's half of the shard each way, the slowest), U = S_0 / C the route's load
     (stage 0 alone crosses, 2 S_0 / 2 per direction). Stage 1 is released delta_1 before
-    stage 0 and runs its NIC phase under the drain (the simulator too), so the sync is
-    2 lat + max(I_0 + W_0, max(I_0, I_1) + W_0 - delta_1); every stage's at once (before,
-    and failure scenarios: stagger off) is 2 lat + I_1 + W_0. The simulation is no slower
-    than the closed form and closer to it than every stage's at once."""
+    stage 0 and runs its NIC phase under the drain (the simulator too). The group of both
+    stages works max(I_1 + 2 lat + U, I_0 + 2 lat + N_0): its longest NIC phase, latency
+    and busiest route in series, or stage 0's own NIC phase, latency and NIC term in
+    series (stage 1's NIC ring and stage 0's NIC term run on different ranks at once);
+    so the sync is 2 lat + max(I_0 + W_0, max(I_1 + U, I_0 + N_0) - delta_1), here stage
+    0's own group, 2 lat + I_0 + W_0. The group's
+    longest NIC phase and NIC term in series (before: max(I_0, I_1) + W_0 - delta_1)
+    was 3.0 ms more; every stage's at once (failure scenarios: stagger off) is 2 lat +
+    I_1 + W_0. The simulation is no slower than the closed form and closer to it than
+    either."""
     prob = problem_from_data(sc.part_filled_instance(20.0))
     p = _plan([(3, ["a", "a"]), (2, ["b", "a"])], waves=2)
     perf, cfg, st = _step(prob, p)
@@ -131,8 +137,11 @@ def test_nic_phase_per_release_group_by_hand() -> None:
     tail = {("a", "a"): delta, ("b", "a"): delta + lat / 2}
     delta = st.pipe_s - max(ends[c] - tail[c] for c in tail)
     assert delta < i1  # stage 1's NIC phase is the slowest, partly hidden by its lead
-    sync = lat + max(i0 + w0, max(i0, i1) + w0 - delta)
-    assert sync == pytest.approx(lat + i1 + w0 - delta, rel=1e-12)
+    sync = lat + max(i0 + w0, max(i1 + u, i0 + n0) - delta)
+    # stage 0's own group binds: the group of both is hidden by stage 1's lead
+    assert sync == pytest.approx(lat + i0 + w0, rel=1e-12)
+    series = lat + max(i0 + w0, max(i0, i1) + w0 - delta)  # the group's maxima in series
+    assert series - sync > 2.5e-3
     assert st.intra_s == pytest.approx(i1, rel=1e-12)
     assert st.wan_s == pytest.approx(lat + w0, rel=1e-12)
     assert st.sync_staggered_s == pytest.approx(sync, rel=1e-12)
@@ -143,6 +152,7 @@ def test_nic_phase_per_release_group_by_hand() -> None:
     assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
     assert sim.step_time_s <= st.step_time_s * (1 + 1e-9)
     assert abs(st.step_time_s - sim.step_time_s) < abs(flat.step_time_s - sim.step_time_s)
+    assert st.step_time_s - sim.step_time_s < series - sync
 
 
 @pytest.mark.parametrize("km", [100.0, 1000.0])
@@ -150,8 +160,10 @@ def test_wan_latency_per_release_group_by_hand(km: float) -> None:
     """pp 2, overlap off, 2 waves: stage 0's 5 replicas at a (a node of 1: the longest NIC
     phase, I_0), stage 1 split 3 at a / 2 at b (synced across the route). Stage 0, released
     last (delta 0), syncs inside a and pays no WAN latency; stage 1's two WAN rounds start
-    delta_1 earlier. The sync is max(I_0, max(I_0, I_1) + 2 lat + U - delta_1) (each group's
-    own latency: L_0 = 0, L_1 = 2 lat); the latency charged to every group (before) was
+    delta_1 earlier. The sync is max(I_0, W + 2 lat - delta_1) (each group's own latency:
+    L_0 = 0, L_1 = 2 lat), W = max(I_0 + U, I_1 + N_1) the group of both stages' NIC and
+    WAN work: its longest NIC phase and busiest route U in series, or stage 1's own NIC
+    phase and NIC term N_1 (PerfModel.step); the latency charged to every group (before) was
     2 lat + max(I_0, max(I_0, I_1) + U - delta_1). delta_1 is the plan's: T_pipe less the
     latest T_c - tail_c over the two chains, the crossing chain's tail holding the fiber's
     one-way latency (hand arithmetic below). At 100 km the drain hides stage 1's whole
@@ -163,7 +175,9 @@ def test_wan_latency_per_release_group_by_hand(km: float) -> None:
     i0 = perf.intra_sync_s(cfg, 0, "a", members=5)
     i1 = max(perf.intra_sync_s(cfg, 1, s, members=n) for s, n in (("a", 3), ("b", 2)))
     u = perf.stage_wan_bytes(cfg, 1) / perf.net.capacity_Bps(ROUTE, 2, "800zr")
-    w = max(_nic_term_3a_2b(perf, cfg, 1), u)
+    n1 = _nic_term_3a_2b(perf, cfg, 1)
+    w = max(n1, u)
+    both = max(i0 + u, i1 + n1)  # the group of both stages (I + U, or stage 1's series)
     lat = 2 * perf.net.path_latency_s(*ROUTE)
     assert lat == pytest.approx(2 * km * 4.9e-6, rel=1e-12)
     assert i1 < i0  # stage 0's node of 1 is the longest NIC phase
@@ -181,12 +195,12 @@ def test_wan_latency_per_release_group_by_hand(km: float) -> None:
     delta = st.pipe_s - max(ends[c] - tail[c] for c in tail)
     # never less than the configuration's constant (a message inside a site)
     assert delta >= perf.dp_release_s(cfg)[1] == pytest.approx(bwd0 + fabric + tx, rel=1e-12)
-    sync = max(i0, max(i0, i1) + lat + w - delta)
+    sync = max(i0, both + lat - delta)
     old = lat + max(i0, max(i0, i1) + w - perf.dp_release_s(cfg)[1])
     if km == 100.0:
         assert sync == pytest.approx(i0, rel=1e-12)
     else:
-        assert sync == pytest.approx(i0 + lat + w - delta, rel=1e-12) and sync > i0
+        assert sync == pytest.approx(both + lat - delta, rel=1e-12) and sync > i0
     assert st.sync_staggered_s == pytest.approx(sync, rel=1e-12)
     assert st.step_time_s == pytest.approx(st.pipe_s + sync, rel=1e-12)
     sim = simulate(prob, p)
@@ -203,8 +217,9 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     starts its gather with the step, and rank 1's first forward runs phi_1 later (the
     plan's: T_pipe less the latest T_c - head_c, head_c stage 0's first forward and the
     chain's own activation message, across the fiber for a -> b), so the gather
-    is max(I_0, max(I_0, I_1) + 2 lat + U - phi_1) (stage 0 synced inside a, no WAN term),
-    against I_0 + 2 lat + U with every stage's at once (before). The step is T_pipe plus
+    is max(I_0, max(I_0 + U, I_1 + N_1) + 2 lat - phi_1) (stage 0 synced inside a, no WAN
+    term; the group of both stages' work as in test_wan_latency_per_release_group_by_hand),
+    against I_0 + 2 lat + max(U, N_1) with every stage's at once (before). The step is T_pipe plus
     each piece's exposed part, f (sync + R lat) - window (PerfModel.dp_pieces, R =
     dp_lat_repeats), the reduce-scatter at the staggered sync, the gather at this; the
     simulation is no slower, and closer than with the gather at once."""
@@ -215,7 +230,9 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     i0 = perf.intra_sync_s(cfg, 0, "a", members=5)
     i1 = max(perf.intra_sync_s(cfg, 1, s, members=n) for s, n in (("a", 3), ("b", 2)))
     u = perf.stage_wan_bytes(cfg, 1) / perf.net.capacity_Bps(ROUTE, 2, "800zr")
-    w = max(_nic_term_3a_2b(perf, cfg, 1), u)
+    n1 = _nic_term_3a_2b(perf, cfg, 1)
+    w = max(n1, u)
+    both = max(i0 + u, i1 + n1)
     lat = 2 * perf.net.path_latency_s(*ROUTE)
     fwd0 = perf.chunk_times(cfg, "h100-sxm")[0].fwd
     fabric = perf.catalog.network.intra_site_latency_s
@@ -231,8 +248,8 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     phi1 = st.pipe_s - max(ends[c] - head[c] for c in head)
     assert phi1 >= fwd0 + fabric + tx
     assert i1 < i0 and 0 < phi1 < lat + w  # the gather's WAN part is partly hidden
-    gather = max(i0, max(i0, i1) + lat + w - phi1)
-    assert gather == pytest.approx(i0 + lat + w - phi1, rel=1e-12)
+    gather = max(i0, both + lat - phi1)
+    assert gather == pytest.approx(both + lat - phi1, rel=1e-12) and gather > i0
     assert st.gather_staggered_s == pytest.approx(gather, rel=1e-12)
     at_once = st.intra_s + st.wan_s
     assert at_once == pytest.approx(i0 + lat + w, rel=1e-12)
@@ -278,3 +295,69 @@ def test_release_groups() -> None:
     prob1 = problem_from_data(inst1)
     cfg1 = config_of(prob1, plan_from_data(dict(p, sync_mode="diloco")))
     assert PerfModel(prob1).dp_release_s(cfg1) == (0.0,) * 8
+
+
+@pytest.mark.parametrize("one_site_chains", [True, False])
+@pytest.mark.parametrize("stage_layers", [(2, 2, 2, 2), (1, 3, 3, 1), (3, 1, 1, 3)])
+def test_series_stages_keep_every_stages_series(
+    stage_layers: tuple[int, ...], one_site_chains: bool
+) -> None:
+    """The formulations write each release group's per-stage series (NIC phase + latency
+    + WAN NIC term, PerfModel.step) only for the stages of a class that no other dominates
+    (InnerData.series_stages). By enumeration over every member count at every hosting
+    site: the largest series over those stages is the largest over all the class's
+    stages in the group (a stage the filter drops never binds), and a class whose stages
+    can cross sites keeps at least one. With chains inside one site every stage is one
+    class (the filter's work: the LM-head stage dominates the embedding's at 2/2/2/2,
+    the inner stages the outer ones at 1/3/3/1); with two-site chains each stage is
+    its own."""
+    import itertools
+
+    from placer.optimize.data import build_inner
+    from placer.optimize.space import chain_types
+    from placer.rules import config_of as rules_config_of
+
+    inst = sc.part_filled_instance(20.0)
+    if one_site_chains:
+        inst.setdefault("solver", {})["max_sites_per_replica"] = 1
+    prob = problem_from_data(inst)
+    p = _plan([(3, ["a"] * 4), (2, ["b"] * 4)], waves=1, stage_layers=stage_layers)
+    perf = PerfModel(prob)
+    cfg = rules_config_of(prob, plan_from_data(p))
+    d = build_inner(prob, perf, cfg, chain_types(prob, perf, cfg))
+    assert len(d.release_groups) >= 2  # staggered: the series terms exist
+    assert (len(d.stage_classes) == 1) == one_site_chains
+    checked = 0
+    for cls in d.stage_classes:
+        hosts = d.stage_sites[cls[0]]
+        for g in d.release_groups:
+            ks = d.group_stages(cls, g)
+            reps = d.series_stages(cls, g)
+            assert set(reps) <= set(ks)
+            if len(hosts) < 2:
+                assert reps == []
+                continue
+            nic_ks = [k for k in ks if any(d.wan_nic[(k, s)] > 0 for s in hosts)]
+            if not nic_ks:  # I_k + L_k never exceeds the group's I + L: no series term
+                assert reps == []
+                continue
+            assert reps
+
+            def series(k: int, x: dict[str, int]) -> float:
+                on = [s for s in x if x[s] > 0]
+                K = len(on)
+                i = max(
+                    d.intra_fill[(k, s)][x[s]] if (k, s) in d.intra_fill else d.intra[(k, s)]
+                    for s in on
+                )
+                n = max(((K - 1) / K * d.wan_nic[(k, s)] / x[s] for s in on), default=0.0)
+                return i + n
+
+            for counts in itertools.product(range(cfg.dp + 1), repeat=len(hosts)):
+                x = dict(zip(hosts, counts, strict=True))
+                if sum(counts) != cfg.dp or sum(c > 0 for c in counts) < 2:
+                    continue
+                full = max(series(k, x) for k in nic_ks)
+                assert max(series(k, x) for k in reps) == pytest.approx(full, rel=1e-12)
+                checked += 1
+    assert checked > 0, "no class can cross sites with a NIC term"

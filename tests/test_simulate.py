@@ -794,7 +794,8 @@ STEP_BOUNDS: dict[tuple[str, bool], tuple[float, float]] = {
     # stagger's lower-bound credit, now with a slow site's NIC term in series (seed 2
     # plan 919: -2.8% -> +16.1%); measured -4.7% / +22.2% (before: branch glat -15.7% /
     # +24.0%; ovl4 -15.7% / +30.9%; before the stagger -14.7% / +46.3%; moments -17.1% /
-    # +19.2%)
+    # +19.2%); branch series (each stage's own NIC phase, latency and NIC term in series,
+    # PerfModel.step): unchanged here, fresh draws' max +25.4% -> +18.0%
     ("across sites, a part-filled node", False): (-0.05, 0.23),
     # overlap on: the bucketed sync under the last backward; the closed form charges the
     # ring's hop latencies once where every bucket pays them and the continuous window

@@ -35,6 +35,8 @@ from placer.optimize.families import (
     intra_targets,
     moment_chains,
     row,
+    series_keys,
+    series_tag,
     sync_rule,
     tick_family,
     tiebreak_weights,
@@ -483,6 +485,8 @@ class CpsatInner:
             cls,
             s,
             fill,
+            self.I_series,
+            self._series_intra_terms,
         )
 
     def define_dp_hosting(self) -> None:
@@ -507,6 +511,13 @@ class CpsatInner:
         # and the WAN latency of the pairs its stages sync over (milp.define_dp_hosting)
         self.L_group = {i: M.NewIntVar(0, TW, f"L_group[{i}]") for i in self.I_group}
         self._group_lat_terms: dict[int, list[Any]] = {i: [] for i in self.I_group}
+        # each release group's per-stage series terms (milp.define_dp_hosting)
+        keys = [key for cls in d.stage_classes for key in series_keys(d, cls)]
+        self.I_series = {key: M.NewIntVar(0, TT, f"I_series[{series_tag(*key)}]") for key in keys}
+        self.L_series = {key: M.NewIntVar(0, TW, f"L_series[{series_tag(*key)}]") for key in keys}
+        self.N_series = {key: M.NewIntVar(0, TW, f"N_series[{series_tag(*key)}]") for key in keys}
+        self._series_intra_terms: dict[Any, list[IntraTerm]] = {key: [] for key in keys}
+        self._series_lat_terms: dict[Any, list[Any]] = {key: [] for key in keys}
         self._pairs: list[HostPair] = []
         # the WAN phase's NIC terms per target ("all": T_dpbw; i: release group i's U_i),
         # each with its class's host count
@@ -576,6 +587,12 @@ class CpsatInner:
                         M.Add(self.L_group[i] >= lat), row("dp.group_latency", i, a, b, k)
                     ).OnlyEnforceIf(bp)
                     self._group_lat_terms[i].append(lat * bp)
+                for key in series_keys(d, cls):
+                    add(
+                        M.Add(self.L_series[key] >= lat),
+                        row("dp.series_latency", series_tag(*key), a, b, k),
+                    ).OnlyEnforceIf(bp)
+                    self._series_lat_terms[key].append(lat * bp)
                 self._pairs.append(
                     HostPair(
                         dem,
@@ -604,6 +621,10 @@ class CpsatInner:
             for g in wan_groups:  # a flow-routed pair: all its stages in every group
                 group_load[g][r] += routed_load[r]
         self._define_wan_nic(self.T_dpbw, "all")
+        for key, var in self.N_series.items():
+            self._define_wan_nic(var, series_tag(*key))
+        if d.dp_wan_stagger and self._nic_terms.get("all") and len(groups) >= 2:
+            group_load[groups[-1]] = dp_load  # the last group's routes (milp)
         self._define_dp_stagger(groups, group_load)
         self.dp_loads: dict[Any, Any] = {}
         for r in d.routes:
@@ -681,7 +702,7 @@ class CpsatInner:
         (milp._define_dp_stagger), in ticks: each chain time rounded up as its pipeline
         rows have it, each tail or head rounded to the nearest tick (within a tick or two
         of the evaluator)."""
-        M, add = self.m, self.add
+        M = self.m
         self._stagger_terms: list[tuple[Any, list[tuple[Any, Any]], int]] = []
         self._stagger_exprs: list[Any] = []  # T_dpst is their max (_exact_step)
         self._staggered = len(groups) >= 2
@@ -696,18 +717,16 @@ class CpsatInner:
         usable = sorted(moment_chains(self.d, self.ub))
         T_end = self._define_end(usable)
         for i, g in enumerate(groups):
-            if i == len(groups) - 1:  # every stage's
+            last = i == len(groups) - 1  # every stage's
+            loads = [
+                (r, sum(group_load[g][r]))
+                for r in self.d.routes
+                if g in group_load and group_load[g][r]
+            ]
+            if last and not loads:
                 work, tag = self.T_intra + self.T_dpbw + self.T_lat, "all"
             else:
-                loads = [
-                    (r, sum(group_load[g][r]))
-                    for r in self.d.routes
-                    if g in group_load and group_load[g][r]
-                ]
-                nic = bool(self._nic_terms.get(i))  # group terms only where staggered
-                U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]") if loads or nic else None
-                if nic:
-                    self._define_wan_nic(U, i)
+                U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]") if loads else None
                 for r, load in loads:
                     self._hull(
                         U,
@@ -720,26 +739,41 @@ class CpsatInner:
                         self.Q_wan,
                         by_route=True,
                     )
-                wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-                work, tag = self.I_group[i] + self.L_group[i] + wan, i
+                if last:  # every stage's routes, the NIC term apart (milp)
+                    work, tag = self.T_intra + self.T_lat + U, "all"
+                else:
+                    wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
+                    work, tag = self.I_group[i] + self.L_group[i] + wan, i
                 self._stagger_terms.append((U, loads, i))
-            # valid cuts (milp._define_dp_stagger): the credit is at most a tail (head)
-            tail = max((self.d.release_tail[c][i] for c in usable), default=0.0)
-            add(M.Add(self.T_dpst >= work - math.ceil(tail / self.tau)), row("dp.stagger_cut", tag))
+            # and each stage's own series (families.series_keys)
+            works = [(work, tag)] + [
+                (self.I_series[key] + self.L_series[key] + self.N_series[key], series_tag(*key))
+                for key in self.I_series
+                if key[0] == i
+            ]
+            for w, t in works:
+                self._stagger_rows(w, t, i, usable, T_end)
+
+    def _stagger_rows(self, work: Any, tag: Any, i: int, usable: list[int], T_end: Any) -> None:
+        """T_dpst (and T_gst) >= a work of release group i (milp._stagger_rows)."""
+        M, add = self.m, self.add
+        # valid cuts (milp._define_dp_stagger): the credit is at most a tail (head)
+        tail = max((self.d.release_tail[c][i] for c in usable), default=0.0)
+        add(M.Add(self.T_dpst >= work - math.ceil(tail / self.tau)), row("dp.stagger_cut", tag))
+        if self.d.gather_staggered:
+            head = max((self.d.fill_head[c][i] for c in usable), default=0.0)
+            add(
+                M.Add(self.T_gst >= work - math.ceil(head / self.tau)),
+                row("dp.gather_cut", tag),
+            )
+        for c in usable:
+            expr = work + self._moment(c, self.d.release_tail[c][i]) - T_end
+            add(M.Add(self.T_dpst >= expr), row("dp.stagger", tag, c))
+            self._stagger_exprs.append(expr)
             if self.d.gather_staggered:
-                head = max((self.d.fill_head[c][i] for c in usable), default=0.0)
-                add(
-                    M.Add(self.T_gst >= work - math.ceil(head / self.tau)),
-                    row("dp.gather_cut", tag),
-                )
-            for c in usable:
-                expr = work + self._moment(c, self.d.release_tail[c][i]) - T_end
-                add(M.Add(self.T_dpst >= expr), row("dp.stagger", tag, c))
-                self._stagger_exprs.append(expr)
-                if self.d.gather_staggered:
-                    expr = work + self._moment(c, self.d.fill_head[c][i]) - T_end
-                    add(M.Add(self.T_gst >= expr), row("dp.gather_stagger", tag, c))
-                    self._gather_terms.append(expr)
+                expr = work + self._moment(c, self.d.fill_head[c][i]) - T_end
+                add(M.Add(self.T_gst >= expr), row("dp.gather_stagger", tag, c))
+                self._gather_terms.append(expr)
 
     def _moment(self, c: int, offset: float) -> Any:
         """(T_c - offset) u_c in ticks (milp._moment): T_c rounded up, the offset to the
@@ -1058,8 +1092,19 @@ class CpsatInner:
                         self._exact_route_time(load, r, self.TW, self.Q_wan, f"exact.dpst{i}")
                         for r, load in loads
                     ]
-                    u += self._nic_exact.get(i, [])
                     add(M.AddMaxEquality(U, u), row("exact.dpst_u", i))
+            for key, var in self.I_series.items():
+                tag = series_tag(*key)
+                iterms = [t.time * t.host for t in self._series_intra_terms[key]]
+                add(M.AddMaxEquality(var, [0, *iterms]), row("exact.intra_series", tag))
+                lterms = self._series_lat_terms[key]
+                add(
+                    M.AddMaxEquality(self.L_series[key], [0, *lterms]), row("exact.lat_series", tag)
+                )
+                nterms = self._nic_exact.get(tag, [])
+                add(
+                    M.AddMaxEquality(self.N_series[key], [0, *nterms]), row("exact.nic_series", tag)
+                )
             st = list(self._stagger_exprs)  # each a lower bound, the latest release attains it
             self._exact_max_of(self.T_dpst, st, "exact.dpst")
             if self._gather_terms:

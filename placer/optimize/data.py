@@ -200,6 +200,39 @@ class InnerData:
         states = self.intra_fill[(cls[0], site)]
         return {st: max(self.intra_fill[(k, site)][st] for k in ks) for st in states}
 
+    def series_stages(self, cls: list[int], g: float) -> list[int]:
+        """The class's stages in release group g whose own series, NIC phase + latency +
+        WAN NIC term (PerfModel.step: each release group's work is at least every stage's),
+        can exceed the group's longest NIC phase, latency and busiest route: none where
+        the WAN phase is every stage's (dp_wan_stagger False), where one site hosts the
+        class or where no hosting site has a NIC term (then I_k + L_k <= I_g + L_g). Of
+        the rest, the ones no other dominates (at every hosting site and member count,
+        a NIC phase and a NIC-term coefficient at least as large; the first of equals),
+        so that the largest over these is the largest over all: per class usually one."""
+        hosts = self.stage_sites[cls[0]]
+        if not self.dp_wan_stagger or len(hosts) < 2:
+            return []
+        ks = [k for k in self.group_stages(cls, g) if any(self.wan_nic[(k, s)] > 0 for s in hosts)]
+
+        def profile(k: int) -> list[float]:
+            out: list[float] = []
+            for s in hosts:
+                fill = self.intra_fill.get((k, s), {})
+                out += [self.intra[(k, s)], *(fill[n] for n in sorted(fill)), self.wan_nic[(k, s)]]
+            return out
+
+        prof = {k: profile(k) for k in ks}
+
+        def dominated(k: int) -> bool:
+            return any(
+                j != k
+                and all(a >= b for a, b in zip(prof[j], prof[k], strict=True))
+                and (prof[j] != prof[k] or j < k)
+                for j in ks
+            )
+
+        return [k for k in ks if not dominated(k)]
+
     @property
     def intra_lower_bound(self) -> float:
         """Every stage is hosted somewhere and, with dp >= 2, pays its NIC phases there."""

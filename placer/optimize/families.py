@@ -35,7 +35,11 @@ Families, in build order:
               data-parallel flows, T_dpbw >= data-parallel bytes / route capacity
               and >= the WAN phase's NIC term of every hosting site, (K - 1)/K c / x at
               its member count x (dp.wan_nic: MILP secants on (host, K), CP-SAT an
-              element table; PerfModel.wan_nic_s; likewise each group's U_g), and
+              element table; PerfModel.wan_nic_s), per release group its routes' U_g
+              (the last group's too where T_dpbw holds a NIC term) and per stage of
+              the group that can cross sites its own series I + L + N (series_keys:
+              dp.intra_series, dp.series_latency, the NIC term's rows on N; only the
+              stages no other of their class dominates), and
               the staggered sync and gather per release group and chain type, each
               released at the chain's own T_c - tail (first forward at T_c - head)
               against T_end, the longest chain in use, pinned exactly (dp.end,
@@ -131,18 +135,18 @@ def wan_nic_terms(
     d: Any, cls: list[int], host: dict[tuple[str, int], Any], k_on: dict[int, Any], x: Any
 ) -> dict[Any, list[NicTerm]]:
     """The WAN phase's NIC terms of a class hosted by two or more sites, per target: "all"
-    (T_dpbw: every stage's WAN phase) and, where the WAN phase is staggered
-    (d.dp_wan_stagger), each release group i but the last (its U_i: its own stages'). The
-    coefficient of a target is the largest c_{k,s} of the class's stages it covers
-    (d.class_wan_nic); `k_on[K]` is the backend's indicator of K hosting sites."""
+    (T_dpbw: every stage's WAN phase, the largest c_{k,s} of the class's stages,
+    d.class_wan_nic) and each per-stage series term (series_tag(i, k): stage k's own
+    c_{k,s} in release group i, series_keys); `k_on[K]` is the backend's indicator of K
+    hosting sites."""
     k = cls[0]
     hosts = d.stage_sites[k]
     out: dict[Any, list[NicTerm]] = {}
-    groups = d.release_groups[:-1] if d.dp_wan_stagger else []
-    targets = [("all", None)] + [(i, g) for i, g in enumerate(groups)]
-    for tag, g in targets:
-        for s in hosts:
-            c = d.class_wan_nic(cls, s, g)
+    coefs = {"all": {s: d.class_wan_nic(cls, s) for s in hosts}}
+    for i, j in series_keys(d, cls):
+        coefs[series_tag(i, j)] = {s: d.wan_nic[(j, s)] for s in hosts}
+    for tag, by_site in coefs.items():
+        for s, c in by_site.items():
             if c <= 0:
                 continue
             ub = max(1, min(d.cfg.dp, d.site_groups[s]))
@@ -151,6 +155,18 @@ def wan_nic_terms(
                     NicTerm(s, k, K, (K - 1) / K * c, host[(s, k)], k_on[K], x[(s, k)], ub)
                 )
     return out
+
+
+def series_keys(d: Any, cls: list[int]) -> list[tuple[int, int]]:
+    """(release group index, stage) of the class's per-stage series terms
+    (InnerData.series_stages): each release group's work is at least a stage's own NIC
+    phase, latency and NIC term in series (PerfModel.step)."""
+    return [(i, j) for i, g in enumerate(d.release_groups) for j in d.series_stages(cls, g)]
+
+
+def series_tag(i: int, k: int) -> str:
+    """The row index of release group i's series term of stage k, e.g. `0.3`."""
+    return f"{i}.{k}"
 
 
 def intra_targets(
@@ -162,11 +178,14 @@ def intra_targets(
     cls: list[int],
     site: str,
     fill: bool,
+    i_series: Any = None,
+    series_terms: Any = None,
 ) -> list[tuple[Any, Any, tuple[Any, ...], list[IntraTerm]]]:
     """The NIC-phase variables a hosting site of the class bounds, for both formulations:
-    T_intra by all its stages, and I_g of every release group but the last by its stages in
-    g (the staggered sync, PerfModel.step), each with its seconds (by member count when
-    `fill`, else one), its row suffix and its exact-step terms."""
+    T_intra by all its stages, I_g of every release group but the last by its stages in
+    g (the staggered sync, PerfModel.step), and each per-stage series term's I_{i,k} by
+    stage k's own (series_keys), each with its seconds (by member count when `fill`, else
+    one), its row suffix and its exact-step terms."""
     out = [
         (
             t_intra,
@@ -182,6 +201,9 @@ def intra_targets(
             d.class_intra_fill_group(cls, site, g) if fill else d.class_intra_group(cls, site, g)
         )
         out.append((i_group[i], times, ("_group", i), group_terms[i]))
+    for i, k in series_keys(d, cls) if i_series is not None else []:
+        times = d.intra_fill[(k, site)] if fill else d.intra[(k, site)]
+        out.append((i_series[(i, k)], times, ("_series", series_tag(i, k)), series_terms[(i, k)]))
     return out
 
 

@@ -36,6 +36,8 @@ from placer.optimize.families import (
     intra_targets,
     moment_chains,
     row,
+    series_keys,
+    series_tag,
     sync_rule,
     tick_family,
     tiebreak_weights,
@@ -475,6 +477,8 @@ class MilpInner:
             cls,
             s,
             fill,
+            self.I_series,
+            self._series_intra_terms,
         )
 
     def define_dp_hosting(self) -> None:
@@ -491,6 +495,14 @@ class MilpInner:
         # and the WAN latency of the pairs its stages sync over (0: all inside sites)
         self.L_group = {i: pulp.LpVariable(_name("L_group", i), 0) for i in self.I_group}
         self._group_lat_terms: dict[int, list[tuple[float, Any]]] = {i: [] for i in self.I_group}
+        # each release group's per-stage series terms (families.series_keys): stage k's
+        # NIC phase I, latency L and WAN NIC term N in release group i
+        keys = [key for cls in d.stage_classes for key in series_keys(d, cls)]
+        self.I_series = {key: pulp.LpVariable(_name("I_series", *key), 0) for key in keys}
+        self.L_series = {key: pulp.LpVariable(_name("L_series", *key), 0) for key in keys}
+        self.N_series = {key: pulp.LpVariable(_name("N_series", *key), 0) for key in keys}
+        self._series_intra_terms: dict[Any, list[IntraTerm]] = {key: [] for key in keys}
+        self._series_lat_terms: dict[Any, list[tuple[float, Any]]] = {key: [] for key in keys}
         self._pairs: list[HostPair] = []
         # the WAN phase's NIC terms per target ("all": T_dpbw; i: release group i's U_i)
         self._nic_terms: dict[Any, list[NicTerm]] = {}
@@ -552,6 +564,12 @@ class MilpInner:
                 for i in in_groups:
                     add(self.L_group[i] >= lat * bp, row("dp.group_latency", i, a, b, k))
                     self._group_lat_terms[i].append((lat, bp))
+                for key in series_keys(d, cls):
+                    add(
+                        self.L_series[key] >= lat * bp,
+                        row("dp.series_latency", series_tag(*key), a, b, k),
+                    )
+                    self._series_lat_terms[key].append((lat, bp))
                 self._pairs.append(
                     HostPair(
                         dem, share, bp, S_k, h[(a, k)], h[(b, k)], 2 * d.pair_latency[(a, b)] / ts
@@ -578,6 +596,12 @@ class MilpInner:
                 group_load[g][r] += routed_load[r]
                 group_max[g][r] += routed_max[r]
         self._define_wan_nic(self.T_dpbw, "all")
+        for key, var in self.N_series.items():
+            self._define_wan_nic(var, series_tag(*key))
+        if d.dp_wan_stagger and self._nic_terms.get("all") and len(groups) >= 2:
+            # the last group's routes alone (its work: T_intra + T_lat + the busiest
+            # route, T_dpbw holding the NIC term too)
+            group_load[groups[-1]], group_max[groups[-1]] = dp_load, dp_max
         self._define_dp_stagger(groups, group_load, group_max)
         self.dp_loads: dict[Any, Load] = {}
         for r in d.routes:
@@ -629,7 +653,10 @@ class MilpInner:
         latency of every pair, and allowed path, that they sync over, U_i >= the group's
         load / capacity on every route, a hull; none without WAN load; T_dpbw, every
         stage's, where the WAN phase is not staggered: d.dp_wan_stagger; the last group's
-        T_intra + T_dpbw + T_lat), released at T_c - tail_c of every chain type c in use
+        T_intra + T_lat + its routes' U, or T_dpbw where that has no NIC term), or a
+        stage's own series I_{i,k} + L_{i,k} + N_{i,k} (its NIC phase, latency and WAN NIC
+        term: families.series_keys; each its own rows below, so W_i is their max
+        implicitly), released at T_c - tail_c of every chain type c in use
         and exposed past T_c - head_c for the gather, against the longest chain T_end
         (PerfModel.dp_moments_s; T_c the uncontended chain time, d.chain_time):
         T_dpst >= W_i + (T_c - tail_c,i) u_c - T_end, T_gst >= W_i + (T_c - head_c,i) u_c
@@ -650,38 +677,51 @@ class MilpInner:
         usable = sorted(moment_chains(self.d, self.t_max * self.ts))
         T_end = self._define_end(usable)
         for i, g in enumerate(groups):
-            if i == len(groups) - 1:  # every stage's
+            last = i == len(groups) - 1  # every stage's
+            loads = [
+                (r, Load(pulp.lpSum(group_load[g][r]), group_max[g][r]))
+                for r in self.d.routes
+                if g in group_load and group_load[g][r]
+            ]
+            if last and not loads:
                 work, tag = self.T_intra + self.T_dpbw + self.T_lat, "all"
             else:
-                loads = [
-                    (r, Load(pulp.lpSum(group_load[g][r]), group_max[g][r]))
-                    for r in self.d.routes
-                    if g in group_load and group_load[g][r]
-                ]
-                nic = bool(self._nic_terms.get(i))  # group terms only where staggered
-                U = pulp.LpVariable(_name("U_dpst", i), 0) if loads or nic else None
+                U = pulp.LpVariable(_name("U_dpst", i), 0) if loads else None
                 for r, load in loads:
                     self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
-                if nic:
-                    self._define_wan_nic(U, i)
-                wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-                work, tag = self.I_group[i] + self.L_group[i] + wan, i
+                if last:  # every stage's routes, the NIC term apart (define_dp_hosting)
+                    work, tag = self.T_intra + self.T_lat + U, "all"
+                else:
+                    wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
+                    work, tag = self.I_group[i] + self.L_group[i] + wan, i
                 self._stagger_terms.append((U, loads, i))
-            # a plan's credit is at most its longest chain's own tail (or head): valid
-            # cuts, without which the LP relaxation credits up to T_end
-            tail = max((self.d.release_tail[c][i] for c in usable), default=0.0)
-            self.add(self.T_dpst >= work - tail / self.ts, row("dp.stagger_cut", tag))
+            # and each stage's own series (families.series_keys)
+            works = [(work, tag)] + [
+                (self.I_series[key] + self.L_series[key] + self.N_series[key], series_tag(*key))
+                for key in self.I_series
+                if key[0] == i
+            ]
+            for w, t in works:
+                self._stagger_rows(w, t, i, usable, T_end)
+
+    def _stagger_rows(self, work: Any, tag: Any, i: int, usable: list[int], T_end: Any) -> None:
+        """T_dpst (and T_gst) >= a work of release group i from each chain type's release
+        (first forward), against T_end (_define_dp_stagger)."""
+        # a plan's credit is at most its longest chain's own tail (or head): valid cuts,
+        # without which the LP relaxation credits up to T_end
+        tail = max((self.d.release_tail[c][i] for c in usable), default=0.0)
+        self.add(self.T_dpst >= work - tail / self.ts, row("dp.stagger_cut", tag))
+        if self.d.gather_staggered:
+            head = max((self.d.fill_head[c][i] for c in usable), default=0.0)
+            self.add(self.T_gst >= work - head / self.ts, row("dp.gather_cut", tag))
+        for c in usable:
+            expr = work + self._moment(c, self.d.release_tail[c][i]) - T_end
+            self.add(self.T_dpst >= expr, row("dp.stagger", tag, c))
+            self._stagger_exprs.append(expr)
             if self.d.gather_staggered:
-                head = max((self.d.fill_head[c][i] for c in usable), default=0.0)
-                self.add(self.T_gst >= work - head / self.ts, row("dp.gather_cut", tag))
-            for c in usable:
-                expr = work + self._moment(c, self.d.release_tail[c][i]) - T_end
-                self.add(self.T_dpst >= expr, row("dp.stagger", tag, c))
-                self._stagger_exprs.append(expr)
-                if self.d.gather_staggered:
-                    expr = work + self._moment(c, self.d.fill_head[c][i]) - T_end
-                    self.add(self.T_gst >= expr, row("dp.gather_stagger", tag, c))
-                    self._gather_terms.append(expr)
+                expr = work + self._moment(c, self.d.fill_head[c][i]) - T_end
+                self.add(self.T_gst >= expr, row("dp.gather_stagger", tag, c))
+                self._gather_terms.append(expr)
 
     def _moment(self, c: int, offset: float) -> Any:
         """(T_c - offset) u_c in model units: chain type c's release (offset its tail) or
@@ -977,8 +1017,19 @@ class MilpInner:
                     for r, load in loads:
                         t = self._exact_route_time(load, r, f"exact.dpst{i}", self.sync.window)
                         u_terms.append((t, None))
-                    u_terms += self._nic_exact.get(i, [])
                     self._exact_max(U, u_terms, big_wan, f"exact.dpst{i}")
+            for key, var in self.I_series.items():
+                tag = series_tag(*key)
+                iterms = [(t.time, t.host) for t in self._series_intra_terms[key]]
+                self._exact_max(var, [(0, None), *iterms], big, f"exact.intra_series{tag}")
+                lterms = self._series_lat_terms[key]
+                self._exact_max(
+                    self.L_series[key], [(0, None), *lterms], big_wan, f"exact.lat_series{tag}"
+                )
+                nterms = self._nic_exact.get(tag, [])
+                self._exact_max(
+                    self.N_series[key], [(0, None), *nterms], big_wan, f"exact.nic_series{tag}"
+                )
             # every row of T_dpst is a lower bound and the chain type in use whose release
             # is latest attains it (_define_dp_stagger): T_dpst is their max
             st_terms = [(e, None) for e in self._stagger_exprs]

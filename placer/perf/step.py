@@ -49,7 +49,8 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   moment any chain in use is done with the stage, each chain's own drain of backwards
   and messages, across the fiber where it crosses), the routes shared only by the stages
   released at or after a moment, each such group's longest NIC phase in series with its
-  WAN work and the latency of its own stages' pairs (sync_staggered_s in step; ZeRO-1's
+  WAN work and the latency of its own stages' pairs, or a stage's own NIC phase, latency
+  and NIC term in series if longer (sync_staggered_s in step; ZeRO-1's
   overlapped parameter gather, which every rank starts with the step, exposed per group
   past its first forward, the latest over the chains in use of their own fill against
   their slack, gather_staggered_s; every stage's at once in failure scenarios, and for
@@ -1350,12 +1351,20 @@ class PerfModel:
 
         The staggered sync (sync_staggered_s, the pieces dp_staggered marks) is, per
         release group g of dp_release_s (delta_g; the stages released at or after T_pipe -
-        delta_g), its longest NIC phase I_g in series with its WAN rounds, the two one-way
-        latencies L_g of the slowest pair that the group's stages sync over (0 where they
-        sync inside sites) and U_g, the larger of its busiest route's load and its stages'
-        NIC term (wan_nic_s: a site with few members sends its shard through their
-        NICs): max over g of (I_g + L_g + U_g - credit_g), the last group's L the whole
-        sync's 2 lat, credit_g = T_end - max over the chain types in use of (T_c -
+        delta_g), its work W_g less its credit: max over g of (W_g - credit_g). W_g is the
+        longer of (a) its longest NIC phase I_g in series with its WAN rounds, the two
+        one-way latencies L_g of the slowest pair that the group's stages sync over (0
+        where they sync inside sites) and R_g, its busiest route's load (the last group's
+        L the whole sync's 2 lat), and (b) for each stage k of the group synced across
+        sites, its own NIC phase I_k, its pairs' latency L_k and its NIC term N_k in series
+        (wan_nic_s: a site with few members sends its shard through their NICs). Two
+        stages' NIC phases and NIC terms run on different ranks at once, so the group's
+        longest NIC phase and longest NIC term in series (max I + max L + max(N, R), before)
+        overstated the sync by up to 25% against placer.sim (benchmarks/README.md, branch
+        series); the routes carry every stage's bytes, so they stay in series with the
+        longest NIC phase (pessimistic). With a flow-routed pair (any_dp_pair_routed) R_g
+        is every stage's WAN phase, NIC terms included, and (b) never exceeds (a).
+        credit_g = T_end - max over the chain types in use of (T_c -
         tail_c,g) (dp_moments_s; before, delta_g, the
         shortest drain with messages inside a site: a chain whose drain crosses the fiber
         is done with the group's ranks a one-way latency or more earlier, and a chain that
@@ -1376,7 +1385,7 @@ class PerfModel:
         NIC phase and runs it under the drain, where charging the slowest stage's NIC
         phase after T_pipe (max_k intra_k + the WAN phase) was pessimistic
         (benchmarks/README.md, branch ovl3, item 2). Each term is at least its group's
-        slowest NIC phase from the group's release, then the group's WAN work in series
+        slowest NIC phase from the group's release, then the group's routes in series
         (pessimistic: the simulation overlaps one stage's NIC phase with another's WAN
         rounds), and never more than the charge it replaces (I_g <= t_intra). Applied
         inside one site too (no WAN term), so that a free WAN prices as one site does
@@ -1429,8 +1438,12 @@ class PerfModel:
         group_lat: dict[float, float] = dict.fromkeys(group_load, 0.0)
         group_nic: dict[float, float] = dict.fromkeys(group_load, 0.0)
         wan_nic = 0.0
+        # per stage synced over the WAN: its NIC phase + its pairs' latency + its NIC term,
+        # in series on its own ranks (the per-stage series of each release group)
+        stage_series: list[float | None] = [None] * cfg.pp
         for k in range(cfg.pp):
             h = hosts[k]
+            intra_k = 0.0
             if cfg.dp >= 2:
                 intra_k = max(self.intra_sync_s(cfg, k, s, members=n) for s, n in h.items())
                 t_intra = max(t_intra, intra_k)
@@ -1441,6 +1454,7 @@ class PerfModel:
             if len(sites) >= 2:
                 demand = 2 * self.stage_wan_bytes(cfg, k) / len(sites)
                 nic_k = self.wan_nic_s(cfg, k, h)
+                stage_lat = 0.0
                 wan_nic = max(wan_nic, nic_k)
                 for g in group_nic:
                     if wan_whole or release[k] <= g:
@@ -1462,6 +1476,8 @@ class PerfModel:
                         for g in group_lat:
                             if release[k] <= g:
                                 group_lat[g] = max(group_lat[g], lat_ab)
+                        stage_lat = max(stage_lat, lat_ab)
+                stage_series[k] = (intra_k + nic_k) * intra_factor + stage_lat
         route_dp_s = {
             k: _div(v, cap[k]) * dpf.get(k, 1.0) if v > 0 else 0.0 for k, v in dp_load.items()
         }
@@ -1473,11 +1489,13 @@ class PerfModel:
         wan_nic *= intra_factor
         group_nic = {g: v * intra_factor for g, v in group_nic.items()}
         t_wan = (max(*route_dp_s.values(), wan_nic) + wan_lat) if route_dp_s else 0.0
-        # each release group's WAN bandwidth time: its busiest route or its NIC term
-        group_bw = {
-            g: max(group_nic[g], *(_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()), 0.0)
+        # each release group's routes' time (its busiest route), and its WAN bandwidth time:
+        # that or its NIC term
+        group_route = {
+            g: max((_div(v, cap[r]) * dpf.get(r, 1.0) for r, v in load.items()), default=0.0)
             for g, load in group_load.items()
         }
+        group_bw = {g: max(group_nic[g], group_route[g]) for g in group_load}
         # each group's routes finish its stages' exchanges delta after T_pipe - delta at
         # the earliest (one work-conserving route: max over release times r of r + the work
         # released at or after r); delta 0 is the last stage group alone, the largest delta
@@ -1495,7 +1513,27 @@ class PerfModel:
         # forward (dp_fill_s), the same groups' work
         t_sync_st = t_gather_st = t_intra + t_wan
         if len(group_load) > 1 and not unreachable:
-            work = {g: group_intra[g] + group_lat[g] + group_bw[g] for g in group_load}
+            # each group's work: its longest NIC phase, latency and busiest route in series
+            # (the routes carry every stage's bytes once the NIC phases are done), or a
+            # stage's own NIC phase, latency and NIC term in series, whichever is longer
+            # (two stages' NIC work runs on different ranks at once: placer.sim). With a
+            # flow-routed pair the group's WAN phase is every stage's, NIC terms included
+            # (group_bw), which every stage's own series is below
+            work = {
+                g: max(
+                    [
+                        group_intra[g]
+                        + group_lat[g]
+                        + (group_bw[g] if wan_whole else group_route[g]),
+                        *(
+                            t
+                            for k, t in enumerate(stage_series)
+                            if t is not None and release[k] <= g
+                        ),
+                    ]
+                )
+                for g in group_load
+            }
             # the plan's release and fill (chain_offsets_s): group g's sync starts when the
             # last of its first stage's ranks is done, at the latest T_c - tail_c over the
             # chain types in use, and its gather is exposed past the latest T_c - head_c
