@@ -131,6 +131,9 @@ class InnerData:
     hop_cross: dict[tuple[str, str], dict[int, int]] = field(default_factory=dict)
     message_bytes: float = 0.0
     tick_fraction: float = 0.0
+    _series_memo: dict[tuple[int, ...], list[tuple[int, int]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def routed(self, pair: PairKey) -> bool:
         """Whether the pair's split over paths is a decision (it has several candidates)."""
@@ -232,6 +235,15 @@ class InnerData:
             )
 
         return [k for k in ks if not dominated(k)]
+
+    def series_keys(self, cls: list[int]) -> list[tuple[int, int]]:
+        """(release group index, stage) of the class's per-stage series terms, computed
+        once per class (the formulations read them per site and per pair)."""
+        key = tuple(cls)
+        if key not in self._series_memo:
+            groups = enumerate(self.release_groups)
+            self._series_memo[key] = [(i, j) for i, g in groups for j in self.series_stages(cls, g)]
+        return self._series_memo[key]
 
     @property
     def intra_lower_bound(self) -> float:

@@ -161,7 +161,17 @@ def series_keys(d: Any, cls: list[int]) -> list[tuple[int, int]]:
     """(release group index, stage) of the class's per-stage series terms
     (InnerData.series_stages): each release group's work is at least a stage's own NIC
     phase, latency and NIC term in series (PerfModel.step)."""
-    return [(i, j) for i, g in enumerate(d.release_groups) for j in d.series_stages(cls, g)]
+    return d.series_keys(cls)
+
+
+def series_works(i_series: Any, l_series: Any, n_series: Any, i: int) -> list[tuple[Any, str]]:
+    """Release group i's per-stage series works I + L + N with their row tags, for both
+    backends' stagger rows (their variables add alike)."""
+    return [
+        (i_series[key] + l_series[key] + n_series[key], series_tag(*key))
+        for key in i_series
+        if key[0] == i
+    ]
 
 
 def series_tag(i: int, k: int) -> str:

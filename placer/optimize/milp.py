@@ -38,6 +38,7 @@ from placer.optimize.families import (
     row,
     series_keys,
     series_tag,
+    series_works,
     sync_rule,
     tick_family,
     tiebreak_weights,
@@ -696,11 +697,7 @@ class MilpInner:
                     work, tag = self.I_group[i] + self.L_group[i] + wan, i
                 self._stagger_terms.append((U, loads, i))
             # and each stage's own series (families.series_keys)
-            works = [(work, tag)] + [
-                (self.I_series[key] + self.L_series[key] + self.N_series[key], series_tag(*key))
-                for key in self.I_series
-                if key[0] == i
-            ]
+            works = [(work, tag)] + series_works(self.I_series, self.L_series, self.N_series, i)
             for w, t in works:
                 self._stagger_rows(w, t, i, usable, T_end)
 
