@@ -34,6 +34,7 @@ def problem(
     overlap: bool = False,
     replica_schedule: str = "lockstep",
     zero1: bool = True,
+    solver: dict[str, Any] | None = None,
 ) -> Problem:
     """Sites of one GPU type, routes (a, b, km) with 8 fiber pairs, no limits that bind.
     The overlap of the sync with compute (job.overlap) is off unless asked for, so that
@@ -54,6 +55,7 @@ def problem(
                 "replica_schedule": replica_schedule,
                 "zero1": zero1,
             },
+            **({"solver": solver} if solver else {}),
         }
     )
 

@@ -202,12 +202,17 @@ def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) ->
     fwd, bwd, lat, tx = perf.chain_times_at(cfg, chain, None, None)
     cross = {x.boundary for x in xs}
     rest = tuple((lat[j], tx[j]) for j in range(len(lat)) if j not in cross)
+    # boundaries sharing a route direction share a FIFO in a fixed order (boundary_queues)
+    queues = None if cfg.dualpipev else perf.boundary_queues(chain, None, cfg.virtual_stages)
+    service = perf.queue_service(cfg, chain, queues)
     return (
         tuple(fwd),
         tuple(bwd),
         tuple(sorted(cross)),
         rest,
         perf.optimizer_step_s(cfg, chain),
+        queues,
+        None if service is None else tuple(sorted(service.items())),
     )
 
 

@@ -24,6 +24,18 @@ Boundaries are physical: ``j`` joins pipeline ranks ``j`` and ``j + 1`` (``j < p
 chunk boundary ``c p + p - 1 -> (c + 1) p`` crosses. Each direction of a boundary is one
 FIFO (activations forward, gradients backward) served in the producer's op order, as in
 placer.perf.pipeline.simulate_1f1b, which this module equals for ``v = 1`` (tests).
+
+Two boundaries whose messages travel a common route direction (PerfModel.boundary_queues)
+also share a FIFO for the route: a message holds it for the part of its transmit time
+above its NIC serialization (``floor``), so ``hold = tau_j - floor_j`` stays linear in
+``tau`` and a path through it keeps the plane form (``floor`` folds into the constant).
+The shared FIFO serves its messages in a fixed order, the order their transmissions
+start at the chain's uncontended times (service_order), not first come first served at
+each point: with the order fixed the DAG is one for every ``tau``, so the makespan stays
+a maximum over its paths, convex, and every plane a valid cut (an order that followed
+``tau`` would make it a minimum over orders). The fixed order is a linear extension of
+the schedule, so it never deadlocks, and where nothing waits on the route (every
+``tau_j`` at its floor) it gives the unshared makespan (tests/test_shared_hops.py).
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ from dataclasses import dataclass
 
 from placer.perf.pipeline import one_f_one_b_order
 
-__all__ = ["CriticalPath", "critical_path", "interleaved_order"]
+__all__ = ["CriticalPath", "critical_path", "interleaved_order", "service_order"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,11 @@ def _bump(counts: tuple[int, ...], j: int) -> tuple[int, ...]:
     return counts[:j] + (counts[j] + 1,) + counts[j + 1 :]
 
 
+_Msg = tuple[str, int, int]  # (kind, micro-batch, model stage it is delivered to)
+Queues = Sequence[tuple[int, int]]  # per physical boundary: (activations' FIFO, gradients')
+Service = dict[int, tuple[_Msg, ...]]  # per shared FIFO, its messages in service order
+
+
 def critical_path(
     fwd: Sequence[float],
     bwd: Sequence[float],
@@ -106,13 +123,67 @@ def critical_path(
     transmit: Sequence[float],
     m: int,
     v: int = 1,
+    queues: Queues | None = None,
+    service: Service | None = None,
+    floor: Sequence[float] | None = None,
 ) -> CriticalPath:
     """Makespan of one step and its longest path's boundary counts.
 
     ``fwd`` / ``bwd``: seconds per micro-batch of each model stage (``v p`` of them, model
     stage ``s`` on rank ``s mod p``); ``latency`` / ``transmit``: per physical boundary
     (``p - 1`` of them for ``v = 1``, ``p`` with the wrap for ``v > 1``). Ordered evaluation
-    of the schedule, ``O(v p m)`` ops."""
+    of the schedule, ``O(v p m)`` ops.
+
+    ``queues``: per physical boundary, the FIFO its activations and its gradients wait in
+    (default: each direction of each boundary its own, served in its producer's op
+    order). Where boundaries share a FIFO (a route direction their messages both travel,
+    PerfModel.boundary_queues), ``service`` fixes its order (service_order): a fixed order
+    keeps the makespan a longest path of one DAG, so its planes stay valid. A message
+    holds its own direction's FIFO for its transmit time (its sender's NIC) and a shared
+    one for the part of it above ``floor`` (its NIC serialization: what the route's
+    tick adds, 0 where the NIC is the bottleneck), so the planes stay linear in
+    ``transmit``."""
+    p, nb = _shape(fwd, bwd, latency, transmit, v)
+    hold = [t - f for t, f in zip(transmit, floor or transmit, strict=True)]
+    return _evaluate(fwd, bwd, latency, transmit, m, v, p, nb, queues, service or {}, None, hold)
+
+
+def service_order(
+    fwd: Sequence[float],
+    bwd: Sequence[float],
+    latency: Sequence[float],
+    transmit: Sequence[float],
+    m: int,
+    v: int,
+    queues: Queues,
+) -> Service:
+    """Each shared FIFO's messages in the order their transmissions start at these times
+    (each boundary on its own FIFO), ties by the evaluation's own order: a linear
+    extension of the schedule's DAG, so serving in it never deadlocks, and at these times
+    sharing with no wait reproduces the unshared schedule. PerfModel takes it at a
+    chain's uncontended times, one order per chain type."""
+    p, nb = _shape(fwd, bwd, latency, transmit, v)
+    sent: dict[int, list[tuple[float, int, _Msg]]] = {}
+    record: dict[_Msg, tuple[int, float]] = {}
+    _evaluate(fwd, bwd, latency, transmit, m, v, p, nb, None, {}, record, None)
+    users: dict[int, int] = {}
+    for pair in queues:
+        for q in pair:
+            users[q] = users.get(q, 0) + 1
+    for seq, (msg, (j, start)) in enumerate(record.items()):
+        q = queues[j][0 if msg[0] == "F" else 1]
+        if users[q] > 1:
+            sent.setdefault(q, []).append((start, seq, msg))
+    return {q: tuple(msg for *_k, msg in sorted(xs)) for q, xs in sent.items()}
+
+
+def _shape(
+    fwd: Sequence[float],
+    bwd: Sequence[float],
+    latency: Sequence[float],
+    transmit: Sequence[float],
+    v: int,
+) -> tuple[int, int]:
     if v < 1 or len(fwd) % v or len(fwd) != len(bwd) or not fwd:
         raise ValueError("fwd and bwd need v * pp entries each")
     p = len(fwd) // v
@@ -122,15 +193,67 @@ def critical_path(
     for name, xs in (("fwd", fwd), ("bwd", bwd), ("latency", latency), ("transmit", transmit)):
         if any(not (math.isfinite(x) and x >= 0) for x in xs):
             raise ValueError(f"{name} must hold finite non-negative times")
+    return p, nb
+
+
+def _evaluate(
+    fwd: Sequence[float],
+    bwd: Sequence[float],
+    latency: Sequence[float],
+    transmit: Sequence[float],
+    m: int,
+    v: int,
+    p: int,
+    nb: int,
+    queues: Queues | None,
+    service: Service,
+    record: dict[_Msg, tuple[int, float]] | None,
+    hold: Sequence[float] | None,
+) -> CriticalPath:
     last = v * p - 1
     zero = (0,) * nb
     orders = [interleaved_order(p, m, v, r) for r in range(p)]
     nxt = [0] * p
     free: list[_Stamp] = [(0.0, zero, zero)] * p
     # FIFO of boundary j: forward (rank j -> j+1, wrap p-1 -> 0) and backward directions
-    fifo_f: list[_Stamp] = [(0.0, zero, zero)] * nb
-    fifo_b: list[_Stamp] = [(0.0, zero, zero)] * nb
-    arrived: dict[tuple[str, int, int], _Stamp] = {}  # (kind, micro-batch, model stage)
+    if queues is None:
+        queues = [(j, nb + j) for j in range(nb)]
+    if len(queues) != nb:
+        raise ValueError(f"queues needs {nb} entries (pp={p}, v={v})")
+    fifo: dict[int, _Stamp] = {q: (0.0, zero, zero) for pair in queues for q in pair}
+    own = [[(0.0, zero, zero)] * nb, [(0.0, zero, zero)] * nb]  # each direction's sender
+    arrived: dict[_Msg, _Stamp] = {}
+    # a shared FIFO's sends wait for their turn in `service`
+    waiting: dict[int, dict[_Msg, tuple[int, _Stamp]]] = {q: {} for q in service}
+    turn = {q: 0 for q in service}
+
+    def transmit_one(q: int, j: int, msg: _Msg, end: _Stamp) -> None:
+        if q not in service:  # its own FIFO
+            tx = _later(end, fifo[q])
+            if record is not None:
+                record[msg] = (j, tx[0])
+            done = (tx[0] + transmit[j], _bump(tx[1], j), tx[2])
+            fifo[q] = done
+        else:  # its sender's, then the shared route's for the part above the NIC
+            d = 0 if msg[0] == "F" else 1
+            tx = _later(_later(end, own[d][j]), fifo[q])
+            done = (tx[0] + transmit[j], _bump(tx[1], j), tx[2])
+            own[d][j] = done
+            assert hold is not None
+            fifo[q] = (tx[0] + max(0.0, hold[j]), done[1], tx[2])
+        arrived[msg] = (done[0] + latency[j], done[1], _bump(done[2], j))
+
+    def send(q: int, j: int, msg: _Msg, end: _Stamp) -> None:
+        if q not in service:
+            transmit_one(q, j, msg, end)
+            return
+        waiting[q][msg] = (j, end)
+        order = service[q]
+        while turn[q] < len(order) and order[turn[q]] in waiting[q]:
+            jj, e = waiting[q].pop(order[turn[q]])
+            transmit_one(q, jj, order[turn[q]], e)
+            turn[q] += 1
+
     remaining = sum(len(o) for o in orders)
     while remaining:
         progressed = False
@@ -152,17 +275,11 @@ def critical_path(
                 progressed = True
                 if kind == "F" and s < last:
                     j = r  # rank r -> r + 1 (r = p - 1: the wrap, boundary p - 1)
-                    tx = _later(end, fifo_f[j])
-                    done = (tx[0] + transmit[j], _bump(tx[1], j), tx[2])
-                    fifo_f[j] = done
-                    arrived[("F", x, s + 1)] = (done[0] + latency[j], done[1], _bump(done[2], j))
+                    send(queues[j][0], j, ("F", x, s + 1), end)
                 elif kind == "B" and s > 0:
                     j = r - 1 if r > 0 else p - 1  # rank r -> r - 1 (r = 0: the wrap back)
-                    tx = _later(end, fifo_b[j])
-                    done = (tx[0] + transmit[j], _bump(tx[1], j), tx[2])
-                    fifo_b[j] = done
-                    arrived[("B", x, s - 1)] = (done[0] + latency[j], done[1], _bump(done[2], j))
-        if not progressed:  # pragma: no cover - both schedules are deadlock-free
+                    send(queues[j][1], j, ("B", x, s - 1), end)
+        if not progressed:  # pragma: no cover - a service order of the DAG cannot deadlock
             raise RuntimeError("pipeline schedule deadlocked")
     best = free[0]
     for stamp in free[1:]:

@@ -62,15 +62,18 @@ per-route quantities that this module exposes. Model (reference/performance-mode
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
 
+import networkx as nx
+
 from placer.io import Problem
 from placer.network import Network, PairKey, Path, RouteKey, Routing, route_key
 from placer.perf import comm, compute
-from placer.perf.critical_path import CriticalPath, critical_path
+from placer.perf.critical_path import CriticalPath, critical_path, service_order
 from placer.perf.dualpipe import dualpipev_path
 from placer.perf.flops import (
     BYTES_BF16,
@@ -102,6 +105,23 @@ def hops_of(path: Path, start: str) -> list[Hop]:
     """The routes of a path as hops in the direction of travel from `start`."""
     sites = path.sites if path.sites[0] == start else tuple(reversed(path.sites))
     return list(zip(sites, sites[1:], strict=False))
+
+
+def _hop_queues(fwd: tuple[frozenset[Hop], ...]) -> tuple[tuple[int, int], ...] | None:
+    """Per boundary (activations' FIFO, gradients' FIFO) given the hops each boundary's
+    activations surely travel (its gradients the reverse ones): directions with a common
+    hop in one FIFO, named by its lowest member (2 j + 0 / 1 for boundary j's directions
+    numbered j and nb + j); None when nothing is shared."""
+    nb = len(fwd)
+    hops = [*fwd, *(frozenset((y, x) for x, y in h) for h in fwd)]
+    uf = nx.utils.UnionFind(range(2 * nb))
+    for i, k in itertools.combinations(range(2 * nb), 2):
+        if hops[i] & hops[k]:
+            uf.union(i, k)
+    name = {i: min(group) for group in uf.to_sets() for i in group}
+    if all(name[i] == i for i in range(2 * nb)):
+        return None
+    return tuple((name[j], name[nb + j]) for j in range(nb))
 
 
 def balanced_stage_layers(layers: int, pp: int) -> tuple[int, ...]:
@@ -192,6 +212,8 @@ class PerfModel:
         self.global_batch = problem.instance.job.global_batch
         self._stage_times = cache(self._stage_times_uncached)
         self._chain_time = cache(self._chain_time_uncached)
+        self._service_memo: dict[tuple, dict | None] = {}
+        self._queue_memo: dict[tuple, tuple[tuple[int, int], ...] | None] = {}
         self._memo: dict[tuple[object, ...], object] = {}
         # one stage's StageTime by (the per-configuration arguments of _stage_times_uncached,
         # the stage's layers, whether it is the first and the last, its first block when the
@@ -896,7 +918,51 @@ class PerfModel:
         v, dual = cfg.virtual_stages, cfg.dualpipev
         lats = self.boundary_latencies(chain, routing, v, dual) if routing else None
         ticks = self.boundary_ticks(chain, routing, tick_s, v, dual) if tick_s else None
-        return self._chain_time(cfg, chain, with_comm, lats, ticks)
+        queues = self.boundary_queues(chain, routing, v, dual) if with_comm else None
+        return self._chain_time(cfg, chain, with_comm, lats, ticks, queues)
+
+    def _shared_hops(self, routing: Routing | None, a: str, b: str) -> frozenset[Hop]:
+        """The hops every message of the pair's pipeline traffic from a to b travels: on
+        every path the routing lists for it and on every candidate path the formulations
+        may route it over (solver.paths_per_pair), so that the rule does not depend on a
+        formulation's routing decision (on one-path pairs: the path's hops)."""
+        if a == b:
+            return frozenset()
+        memo = self.net._memo
+        k = self.problem.instance.solver.paths_per_pair
+        if ("common", a, b, k) not in memo:
+            cands = self.net.candidate_paths(a, b, k)
+            hops = [set(hops_of(c, a)) for c in cands]
+            memo[("common", a, b, k)] = frozenset(set.intersection(*hops)) if hops else frozenset()
+        common: frozenset[Hop] = memo[("common", a, b, k)]  # type: ignore[assignment]
+        for use in self.net.pair_paths(routing, "pipeline", a, b) or ():
+            common = common & frozenset(hops_of(use.path, a))
+        return common
+
+    def boundary_queues(
+        self, chain: Chain, routing: Routing | None = None, v: int = 1, dual: bool = False
+    ) -> tuple[tuple[int, int], ...] | None:
+        """Per physical boundary, the FIFO its activations and its gradients wait in
+        (placer.perf.critical_path's `queues`); None when every direction of every
+        boundary has its own.
+
+        A route direction is one transmit queue: two boundaries of a chain whose messages
+        travel a common hop (boundary j's activations and boundary j''s gradients both
+        going s2 -> s1, say, on a chain s0 -> s2 -> s2 -> s1 whose s0-s2 path runs through
+        s1) cannot both have the route at once, so the later waits for the earlier, as in
+        the flow-level simulation (placer.sim.job) where they share it. Each boundary's
+        transmit time is the larger of its NIC serialization and its lockstep tick
+        (route_tick_s); the later batch waits for the part of the earlier's above its NIC
+        serialization (what the route adds; critical_path's `floor`), in the order the
+        uncontended schedule sends them (queue_service). Measured against the simulation:
+        benchmarks/README.md, branch `hops`. DualPipeV keeps its own FIFOs
+        (placer.perf.dualpipe)."""
+        if dual:
+            return None
+        fwd = tuple(self._shared_hops(routing, a, b) for a, b, _ in self.chain_boundaries(chain, v))
+        if fwd not in self._queue_memo:
+            self._queue_memo[fwd] = _hop_queues(fwd)
+        return self._queue_memo[fwd]
 
     @staticmethod
     def chain_boundaries(
@@ -986,7 +1052,8 @@ class PerfModel:
         """Chain time with given one-way fiber latencies (and lockstep route tick times)
         per physical boundary (chain_boundaries: pp - 1 of them, pp with the wrap for
         v > 1)."""
-        return self._chain_time(cfg, chain, True, lats, ticks)
+        queues = self.boundary_queues(chain, None, cfg.virtual_stages, cfg.dualpipev)
+        return self._chain_time(cfg, chain, True, lats, ticks, queues)
 
     def chain_times_at(
         self,
@@ -1019,6 +1086,7 @@ class PerfModel:
         with_comm: bool,
         lats: tuple[float, ...] | None,
         ticks: tuple[float, ...] | None = None,
+        queues: tuple[tuple[int, int], ...] | None = None,
     ) -> float:
         fwd, bwd, lat, tx = self.chain_times_at(cfg, chain, lats, ticks)
         if not with_comm:
@@ -1034,11 +1102,30 @@ class PerfModel:
             return pipe + self.optimizer_step_s(cfg, chain)
         if v > 1 and m % cfg.pp:
             return math.inf  # no interleaved schedule (the evaluator names the violation)
-        if v == 1:
+        if v == 1 and queues is None:
             pipe = one_f_one_b_time(fwd, bwd, lat, tx, m)
         else:
-            pipe = critical_path(fwd, bwd, lat, tx, m, v).makespan_s
+            service = self.queue_service(cfg, chain, queues)
+            nic = self.chain_times_at(cfg, chain, None, None)[3]
+            pipe = critical_path(fwd, bwd, lat, tx, m, v, queues, service, nic).makespan_s
         return pipe + self.optimizer_step_s(cfg, chain)
+
+    def queue_service(
+        self, cfg: Config, chain: Chain, queues: tuple[tuple[int, int], ...] | None
+    ) -> dict | None:
+        """The service order of a chain's shared FIFOs (critical_path.service_order): the
+        order its uncontended schedule (shortest paths, NIC serialization) sends them, one
+        per chain type, so the formulations' planes and the evaluator read one DAG."""
+        if queues is None:
+            return None
+        key = (cfg, chain, queues)
+        memo = self._service_memo
+        if key not in memo:
+            fwd, bwd, lat, tx = self.chain_times_at(cfg, chain, None, None)
+            memo[key] = service_order(
+                fwd, bwd, lat, tx, cfg.num_micro_batches, cfg.virtual_stages, queues
+            )
+        return memo[key]  # type: ignore[return-value]
 
     def chain_weight_grads(self, cfg: Config, chain: Chain) -> list[float]:
         """Per model stage of a chain, the weight-gradient part W of its backward
@@ -1060,10 +1147,13 @@ class PerfModel:
     ) -> CriticalPath:
         """The critical path of the configuration's schedule on these times (1F1B,
         interleaved, DualPipeV: the chain gives DualPipeV's W times)."""
-        m = cfg.num_micro_batches
+        m, v = cfg.num_micro_batches, cfg.virtual_stages
         if cfg.dualpipev:
             return dualpipev_path(fwd, bwd, self.chain_weight_grads(cfg, chain), lat, tx, m)
-        return critical_path(fwd, bwd, lat, tx, m, cfg.virtual_stages)
+        queues = self.boundary_queues(chain, None, v)
+        service = self.queue_service(cfg, chain, queues)
+        nic = self.chain_times_at(cfg, chain, None, None)[3]
+        return critical_path(fwd, bwd, lat, tx, m, v, queues, service, nic)
 
     def message_floor(self, cfg: Config, sites: set[str] | list[str]) -> tuple[float, float]:
         """(latency, transmit) no pipeline message of a chain over `sites` is below: every
