@@ -110,8 +110,8 @@ def hops_of(path: Path, start: str) -> list[Hop]:
 def _hop_queues(fwd: tuple[frozenset[Hop], ...]) -> tuple[tuple[int, int], ...] | None:
     """Per boundary (activations' FIFO, gradients' FIFO) given the hops each boundary's
     activations surely travel (its gradients the reverse ones): directions with a common
-    hop in one FIFO, named by its lowest member (2 j + 0 / 1 for boundary j's directions
-    numbered j and nb + j); None when nothing is shared."""
+    hop in one FIFO, named by its lowest member (boundary j's activations numbered j, its
+    gradients nb + j); None when nothing is shared."""
     nb = len(fwd)
     hops = [*fwd, *(frozenset((y, x) for x, y in h) for h in fwd)]
     uf = nx.utils.UnionFind(range(2 * nb))
