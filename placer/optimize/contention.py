@@ -204,7 +204,7 @@ def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) ->
     rest = tuple((lat[j], tx[j]) for j in range(len(lat)) if j not in cross)
     # boundaries sharing a route direction share a FIFO in a fixed order (boundary_queues)
     queues = None if cfg.dualpipev else perf.boundary_queues(chain, None, cfg.virtual_stages)
-    service = perf.queue_service(cfg, chain, queues)
+    service = perf.queue_service(cfg, chain, queues)[0]
     return (
         tuple(fwd),
         tuple(bwd),

@@ -41,6 +41,7 @@ the schedule, so it never deadlocks, and where nothing waits on the route (every
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -143,9 +144,8 @@ def critical_path(
     one for the part of it above ``floor`` (its NIC serialization: what the route's
     tick adds, 0 where the NIC is the bottleneck), so the planes stay linear in
     ``transmit``."""
-    p, nb = _shape(fwd, bwd, latency, transmit, v)
     hold = [t - f for t, f in zip(transmit, floor or transmit, strict=True)]
-    return _evaluate(fwd, bwd, latency, transmit, m, v, p, nb, queues, service or {}, None, hold)
+    return _evaluate(fwd, bwd, latency, transmit, m, v, queues, service or {}, None, hold)
 
 
 def service_order(
@@ -162,14 +162,10 @@ def service_order(
     extension of the schedule's DAG, so serving in it never deadlocks, and at these times
     sharing with no wait reproduces the unshared schedule. PerfModel takes it at a
     chain's uncontended times, one order per chain type."""
-    p, nb = _shape(fwd, bwd, latency, transmit, v)
     sent: dict[int, list[tuple[float, int, _Msg]]] = {}
     record: dict[_Msg, tuple[int, float]] = {}
-    _evaluate(fwd, bwd, latency, transmit, m, v, p, nb, None, {}, record, None)
-    users: dict[int, int] = {}
-    for pair in queues:
-        for q in pair:
-            users[q] = users.get(q, 0) + 1
+    _evaluate(fwd, bwd, latency, transmit, m, v, None, {}, record, None)
+    users = Counter(q for pair in queues for q in pair)
     for seq, (msg, (j, start)) in enumerate(record.items()):
         q = queues[j][0 if msg[0] == "F" else 1]
         if users[q] > 1:
@@ -203,13 +199,12 @@ def _evaluate(
     transmit: Sequence[float],
     m: int,
     v: int,
-    p: int,
-    nb: int,
     queues: Queues | None,
     service: Service,
     record: dict[_Msg, tuple[int, float]] | None,
     hold: Sequence[float] | None,
 ) -> CriticalPath:
+    p, nb = _shape(fwd, bwd, latency, transmit, v)
     last = v * p - 1
     zero = (0,) * nb
     orders = [interleaved_order(p, m, v, r) for r in range(p)]

@@ -212,7 +212,7 @@ class PerfModel:
         self.global_batch = problem.instance.job.global_batch
         self._stage_times = cache(self._stage_times_uncached)
         self._chain_time = cache(self._chain_time_uncached)
-        self._service_memo: dict[tuple, dict | None] = {}
+        self._service_memo: dict[tuple, tuple[dict, list[float]]] = {}
         self._queue_memo: dict[tuple, tuple[tuple[int, int], ...] | None] = {}
         self._memo: dict[tuple[object, ...], object] = {}
         # one stage's StageTime by (the per-configuration arguments of _stage_times_uncached,
@@ -1105,27 +1105,27 @@ class PerfModel:
         if v == 1 and queues is None:
             pipe = one_f_one_b_time(fwd, bwd, lat, tx, m)
         else:
-            service = self.queue_service(cfg, chain, queues)
-            nic = self.chain_times_at(cfg, chain, None, None)[3]
+            service, nic = self.queue_service(cfg, chain, queues)
             pipe = critical_path(fwd, bwd, lat, tx, m, v, queues, service, nic).makespan_s
         return pipe + self.optimizer_step_s(cfg, chain)
 
     def queue_service(
         self, cfg: Config, chain: Chain, queues: tuple[tuple[int, int], ...] | None
-    ) -> dict | None:
-        """The service order of a chain's shared FIFOs (critical_path.service_order): the
-        order its uncontended schedule (shortest paths, NIC serialization) sends them, one
-        per chain type, so the formulations' planes and the evaluator read one DAG."""
+    ) -> tuple[dict | None, list[float] | None]:
+        """The service order of a chain's shared FIFOs (critical_path.service_order) and
+        its boundaries' NIC serialization (critical_path's `floor`): the order its
+        uncontended schedule (shortest paths, NIC serialization) sends them, one per chain
+        type, so the formulations' planes and the evaluator read one DAG; (None, None)
+        where nothing is shared."""
         if queues is None:
-            return None
+            return None, None
         key = (cfg, chain, queues)
         memo = self._service_memo
         if key not in memo:
-            fwd, bwd, lat, tx = self.chain_times_at(cfg, chain, None, None)
-            memo[key] = service_order(
-                fwd, bwd, lat, tx, cfg.num_micro_batches, cfg.virtual_stages, queues
-            )
-        return memo[key]  # type: ignore[return-value]
+            fwd, bwd, lat, nic = self.chain_times_at(cfg, chain, None, None)
+            m, v = cfg.num_micro_batches, cfg.virtual_stages
+            memo[key] = (service_order(fwd, bwd, lat, nic, m, v, queues), nic)
+        return memo[key]
 
     def chain_weight_grads(self, cfg: Config, chain: Chain) -> list[float]:
         """Per model stage of a chain, the weight-gradient part W of its backward
@@ -1151,8 +1151,7 @@ class PerfModel:
         if cfg.dualpipev:
             return dualpipev_path(fwd, bwd, self.chain_weight_grads(cfg, chain), lat, tx, m)
         queues = self.boundary_queues(chain, None, v)
-        service = self.queue_service(cfg, chain, queues)
-        nic = self.chain_times_at(cfg, chain, None, None)[3]
+        service, nic = self.queue_service(cfg, chain, queues)
         return critical_path(fwd, bwd, lat, tx, m, v, queues, service, nic)
 
     def message_floor(self, cfg: Config, sites: set[str] | list[str]) -> tuple[float, float]:
