@@ -217,8 +217,9 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     starts its gather with the step, and rank 1's first forward runs phi_1 later (the
     plan's: T_pipe less the latest T_c - head_c, head_c stage 0's first forward and the
     chain's own activation message, across the fiber for a -> b), so the gather
-    is max(I_0, max(I_0 + U, I_1 + N_1) + 2 lat - phi_1) (stage 0 synced inside a, no WAN
-    term; the group of both stages' work as in test_wan_latency_per_release_group_by_hand),
+    is max(I_0, max(I_0 + U, I_1 + N_1) + 2 lat - 2 phi_1) (stage 0 synced inside a, no WAN
+    term; the group of both stages' work as in test_wan_latency_per_release_group_by_hand;
+    the gather, half the sync, gains its whole head start phi_1: PerfModel.dp_credit_scale),
     against I_0 + 2 lat + max(U, N_1) with every stage's at once (before). The step is T_pipe plus
     each piece's exposed part, f (sync + R lat) - window (PerfModel.dp_pieces, R =
     dp_lat_repeats), the reduce-scatter at the staggered sync, the gather at this; the
@@ -248,8 +249,14 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     phi1 = st.pipe_s - max(ends[c] - head[c] for c in head)
     assert phi1 >= fwd0 + fabric + tx
     assert i1 < i0 and 0 < phi1 < lat + w  # the gather's WAN part is partly hidden
-    gather = max(i0, both + lat - phi1)
-    assert gather == pytest.approx(both + lat - phi1, rel=1e-12) and gather > i0
+    # the gather is half the sync (f = 1/2) and starts with the step, so it gains its whole
+    # head start: S carries twice it (PerfModel.dp_credit_scale), f S the head start once
+    assert perf.dp_credit_scale(cfg) == (2, 2)
+    gather = max(i0, both + lat - 2 * phi1)
+    # the whole head start hides the WAN part (stage 0's NIC phase is left), where half of
+    # it (before) did not
+    assert both + lat - 2 * phi1 < i0 < both + lat - phi1
+    assert gather == pytest.approx(i0, rel=1e-12)
     assert st.gather_staggered_s == pytest.approx(gather, rel=1e-12)
     at_once = st.intra_s + st.wan_s
     assert at_once == pytest.approx(i0 + lat + w, rel=1e-12)
@@ -265,6 +272,44 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     sim = simulate(prob, p)
     assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
     assert sim.step_time_s <= st.step_time_s * (1 + 1e-9)
+    assert abs(st.step_time_s - sim.step_time_s) < abs(before - sim.step_time_s)
+
+
+def test_gathers_share_every_stages_routes_by_hand() -> None:
+    """pp 2, job.overlap on (ZeRO-1's gather from the step's start), 1,000 km, 1 wave, both
+    stages split 3 at a / 2 at b. Every rank starts its gather with the step and the
+    route shares their bytes (placer.sim: max-min fair), so stage 0's, needed first (no
+    head start), waits for both stages' bytes: its gather is I_0 + 2 lat + max(U_01, N_0),
+    U_01 both stages' bytes over the route, where the route with stage 0's bytes alone,
+    U_0, gave the rank needed first a route of its own (before). The simulation is closer
+    to it than to that."""
+    prob = problem_from_data(sc.part_filled_instance(1000.0, overlap=True))
+    p = _plan([(3, ["a", "a"]), (2, ["b", "b"])], waves=1)
+    perf, cfg, st = _step(prob, p)
+    assert cfg.zero1 and cfg.overlap_param_gather
+    i0 = max(perf.intra_sync_s(cfg, 0, s, members=n) for s, n in (("a", 3), ("b", 2)))
+    i1 = max(perf.intra_sync_s(cfg, 1, s, members=n) for s, n in (("a", 3), ("b", 2)))
+    cap = perf.net.capacity_Bps(ROUTE, 1, "800zr")
+    # K = 2 sites: each sends and receives S_k / 2 a round, 2 rounds: S_k on the route
+    u0 = perf.stage_wan_bytes(cfg, 0) / cap
+    u01 = (perf.stage_wan_bytes(cfg, 0) + perf.stage_wan_bytes(cfg, 1)) / cap
+    n0, n1 = _nic_term_3a_2b(perf, cfg, 0), _nic_term_3a_2b(perf, cfg, 1)
+    lat = 2 * perf.net.path_latency_s(*ROUTE)
+    assert i1 <= i0 and n1 <= n0 and u0 <= n0 < u01  # the shared route binds
+    gather = i0 + lat + max(u01, n0)
+    assert st.gather_staggered_s == pytest.approx(gather, rel=1e-12)
+    # (the group of both stages, released phi_1 later, has the same work: not above it)
+    (f0, w0), (f1, w1) = perf.dp_pieces(cfg)
+    r0, r1 = perf.dp_lat_repeats(cfg)
+    assert perf.dp_staggered(cfg) == (True, False)
+    reduce_part = max(0.0, f0 * (st.sync_staggered_s + r0 * lat) - w0)
+    assert st.step_time_s == pytest.approx(
+        st.pipe_s + reduce_part + max(0.0, f1 * (gather + r1 * lat) - w1), rel=1e-12
+    )
+    own = i0 + lat + max(u0, n0)  # before: stage 0's bytes alone
+    before = st.pipe_s + reduce_part + max(0.0, f1 * (own + r1 * lat) - w1)
+    sim = simulate(prob, p)
+    assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
     assert abs(st.step_time_s - sim.step_time_s) < abs(before - sim.step_time_s)
 
 

@@ -520,6 +520,9 @@ class CpsatInner:
         self._series_intra_terms: dict[Any, list[IntraTerm]] = {key: [] for key in keys}
         self._series_lat_terms: dict[Any, list[Any]] = {key: [] for key in keys}
         self._pairs: list[HostPair] = []
+        # per release group but the last, per route: its stages' pair booleans there
+        # (milp.define_dp_hosting: its gather waits for every stage's bytes there)
+        self._gather_use: dict[int, dict[Any, list[Any]]] = {i: {} for i in self.L_group}
         # the WAN phase's NIC terms per target ("all": T_dpbw; i: release group i's U_i),
         # each with its class's host count
         self._nic_terms: dict[Any, list[tuple[Any, list[Any]]]] = {}
@@ -610,6 +613,8 @@ class CpsatInner:
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
+                    for i in in_groups:
+                        self._gather_use[i].setdefault(r, []).append(bp)
                 for g in wan_groups:
                     dem_g = self._group_demand(cls, n_hosts, g, (a, b), bp, group_share)
                     if dem_g is not None:
@@ -626,7 +631,8 @@ class CpsatInner:
             self._define_wan_nic(var, series_tag(*key))
         if d.dp_wan_stagger and self._nic_terms.get("all") and len(groups) >= 2:
             group_load[groups[-1]] = dp_load  # the last group's routes (milp)
-        self._define_dp_stagger(groups, group_load)
+        every = {r: sum(dp_load[r]) for r in d.routes if dp_load[r]}
+        self._define_dp_stagger(groups, group_load, every)
         self.dp_loads: dict[Any, Any] = {}
         for r in d.routes:
             if dp_load[r]:
@@ -697,13 +703,17 @@ class CpsatInner:
                 exact.append(v)
 
     def _define_dp_stagger(
-        self, groups: list[float], group_load: dict[float, dict[Any, list[Any]]]
+        self,
+        groups: list[float],
+        group_load: dict[float, dict[Any, list[Any]]],
+        every_load: dict[Any, Any],
     ) -> None:
         """T_dpst and T_gst, the staggered sync and the staggered gather
         (milp._define_dp_stagger), in ticks: each chain time rounded up as its pipeline
         rows have it, each tail or head rounded to the nearest tick (within a tick or two
         of the evaluator)."""
         M = self.m
+        self._gather_route_terms: list[tuple[Any, list[tuple[Any, Any]], int]] = []
         self._stagger_terms: list[tuple[Any, list[tuple[Any, Any]], int]] = []
         self._stagger_exprs: list[Any] = []  # T_dpst is their max (_exact_step)
         self._staggered = len(groups) >= 2
@@ -717,58 +727,121 @@ class CpsatInner:
         self.T_dpst = M.NewIntVar(0, self.TT + self.TW, "T_dpst")
         usable = sorted(moment_chains(self.d, self.ub))
         T_end = self._define_end(usable)
+        U_group: dict[int, Any] = {}
         for i, g in enumerate(groups):
-            last = i == len(groups) - 1  # every stage's
             loads = [
                 (r, sum(group_load[g][r]))
                 for r in self.d.routes
                 if g in group_load and group_load[g][r]
             ]
-            if last and not loads:
-                work, tag = self.T_intra + self.T_dpbw + self.T_lat, "all"
+            if i == len(groups) - 1 and not loads:
+                continue  # no WAN load: the last group's work is T_intra + T_dpbw + T_lat
+            U = U_group[i] = M.NewIntVar(0, self.TW, f"U_dpst[{i}]") if loads else None
+            for r, load in loads:
+                self._hull(
+                    U,
+                    load,
+                    r,
+                    self._wave_caps(r),
+                    None,
+                    self.TW,
+                    f"route.dpst{i}",
+                    self.Q_wan,
+                    by_route=True,
+                )
+            self._stagger_terms.append((U, loads, i))
+        G = self._define_gather_routes(every_load)
+        every = len(groups) - 1
+        for i in range(len(groups)):
+            if i == every and i not in U_group:
+                work = gather = self.T_intra + self.T_dpbw + self.T_lat
+                tag: Any = "all"
+            elif i == every:  # every stage's routes, the NIC term apart (milp)
+                work = gather = self.T_intra + self.T_lat + U_group[i]
+                tag = "all"
             else:
-                U = M.NewIntVar(0, self.TW, f"U_dpst[{i}]") if loads else None
-                for r, load in loads:
+                U = U_group.get(i)
+                wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
+                # the gathers share every stage's bytes on the group's routes (milp)
+                wan_g = self.T_dpbw if not self.d.dp_wan_stagger else G.get(i, 0)
+                work = self.I_group[i] + self.L_group[i] + wan
+                gather = self.I_group[i] + self.L_group[i] + wan_g
+                tag = i
+            self._stagger_rows(work, tag, i, usable, T_end, gather=False)
+            self._stagger_rows(gather, tag, i, usable, T_end, sync=False)
+            # and each stage's own series (families.series_keys), for both
+            for w, t in series_works(self.I_series, self.L_series, self.N_series, i):
+                self._stagger_rows(w, t, i, usable, T_end)
+
+    def _define_gather_routes(self, every_load: dict[Any, Any]) -> dict[int, Any]:
+        """Per release group i but the last, G_i >= t_r on every route r its stages sync
+        over (enforced if a pair boolean of theirs on r is), t_r every stage's load on r
+        over its capacity in ticks (milp._define_gather_routes)."""
+        M = self.m
+        self._gather_loads = every_load
+        if not (self.d.gather_staggered and self.d.dp_wan_stagger):
+            return {}
+        t_route: dict[Any, Any] = {}
+        G: dict[int, Any] = {}
+        for i, uses in self._gather_use.items():
+            uses = {r: bps for r, bps in uses.items() if r in every_load}
+            if not uses:
+                continue
+            G[i] = M.NewIntVar(0, self.TW, f"G_gst[{i}]")
+            terms = []
+            for r, bps in sorted(uses.items()):
+                if r not in t_route:
+                    t_route[r] = M.NewIntVar(0, self.TW, f"t_gst[{r}]")
                     self._hull(
-                        U,
-                        load,
+                        t_route[r],
+                        every_load[r],
                         r,
                         self._wave_caps(r),
                         None,
                         self.TW,
-                        f"route.dpst{i}",
+                        "route.gst",
                         self.Q_wan,
                         by_route=True,
                     )
-                if last:  # every stage's routes, the NIC term apart (milp)
-                    work, tag = self.T_intra + self.T_lat + U, "all"
-                else:
-                    wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-                    work, tag = self.I_group[i] + self.L_group[i] + wan, i
-                self._stagger_terms.append((U, loads, i))
-            # and each stage's own series (families.series_keys)
-            works = [(work, tag)] + series_works(self.I_series, self.L_series, self.N_series, i)
-            for w, t in works:
-                self._stagger_rows(w, t, i, usable, T_end)
+                for j, bp in enumerate(bps):
+                    self.add(
+                        M.Add(G[i] >= t_route[r]), row("dp.gather_route", i, *r, j)
+                    ).OnlyEnforceIf(bp)
+                    terms.append((r, bp))
+            self._gather_route_terms.append((G[i], terms, i))
+        return G
 
-    def _stagger_rows(self, work: Any, tag: Any, i: int, usable: list[int], T_end: Any) -> None:
-        """T_dpst (and T_gst) >= a work of release group i (milp._stagger_rows)."""
+    def _stagger_rows(
+        self,
+        work: Any,
+        tag: Any,
+        i: int,
+        usable: list[int],
+        T_end: Any,
+        sync: bool = True,
+        gather: bool = True,
+    ) -> None:
+        """T_dpst (`sync`) and T_gst (`gather`) >= a work of release group i, the credit
+        multiplied by d.dp_credit_scale (milp._stagger_rows)."""
         M, add = self.m, self.add
+        at_sync, at_gather = self.d.dp_credit_scale
+        gather = gather and self.d.gather_staggered
         # valid cuts (milp._define_dp_stagger): the credit is at most a tail (head)
-        tail = max((self.d.release_tail[c][i] for c in usable), default=0.0)
-        add(M.Add(self.T_dpst >= work - math.ceil(tail / self.tau)), row("dp.stagger_cut", tag))
-        if self.d.gather_staggered:
+        if sync:
+            tail = max((self.d.release_tail[c][i] for c in usable), default=0.0)
+            cut = at_sync * math.ceil(tail / self.tau)
+            add(M.Add(self.T_dpst >= work - cut), row("dp.stagger_cut", tag))
+        if gather:
             head = max((self.d.fill_head[c][i] for c in usable), default=0.0)
-            add(
-                M.Add(self.T_gst >= work - math.ceil(head / self.tau)),
-                row("dp.gather_cut", tag),
-            )
+            cut = at_gather * math.ceil(head / self.tau)
+            add(M.Add(self.T_gst >= work - cut), row("dp.gather_cut", tag))
         for c in usable:
-            expr = work + self._moment(c, self.d.release_tail[c][i]) - T_end
-            add(M.Add(self.T_dpst >= expr), row("dp.stagger", tag, c))
-            self._stagger_exprs.append(expr)
-            if self.d.gather_staggered:
-                expr = work + self._moment(c, self.d.fill_head[c][i]) - T_end
+            if sync:
+                expr = work + at_sync * (self._moment(c, self.d.release_tail[c][i]) - T_end)
+                add(M.Add(self.T_dpst >= expr), row("dp.stagger", tag, c))
+                self._stagger_exprs.append(expr)
+            if gather:
+                expr = work + at_gather * (self._moment(c, self.d.fill_head[c][i]) - T_end)
                 add(M.Add(self.T_gst >= expr), row("dp.gather_stagger", tag, c))
                 self._gather_terms.append(expr)
 
@@ -1090,6 +1163,19 @@ class CpsatInner:
                         for r, load in loads
                     ]
                     add(M.AddMaxEquality(U, u), row("exact.dpst_u", i))
+            exact_t: dict[Any, Any] = {}  # every stage's route time, exactly
+            for G, terms, i in self._gather_route_terms:
+                g_terms: list[Any] = [0]
+                for j, (r, bp) in enumerate(terms):
+                    if r not in exact_t:
+                        exact_t[r] = self._exact_route_time(
+                            self._gather_loads[r], r, self.TW, self.Q_wan, "exact.gst_route"
+                        )
+                    v = M.NewIntVar(0, self.TW, f"exact.gst_term[{i}][{j}]")
+                    add(M.Add(v == exact_t[r]), row("exact.gst_on", i, j)).OnlyEnforceIf(bp)
+                    add(M.Add(v == 0), row("exact.gst_off", i, j)).OnlyEnforceIf(bp.Not())
+                    g_terms.append(v)
+                add(M.AddMaxEquality(G, g_terms), row("exact.gst_u", i))
             for key, var in self.I_series.items():
                 tag = series_tag(*key)
                 iterms = [t.time * t.host for t in self._series_intra_terms[key]]
@@ -1103,9 +1189,11 @@ class CpsatInner:
                     M.AddMaxEquality(self.N_series[key], [0, *nterms]), row("exact.nic_series", tag)
                 )
             st = list(self._stagger_exprs)  # each a lower bound, the latest release attains it
-            self._exact_max_of(self.T_dpst, st, "exact.dpst")
+            # (a credit scaled by d.dp_credit_scale reaches that many times T_end)
+            scale = max(self.d.dp_credit_scale)
+            self._exact_max_of(self.T_dpst, st, "exact.dpst", scale)
             if self._gather_terms:
-                self._exact_max_of(self.T_gst, self._gather_terms, "exact.gst")
+                self._exact_max_of(self.T_gst, self._gather_terms, "exact.gst", scale)
         add(
             M.AddMaxEquality(
                 T_lat,
@@ -1141,9 +1229,10 @@ class CpsatInner:
             *(Fraction(f).limit_denominator(64).denominator for f, _ in self.d.dp_pieces)
         )
 
-    def _exact_max_of(self, var: Any, exprs: list[Any], name: str) -> None:
-        """var == max(exprs): AddMaxEquality over variables, one per expression."""
-        M, bound, terms = self.m, self.TT + self.TW, []
+    def _exact_max_of(self, var: Any, exprs: list[Any], name: str, scale: int = 1) -> None:
+        """var == max(exprs): AddMaxEquality over variables, one per expression (each within
+        `scale` times the step's and the WAN phase's ranges)."""
+        M, bound, terms = self.m, scale * (self.TT + self.TW), []
         for j, e in enumerate(exprs):
             v = M.NewIntVar(-bound, bound, f"{name}_term[{j}]")
             self.add(M.Add(v == e), row(f"{name}_term", j))

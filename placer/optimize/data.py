@@ -116,6 +116,10 @@ class InnerData:
     # T_c - head, each against T_pipe (PerfModel.step); empty without a stagger
     release_tail: list[tuple[float, ...]] = field(default_factory=list)
     fill_head: list[tuple[float, ...]] = field(default_factory=list)
+    # (sync, gather): the integer each credit (T_end - the moment) is multiplied by in the
+    # staggered rows, 1 / the fraction of the sync that runs as one sequence from that
+    # moment (PerfModel.dp_credit_scale: 2 for ZeRO-1's overlapped halves)
+    dp_credit_scale: tuple[int, int] = (1, 1)
     # whether the release groups' WAN loads are their own stages' (False on an instance
     # with a flow-routed pair, PerfModel.any_dp_pair_routed: every group's WAN phase is
     # every stage's, T_dpbw, and only the NIC phases are staggered)
@@ -415,6 +419,7 @@ def build_inner(
         dp_staggered=perf.dp_staggered(cfg),
         release_tail=release_tail if firsts else [],
         fill_head=fill_head if firsts else [],
+        dp_credit_scale=perf.dp_credit_scale(cfg),
         dp_wan_stagger=not perf.any_dp_pair_routed(),
         amortization_s=amortization_s(cat),
         energy_usd_per_j=energy_usd_per_j(cat),

@@ -934,9 +934,11 @@ def _pipe_intra_bound(
         staggered = any(perf.dp_release_s(shape))
         rel = perf.offsets_bound_s(shape, all_hosts, "bwd") if staggered else (0.0,) * cfg.pp
         fill = perf.offsets_bound_s(shape, all_hosts, "fwd") if staggered else (0.0,) * cfg.pp
+        # each credit as the step scales it (PerfModel.dp_credit_scale)
+        at_sync, at_gather = perf.dp_credit_scale(cfg)
         sync = {
-            True: max(t - r for t, r in zip(lb, rel, strict=True)),
-            False: max(t - r for t, r in zip(lb, fill, strict=True)),
+            True: max(t - at_sync * r for t, r in zip(lb, rel, strict=True)),
+            False: max(t - at_gather * r for t, r in zip(lb, fill, strict=True)),
         }
         lb_intra = sum(
             max(0.0, f * sync[st] - w)

@@ -496,6 +496,9 @@ class MilpInner:
         # and the WAN latency of the pairs its stages sync over (0: all inside sites)
         self.L_group = {i: pulp.LpVariable(_name("L_group", i), 0) for i in self.I_group}
         self._group_lat_terms: dict[int, list[tuple[float, Any]]] = {i: [] for i in self.I_group}
+        # per release group but the last, per route: the pair binaries of its stages' syncs
+        # over that route (its gather waits for every stage's bytes there: PerfModel.step)
+        self._gather_use: dict[int, dict[Any, list[Any]]] = {i: {} for i in self.I_group}
         # each release group's per-stage series terms (families.series_keys): stage k's
         # NIC phase I, latency L and WAN NIC term N in release group i
         keys = [key for cls in d.stage_classes for key in series_keys(d, cls)]
@@ -582,6 +585,8 @@ class MilpInner:
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
                     dp_max[r] += S_k
+                    for i in in_groups:
+                        self._gather_use[i].setdefault(r, []).append(bp)
                     for g in wan_groups:
                         fr = d.class_release_fraction(cls, g)
                         if fr > 0:
@@ -603,7 +608,8 @@ class MilpInner:
             # the last group's routes alone (its work: T_intra + T_lat + the busiest
             # route, T_dpbw holding the NIC term too)
             group_load[groups[-1]], group_max[groups[-1]] = dp_load, dp_max
-        self._define_dp_stagger(groups, group_load, group_max)
+        every = {r: Load(pulp.lpSum(dp_load[r]), dp_max[r]) for r in d.routes if dp_load[r]}
+        self._define_dp_stagger(groups, group_load, group_max, every)
         self.dp_loads: dict[Any, Load] = {}
         for r in d.routes:
             if dp_load[r]:
@@ -646,6 +652,7 @@ class MilpInner:
         groups: list[float],
         group_load: dict[float, dict[Any, list[Any]]],
         group_max: dict[float, dict[Any, float]],
+        every_load: dict[Any, Load],
     ) -> None:
         """T_dpst, the staggered sync's NIC phases and WAN bandwidth (PerfModel.step,
         sync_staggered_s), and T_gst, ZeRO-1's overlapped parameter gather
@@ -661,8 +668,12 @@ class MilpInner:
         and exposed past T_c - head_c for the gather, against the longest chain T_end
         (PerfModel.dp_moments_s; T_c the uncontended chain time, d.chain_time):
         T_dpst >= W_i + (T_c - tail_c,i) u_c - T_end, T_gst >= W_i + (T_c - head_c,i) u_c
-        - T_end (_define_end pins T_end, so the rows are exact). Without a stagger (one
+        - T_end (_define_end pins T_end, so the rows are exact), each credit multiplied by
+        d.dp_credit_scale. The gathers all start with the step and share the routes, so
+        group i's gather work has G_i, every stage's load over capacity on each route its
+        stages sync over, in place of U_i (_define_gather_routes). Without a stagger (one
         group) both are T_intra + T_dpbw + T_lat."""
+        self._gather_route_terms: list[tuple[Any, list[tuple[Any, Any]], int]] = []
         self._stagger_terms: list[tuple[Any, list[tuple[Any, Load]], int]] = []
         self._stagger_exprs: list[Any] = []  # T_dpst is their max (_exact_step)
         self._staggered = len(groups) >= 2
@@ -677,46 +688,102 @@ class MilpInner:
         window = self.t_max * self.sync.window
         usable = sorted(moment_chains(self.d, self.t_max * self.ts))
         T_end = self._define_end(usable)
+        U_group: dict[int, Any] = {}
         for i, g in enumerate(groups):
-            last = i == len(groups) - 1  # every stage's
             loads = [
                 (r, Load(pulp.lpSum(group_load[g][r]), group_max[g][r]))
                 for r in self.d.routes
                 if g in group_load and group_load[g][r]
             ]
-            if last and not loads:
-                work, tag = self.T_intra + self.T_dpbw + self.T_lat, "all"
+            if i == len(groups) - 1 and not loads:
+                continue  # no WAN load: the last group's work is T_intra + T_dpbw + T_lat
+            U = U_group[i] = pulp.LpVariable(_name("U_dpst", i), 0) if loads else None
+            for r, load in loads:
+                self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
+            self._stagger_terms.append((U, loads, i))
+        G = self._define_gather_routes(every_load, window)
+        every = len(groups) - 1
+        for i in range(len(groups)):
+            if i == every and i not in U_group:
+                work = gather = self.T_intra + self.T_dpbw + self.T_lat
+                tag: Any = "all"
+            elif i == every:  # every stage's routes, the NIC term apart (define_dp_hosting)
+                work = gather = self.T_intra + self.T_lat + U_group[i]
+                tag = "all"
             else:
-                U = pulp.LpVariable(_name("U_dpst", i), 0) if loads else None
-                for r, load in loads:
-                    self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
-                if last:  # every stage's routes, the NIC term apart (define_dp_hosting)
-                    work, tag = self.T_intra + self.T_lat + U, "all"
-                else:
-                    wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-                    work, tag = self.I_group[i] + self.L_group[i] + wan, i
-                self._stagger_terms.append((U, loads, i))
-            # and each stage's own series (families.series_keys)
-            works = [(work, tag)] + series_works(self.I_series, self.L_series, self.N_series, i)
-            for w, t in works:
+                U = U_group.get(i)
+                wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
+                # the gathers share every stage's bytes on the group's routes
+                wan_g = self.T_dpbw if not self.d.dp_wan_stagger else G.get(i, 0)
+                work = self.I_group[i] + self.L_group[i] + wan
+                gather = self.I_group[i] + self.L_group[i] + wan_g
+                tag = i
+            self._stagger_rows(work, tag, i, usable, T_end, gather=False)
+            self._stagger_rows(gather, tag, i, usable, T_end, sync=False)
+            # and each stage's own series (families.series_keys), for both
+            for w, t in series_works(self.I_series, self.L_series, self.N_series, i):
                 self._stagger_rows(w, t, i, usable, T_end)
 
-    def _stagger_rows(self, work: Any, tag: Any, i: int, usable: list[int], T_end: Any) -> None:
-        """T_dpst (and T_gst) >= a work of release group i from each chain type's release
-        (first forward), against T_end (_define_dp_stagger)."""
+    def _define_gather_routes(self, every_load: dict[Any, Load], window: float) -> dict[int, Any]:
+        """Per release group i but the last, G_i >= t_r on every route r its stages sync
+        over (a pair binary b of theirs on r: G_i >= t_r - window (1 - b)), t_r every
+        stage's load on r over its capacity (a hull): ZeRO-1's overlapped gathers all start
+        with the step and share the routes (PerfModel.step). Only with the staggered gather
+        and the release groups' own WAN loads (d.dp_wan_stagger; T_dpbw otherwise)."""
+        self._gather_loads = every_load
+        if not (self.d.gather_staggered and self.d.dp_wan_stagger):
+            return {}
+        t_route: dict[Any, Any] = {}
+        G: dict[int, Any] = {}
+        for i, uses in self._gather_use.items():
+            uses = {r: bps for r, bps in uses.items() if r in every_load}
+            if not uses:
+                continue
+            G[i] = pulp.LpVariable(_name("G_gst", i), 0)
+            terms = []
+            for r, bps in sorted(uses.items()):
+                if r not in t_route:
+                    t_route[r] = pulp.LpVariable(_name("t_gst", *r), 0)
+                    caps = self._wave_caps(r)
+                    self._hull(t_route[r], every_load[r], r, caps, None, window, "route.gst")
+                for j, bp in enumerate(bps):
+                    self.add(
+                        G[i] >= t_route[r] - window * (1 - bp), row("dp.gather_route", i, *r, j)
+                    )
+                    terms.append((r, bp))
+            self._gather_route_terms.append((G[i], terms, i))
+        return G
+
+    def _stagger_rows(
+        self,
+        work: Any,
+        tag: Any,
+        i: int,
+        usable: list[int],
+        T_end: Any,
+        sync: bool = True,
+        gather: bool = True,
+    ) -> None:
+        """T_dpst (`sync`) and T_gst (`gather`) >= a work of release group i from each
+        chain type's release (first forward), against T_end, the credit multiplied by
+        d.dp_credit_scale (_define_dp_stagger)."""
+        at_sync, at_gather = self.d.dp_credit_scale
+        gather = gather and self.d.gather_staggered
         # a plan's credit is at most its longest chain's own tail (or head): valid cuts,
         # without which the LP relaxation credits up to T_end
-        tail = max((self.d.release_tail[c][i] for c in usable), default=0.0)
-        self.add(self.T_dpst >= work - tail / self.ts, row("dp.stagger_cut", tag))
-        if self.d.gather_staggered:
+        if sync:
+            tail = max((self.d.release_tail[c][i] for c in usable), default=0.0)
+            self.add(self.T_dpst >= work - at_sync * tail / self.ts, row("dp.stagger_cut", tag))
+        if gather:
             head = max((self.d.fill_head[c][i] for c in usable), default=0.0)
-            self.add(self.T_gst >= work - head / self.ts, row("dp.gather_cut", tag))
+            self.add(self.T_gst >= work - at_gather * head / self.ts, row("dp.gather_cut", tag))
         for c in usable:
-            expr = work + self._moment(c, self.d.release_tail[c][i]) - T_end
-            self.add(self.T_dpst >= expr, row("dp.stagger", tag, c))
-            self._stagger_exprs.append(expr)
-            if self.d.gather_staggered:
-                expr = work + self._moment(c, self.d.fill_head[c][i]) - T_end
+            if sync:
+                expr = work + at_sync * (self._moment(c, self.d.release_tail[c][i]) - T_end)
+                self.add(self.T_dpst >= expr, row("dp.stagger", tag, c))
+                self._stagger_exprs.append(expr)
+            if gather:
+                expr = work + at_gather * (self._moment(c, self.d.fill_head[c][i]) - T_end)
                 self.add(self.T_gst >= expr, row("dp.gather_stagger", tag, c))
                 self._gather_terms.append(expr)
 
@@ -1015,6 +1082,16 @@ class MilpInner:
                         t = self._exact_route_time(load, r, f"exact.dpst{i}", self.sync.window)
                         u_terms.append((t, None))
                     self._exact_max(U, u_terms, big_wan, f"exact.dpst{i}")
+            exact_t: dict[Any, Any] = {}  # every stage's route time, exactly
+            for G, terms, i in self._gather_route_terms:
+                g_terms: list[tuple[Any, Any]] = [(0, None)]
+                for r, bp in terms:
+                    if r not in exact_t:
+                        exact_t[r] = self._exact_route_time(
+                            self._gather_loads[r], r, "exact.gst_route", self.sync.window
+                        )
+                    g_terms.append((exact_t[r], bp))
+                self._exact_max(G, g_terms, big_wan, f"exact.gst_u{i}")
             for key, var in self.I_series.items():
                 tag = series_tag(*key)
                 iterms = [(t.time, t.host) for t in self._series_intra_terms[key]]
@@ -1029,11 +1106,13 @@ class MilpInner:
                 )
             # every row of T_dpst is a lower bound and the chain type in use whose release
             # is latest attains it (_define_dp_stagger): T_dpst is their max
+            # (a credit scaled by d.dp_credit_scale reaches that many times T_end)
+            big_st = (big + big_wan) * max(d.dp_credit_scale)
             st_terms = [(e, None) for e in self._stagger_exprs]
-            self._exact_max(self.T_dpst, st_terms, big + big_wan, "exact.dpst")
+            self._exact_max(self.T_dpst, st_terms, big_st, "exact.dpst")
             if self._gather_terms:
                 self._exact_max(
-                    self.T_gst, [(e, None) for e in self._gather_terms], big + big_wan, "exact.gst"
+                    self.T_gst, [(e, None) for e in self._gather_terms], big_st, "exact.gst"
                 )
         self._exact_max(
             T_lat,

@@ -880,6 +880,33 @@ class PerfModel:
             for _ in pieces
         )
 
+    def dp_credit_scale(self, cfg: Config) -> tuple[int, int]:
+        """(sync, gather): what the staggered sync's and the staggered gather's credits are
+        multiplied by inside sync_staggered_s and gather_staggered_s, 1 / F with F the
+        fraction of the sync that runs as one sequence from that moment: the pieces that
+        dp_staggered marks (each rank's reduce, then, without --overlap-param-gather, its
+        optimizer step and gather), or the others (ZeRO-1's overlapped gather, from the
+        step's start).
+
+        The exposed part of a piece is f (S + R lat) - w (dp_pieces), with S the group's
+        work less its credit. A sequence of fraction F released c before the pipeline's end
+        ends c + ... earlier, its whole credit, but F S takes only F c of it: with ZeRO-1's
+        reduce-scatter under the backward and its gather under the forward (F = 1/2 each),
+        half of each credit was lost (benchmarks/README.md, branch credit: up to +39% over
+        placer.sim). So S carries c / F. Where one sequence holds every piece (F = 1) nothing
+        changes. F is 1 or 1/2 (dp_pieces' halves), so the scale is an integer, which
+        CP-SAT's rows need."""
+        fs = [f for f, _ in self.dp_pieces(cfg)]
+        stag = self.dp_staggered(cfg)
+        out = []
+        for mark in (True, False):
+            total = sum(f for f, st in zip(fs, stag, strict=True) if st is mark)
+            scale = round(1 / total) if total > 0 else 1
+            if total > 0 and abs(scale * total - 1) > 1e-9:
+                raise ValueError(f"a sync sequence of fraction {total}: no integer credit scale")
+            out.append(scale)
+        return out[0], out[1]
+
     def dp_exposed_s(self, cfg: Config, sync_s: float, lat_s: float = 0.0) -> float:
         """The exposed part of a per-step sync of `sync_s` whose collectives each pay
         `lat_s` of latency (the WAN phase's, PerfModel.step; 0: only the sync once)."""
@@ -1459,8 +1486,16 @@ class PerfModel:
         is done with the group's ranks a one-way latency or more earlier, and a chain that
         ends T_end - T_c before the longest is done that much earlier still;
         benchmarks/README.md, branch moments). ZeRO-1's overlapped gather likewise past
-        T_end - max (T_c - head_c,g), its first forward against the chain's slack. The
-        latency is the group's
+        T_end - max (T_c - head_c,g), its first forward against the chain's slack; the
+        gathers all start with the step and share the routes (placer.sim: max-min fair),
+        so the rank needed first waits for every rank's bytes: a group's gather work counts
+        every stage's load on each route its own stages sync over (before, its own
+        stages': optimistic by up to 8% against placer.sim once the credits below were
+        whole; benchmarks/README.md, branch credit). Each credit is multiplied by
+        dp_credit_scale (1 / the fraction of the sync that runs as one sequence from that
+        moment: 2 for ZeRO-1's overlapped reduce-scatter and gather), since the pieces take
+        f of S and a sequence gains its whole head start (before, half of it: up to +39%).
+        The latency is the group's
         own because a stage synced inside one site has no WAN round: charged every group,
         the slowest split stage's latency fell on the stages that end last, synced inside
         their sites (benchmarks/README.md, branch glat). Megatron reduces each pipeline
@@ -1608,12 +1643,10 @@ class PerfModel:
             # (two stages' NIC work runs on different ranks at once: placer.sim). With a
             # flow-routed pair the group's WAN phase is every stage's, NIC terms included
             # (group_bw), which every stage's own series is below
-            work = {
-                g: max(
+            def group_work(g: float, route_s: float) -> float:
+                return max(
                     [
-                        group_intra[g]
-                        + group_lat[g]
-                        + (group_bw[g] if wan_whole else group_route[g]),
+                        group_intra[g] + group_lat[g] + route_s,
                         *(
                             t
                             for k, t in enumerate(stage_series)
@@ -1621,7 +1654,24 @@ class PerfModel:
                         ),
                     ]
                 )
-                for g in group_load
+
+            work = {
+                g: group_work(g, group_bw[g] if wan_whole else group_route[g]) for g in group_load
+            }
+            # ZeRO-1's overlapped gathers all start with the step and share the routes
+            # (placer.sim: max-min fair), so the rank needed first waits for every rank's
+            # bytes: each group's gather work counts every stage's routes (the last group's)
+            every = group_load[max(group_load)]
+
+            def gather_route(g: float) -> float:
+                # the busiest route the group's stages use, with every stage's bytes
+                return max(
+                    (_div(every[r], cap[r]) * dpf.get(r, 1.0) for r in group_load[g]),
+                    default=0.0,
+                )
+
+            gather_work = {
+                g: group_work(g, group_bw[g] if wan_whole else gather_route(g)) for g in group_load
             }
             # the plan's release and fill (chain_offsets_s): group g's sync starts when the
             # last of its first stage's ranks is done, at the latest T_c - tail_c over the
@@ -1632,8 +1682,14 @@ class PerfModel:
             # dp_moments_s)
             release_at, fill_at, t_end = self.dp_moments_s(cfg, [c for _, c in groups])
             # each group at its first stage's moments (release.index: its first stage)
-            t_sync_st = max(w + release_at[release.index(g)] - t_end for g, w in work.items())
-            t_gather_st = max(w + fill_at[release.index(g)] - t_end for g, w in work.items())
+            # each sequence's whole credit (dp_credit_scale: the pieces take F of S)
+            at_sync, at_gather = self.dp_credit_scale(cfg)
+            t_sync_st = max(
+                w + at_sync * (release_at[release.index(g)] - t_end) for g, w in work.items()
+            )
+            t_gather_st = max(
+                w + at_gather * (fill_at[release.index(g)] - t_end) for g, w in gather_work.items()
+            )
         if unreachable:
             t_wan = t_wan_st = t_sync_st = t_gather_st = math.inf
         # the per-step sync hides partly under the backward / forward (dp_pieces); the

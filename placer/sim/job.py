@@ -70,8 +70,9 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   the pipeline drain (pessimistic for the ranks that finish first), and exposes each
   rank's overlapped parameter gather past its first forward, grouped as the releases
   are (PerfModel.dp_moments_s: the latest over the chains in use of each chain's own
-  fill at the fastest GPU, uncontended, against its slack; the gathers' use of the
-  routes the fill needs is not charged: optimistic there).
+  fill at the fastest GPU, uncontended, against its slack; each gather's routes carry
+  every rank's gather bytes, as here where all start with the step; the gathers' use of
+  the routes the fill needs is not charged: optimistic there).
 * Sync between sites: in each of the two WAN rounds every member of a hosting site sends
   its share of the site's 1/K shard to the members of the other sites through its NIC
   and the routed paths, each sender to the receivers whose ranges of the shard overlap
