@@ -43,7 +43,10 @@ Families, in build order:
               the staggered sync and gather per release group and chain type, each
               released at the chain's own T_c - tail (first forward at T_c - head)
               against T_end, the longest chain in use, pinned exactly (dp.end,
-              dp.end_cap; PerfModel.dp_moments_s)
+              dp.end_cap; PerfModel.dp_moments_s), each credit times its sequence's
+              scale (PerfModel.dp_credit_scale); the gather's route per group G_g, every
+              stage's bytes on each route its stages sync over (dp.gather_route,
+              route.gst)
 * step:       T = T_pipe + T_intra + the sync policy's WAN part (`SYNC`)
 * limits:     max_step_time_s, the frontier walk's caps, the incumbent cutoff
 * resilience: sites in use (also the tie-break's site count), then every single failure
