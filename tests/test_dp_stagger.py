@@ -209,6 +209,17 @@ def test_wan_latency_per_release_group_by_hand(km: float) -> None:
     assert abs(st.step_time_s - sim.step_time_s) < abs(st.pipe_s + old - sim.step_time_s)
 
 
+def _zero1_step(perf, cfg, st, gather: float, lat: float) -> float:
+    """ZeRO-1 with overlap: T_pipe plus each half's exposed part, f (S + R lat) - window
+    (PerfModel.dp_pieces, R = dp_lat_repeats), the reduce-scatter at the staggered sync,
+    the gather at `gather`."""
+    (f0, w0), (f1, w1) = perf.dp_pieces(cfg)
+    r0, r1 = perf.dp_lat_repeats(cfg)
+    assert perf.dp_staggered(cfg) == (True, False)
+    reduce_part = max(0.0, f0 * (st.sync_staggered_s + r0 * lat) - w0)
+    return st.pipe_s + reduce_part + max(0.0, f1 * (gather + r1 * lat) - w1)
+
+
 @pytest.mark.parametrize("km", [100.0, 1000.0])
 def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     """pp 2, job.overlap on (ZeRO-1: the reduce-scatter half under the last backward, the
@@ -260,14 +271,8 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     assert st.gather_staggered_s == pytest.approx(gather, rel=1e-12)
     at_once = st.intra_s + st.wan_s
     assert at_once == pytest.approx(i0 + lat + w, rel=1e-12)
-    (f0, w0), (f1, w1) = perf.dp_pieces(cfg)
-    r0, r1 = perf.dp_lat_repeats(cfg)
-    assert perf.dp_staggered(cfg) == (True, False)
-    reduce_part = max(0.0, f0 * (st.sync_staggered_s + r0 * lat) - w0)
-    assert st.step_time_s == pytest.approx(
-        st.pipe_s + reduce_part + max(0.0, f1 * (gather + r1 * lat) - w1), rel=1e-12
-    )
-    before = st.pipe_s + reduce_part + max(0.0, f1 * (at_once + r1 * lat) - w1)
+    assert st.step_time_s == pytest.approx(_zero1_step(perf, cfg, st, gather, lat), rel=1e-12)
+    before = _zero1_step(perf, cfg, st, at_once, lat)
     assert st.step_time_s < before
     sim = simulate(prob, p)
     assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
@@ -299,15 +304,9 @@ def test_gathers_share_every_stages_routes_by_hand() -> None:
     gather = i0 + lat + max(u01, n0)
     assert st.gather_staggered_s == pytest.approx(gather, rel=1e-12)
     # (the group of both stages, released phi_1 later, has the same work: not above it)
-    (f0, w0), (f1, w1) = perf.dp_pieces(cfg)
-    r0, r1 = perf.dp_lat_repeats(cfg)
-    assert perf.dp_staggered(cfg) == (True, False)
-    reduce_part = max(0.0, f0 * (st.sync_staggered_s + r0 * lat) - w0)
-    assert st.step_time_s == pytest.approx(
-        st.pipe_s + reduce_part + max(0.0, f1 * (gather + r1 * lat) - w1), rel=1e-12
-    )
+    assert st.step_time_s == pytest.approx(_zero1_step(perf, cfg, st, gather, lat), rel=1e-12)
     own = i0 + lat + max(u0, n0)  # before: stage 0's bytes alone
-    before = st.pipe_s + reduce_part + max(0.0, f1 * (own + r1 * lat) - w1)
+    before = _zero1_step(perf, cfg, st, own, lat)
     sim = simulate(prob, p)
     assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
     assert abs(st.step_time_s - sim.step_time_s) < abs(before - sim.step_time_s)

@@ -177,6 +177,34 @@ def series_works(i_series: Any, l_series: Any, n_series: Any, i: int) -> list[tu
     ]
 
 
+def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, Any]) -> list:
+    """Every release group's works for both backends' stagger rows (their variables add
+    alike), as (group, work, row tag, for the sync, for the gather): the group's NIC
+    phase, latency and routes (U_group; the last group every stage's, T_dpbw where it has
+    no route of its own), the gather's the same with every stage's bytes on the group's
+    routes (G: _define_gather_routes), and each stage's own series for both
+    (series_works). `m` is the backend's model (T_intra, T_dpbw, T_lat, I_group, L_group,
+    the series variables, d)."""
+    out = []
+    every = n_groups - 1
+    for i in range(n_groups):
+        if i == every:
+            U = U_group.get(i)
+            # every stage's routes, the NIC term apart (define_dp_hosting), or T_dpbw
+            work = m.T_intra + m.T_dpbw + m.T_lat if U is None else m.T_intra + m.T_lat + U
+            out.append((i, work, "all", True, False))
+            out.append((i, work, "all", False, True))
+        else:
+            U = U_group.get(i)
+            wan = m.T_dpbw if not m.d.dp_wan_stagger else (0 if U is None else U)
+            wan_g = m.T_dpbw if not m.d.dp_wan_stagger else G.get(i, 0)
+            out.append((i, m.I_group[i] + m.L_group[i] + wan, i, True, False))
+            out.append((i, m.I_group[i] + m.L_group[i] + wan_g, i, False, True))
+        series = series_works(m.I_series, m.L_series, m.N_series, i)
+        out += [(i, w, t, True, True) for w, t in series]
+    return out
+
+
 def series_tag(i: int, k: int) -> str:
     """The row index of release group i's series term of stage k, e.g. `0.3`."""
     return f"{i}.{k}"

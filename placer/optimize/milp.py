@@ -38,7 +38,7 @@ from placer.optimize.families import (
     row,
     series_keys,
     series_tag,
-    series_works,
+    stagger_works,
     sync_rule,
     tick_family,
     tiebreak_weights,
@@ -702,27 +702,8 @@ class MilpInner:
                 self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
             self._stagger_terms.append((U, loads, i))
         G = self._define_gather_routes(every_load, window)
-        every = len(groups) - 1
-        for i in range(len(groups)):
-            if i == every and i not in U_group:
-                work = gather = self.T_intra + self.T_dpbw + self.T_lat
-                tag: Any = "all"
-            elif i == every:  # every stage's routes, the NIC term apart (define_dp_hosting)
-                work = gather = self.T_intra + self.T_lat + U_group[i]
-                tag = "all"
-            else:
-                U = U_group.get(i)
-                wan = self.T_dpbw if not self.d.dp_wan_stagger else (0 if U is None else U)
-                # the gathers share every stage's bytes on the group's routes
-                wan_g = self.T_dpbw if not self.d.dp_wan_stagger else G.get(i, 0)
-                work = self.I_group[i] + self.L_group[i] + wan
-                gather = self.I_group[i] + self.L_group[i] + wan_g
-                tag = i
-            self._stagger_rows(work, tag, i, usable, T_end, gather=False)
-            self._stagger_rows(gather, tag, i, usable, T_end, sync=False)
-            # and each stage's own series (families.series_keys), for both
-            for w, t in series_works(self.I_series, self.L_series, self.N_series, i):
-                self._stagger_rows(w, t, i, usable, T_end)
+        for i, work, tag, sync, gather in stagger_works(self, len(groups), U_group, G):
+            self._stagger_rows(work, tag, i, usable, T_end, sync=sync, gather=gather)
 
     def _define_gather_routes(self, every_load: dict[Any, Load], window: float) -> dict[int, Any]:
         """Per release group i but the last, G_i >= t_r on every route r its stages sync
