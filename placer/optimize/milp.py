@@ -56,6 +56,31 @@ MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
 TIE_TOL = 1e-10
 
 
+# HiGHS' options as placer sets them (the instance's solver options override them):
+HIGHS_DEFAULTS: dict[str, Any] = {
+    "mip_rel_gap": MIP_REL_GAP,
+    # HiGHS' symmetry detection can run for the whole time limit on these models
+    "mip_detect_symmetry": False,
+    # HiGHS' restart (presolve again once the root has fixed columns) costs more than it
+    # saves on these models: the 91 HiGHS models of the six shipped instances, solved
+    # again offline with one thread, give the same status and optimum every one, with
+    # 208,811 -> 128,036 simplex iterations on three-sites-80-300-500km (12.1 -> 6.3 CPU
+    # s) and none slower by more than noise (benchmarks/README.md)
+    "mip_allow_restart": False,
+    # RENS: HiGHS 1.16.0 loops for ever in the presolve of the sub-MIP of a RENS inside
+    # another RENS sub-MIP (HPresolve::strengthenInequalities, where neither time_limit
+    # nor the interrupt callback is checked; ERGO-Code/HiGHS#2226 is another such loop).
+    # Found on a 770-row round of the two campuses with Llama 3 70B on one wave, as
+    # branch credit-repeats' formulation builds it (tests/data/highs_rens_loop.mps.gz,
+    # tests/test_highs_defects.py): it hung tests/test_tradeoffs.py. With RENS off it
+    # solves in 0.4 s (so it does with random_seed 1). The shipped instances' MILP solves,
+    # two runs each, RENS on -> off: deepseek-v3-two-sites 0.84 -> 1.73 s, four-site-
+    # metro-longhaul 4.1 -> 5.5 s, seed-1t-two-sites 4.8 -> 5.1 s, three-sites 5.0 ->
+    # 5.0 s, two-campus 1.14 -> 1.20 s, four-metro-resilient 2.76 -> 2.31 s; the same
+    # plans. A time limit that holds is worth the second (benchmarks/README.md)
+    "mip_heuristic_run_rens": False,
+}
+
 _HIGHS_THREADS: list[int | None] = []  # the thread count HiGHS' global scheduler runs with
 
 
@@ -1462,15 +1487,8 @@ class MilpInner:
             )
         else:
             kwargs = {k: v for k, v in options.items() if k != "milp_solver"}
-            kwargs.setdefault("mip_rel_gap", MIP_REL_GAP)
-            # HiGHS' symmetry detection can run for the whole time limit on these models
-            kwargs.setdefault("mip_detect_symmetry", False)
-            # HiGHS' restart (presolve again once the root has fixed columns) costs more than
-            # it saves on these models: the 91 HiGHS models of the six shipped instances,
-            # solved again offline with one thread, give the same status and optimum every
-            # one, with 208,811 -> 128,036 simplex iterations on three-sites-80-300-500km
-            # (12.1 -> 6.3 CPU s) and none slower by more than noise (benchmarks/README.md)
-            kwargs.setdefault("mip_allow_restart", False)
+            for key, value in HIGHS_DEFAULTS.items():
+                kwargs.setdefault(key, value)
             kwargs.update(_interrupt_callback(stop_at))
             solver = _StartedHiGHS(
                 self.warm, msg=False, timeLimit=time_limit_s, threads=threads, **kwargs
