@@ -100,16 +100,25 @@ def interleaved_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int,
     return ops
 
 
-# a time on the DAG with the counts of the path that attains it
-_Stamp = tuple[float, tuple[int, ...], tuple[int, ...]]
+# a time on the DAG and the last step of the path that attains it: (its parent's step, a
+# code: j for a FIFO slot of boundary j, nb + j for a delivery over it), None at the
+# start. The counts are read off the one longest path at the end (_counts): copying a
+# count vector at every message took a third of the evaluation (contention planes,
+# seed-1t-two-sites: 488 critical paths of 32 ranks)
+_Step = tuple["_Step", int] | None
+_Stamp = tuple[float, _Step]
 
 
 def _later(a: _Stamp, b: _Stamp) -> _Stamp:
     return b if b[0] > a[0] else a
 
 
-def _bump(counts: tuple[int, ...], j: int) -> tuple[int, ...]:
-    return counts[:j] + (counts[j] + 1,) + counts[j + 1 :]
+def _counts(step: _Step, nb: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    n = [0] * (2 * nb)
+    while step is not None:
+        step, code = step
+        n[code] += 1
+    return tuple(n[:nb]), tuple(n[nb:])
 
 
 _Msg = tuple[str, int, int]  # (kind, micro-batch, model stage it is delivered to)
@@ -206,17 +215,17 @@ def _evaluate(
 ) -> CriticalPath:
     p, nb = _shape(fwd, bwd, latency, transmit, v)
     last = v * p - 1
-    zero = (0,) * nb
+    zero: _Stamp = (0.0, None)
     orders = [interleaved_order(p, m, v, r) for r in range(p)]
     nxt = [0] * p
-    free: list[_Stamp] = [(0.0, zero, zero)] * p
+    free: list[_Stamp] = [zero] * p
     # FIFO of boundary j: forward (rank j -> j+1, wrap p-1 -> 0) and backward directions
     if queues is None:
         queues = [(j, nb + j) for j in range(nb)]
     if len(queues) != nb:
         raise ValueError(f"queues needs {nb} entries (pp={p}, v={v})")
-    fifo: dict[int, _Stamp] = {q: (0.0, zero, zero) for pair in queues for q in pair}
-    own = [[(0.0, zero, zero)] * nb, [(0.0, zero, zero)] * nb]  # each direction's sender
+    fifo: dict[int, _Stamp] = {q: zero for pair in queues for q in pair}
+    own = [[zero] * nb, [zero] * nb]  # each direction's sender
     arrived: dict[_Msg, _Stamp] = {}
     # a shared FIFO's sends wait for their turn in `service`
     waiting: dict[int, dict[_Msg, tuple[int, _Stamp]]] = {q: {} for q in service}
@@ -227,20 +236,27 @@ def _evaluate(
             tx = _later(end, fifo[q])
             if record is not None:
                 record[msg] = (j, tx[0])
-            done = (tx[0] + transmit[j], _bump(tx[1], j), tx[2])
+            done = (tx[0] + transmit[j], (tx[1], j))
             fifo[q] = done
         else:  # its sender's, then the shared route's for the part above the NIC
             d = 0 if msg[0] == "F" else 1
             tx = _later(_later(end, own[d][j]), fifo[q])
-            done = (tx[0] + transmit[j], _bump(tx[1], j), tx[2])
+            done = (tx[0] + transmit[j], (tx[1], j))
             own[d][j] = done
             assert hold is not None
-            fifo[q] = (tx[0] + max(0.0, hold[j]), done[1], tx[2])
-        arrived[msg] = (done[0] + latency[j], done[1], _bump(done[2], j))
+            fifo[q] = (tx[0] + max(0.0, hold[j]), done[1])
+        arrived[msg] = (done[0] + latency[j], (done[1], nb + j))
 
     def send(q: int, j: int, msg: _Msg, end: _Stamp) -> None:
-        if q not in service:
-            transmit_one(q, j, msg, end)
+        if q not in service:  # transmit_one's own-FIFO case, inlined (the hot path)
+            f = fifo[q]
+            tx = f if f[0] > end[0] else end
+            if record is not None:
+                record[msg] = (j, tx[0])
+            step = (tx[1], j)
+            t = tx[0] + transmit[j]
+            fifo[q] = (t, step)
+            arrived[msg] = (t + latency[j], (step, nb + j))
             return
         waiting[q][msg] = (j, end)
         order = service[q]
@@ -257,13 +273,13 @@ def _evaluate(
             while nxt[r] < len(order):
                 kind, x, s = order[nxt[r]]
                 if kind == "F":
-                    ready = (0.0, zero, zero) if s == 0 else arrived.get(("F", x, s))
+                    ready = zero if s == 0 else arrived.get(("F", x, s))
                 else:
                     ready = free[r] if s == last else arrived.get(("B", x, s))
                 if ready is None:
                     break
                 start = _later(free[r], ready)
-                end = (start[0] + (fwd[s] if kind == "F" else bwd[s]), start[1], start[2])
+                end = (start[0] + (fwd[s] if kind == "F" else bwd[s]), start[1])
                 free[r] = end
                 nxt[r] += 1
                 remaining -= 1
@@ -279,4 +295,5 @@ def _evaluate(
     best = free[0]
     for stamp in free[1:]:
         best = _later(best, stamp)
-    return CriticalPath(best[0], best[1], best[2])
+    n, lc = _counts(best[1], nb)
+    return CriticalPath(best[0], n, lc)

@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from placer.perf.critical_path import CriticalPath, _bump, _later, _Stamp
+from placer.perf.critical_path import CriticalPath, _counts, _later, _Stamp
 
 __all__ = ["Action", "dualpipev_order", "dualpipev_path", "dualpipev_peak_layers", "v_rank"]
 
@@ -182,8 +182,7 @@ def dualpipev_path(
     if any(w > b for w, b in zip(wgt, bwd, strict=True)):
         raise ValueError("wgt must not exceed bwd")
     nb = p - 1
-    zero = (0,) * nb
-    start0: _Stamp = (0.0, zero, zero)
+    start0: _Stamp = (0.0, None)
     last = n - 1
     orders = [dualpipev_order(p, m, r) for r in range(p)]
     nxt = [0] * p
@@ -217,9 +216,9 @@ def dualpipev_path(
             return
         j, d = min(a, b), (1 if b > a else -1)
         tx = _later(end, fifo.get((j, d), start0))
-        out = (tx[0] + transmit[j], _bump(tx[1], j), tx[2])
+        out = (tx[0] + transmit[j], (tx[1], j))
         fifo[(j, d)] = out
-        arrived[key] = (out[0] + latency[j], out[1], _bump(out[2], j))
+        arrived[key] = (out[0] + latency[j], (out[1], nb + j))
 
     def duration(a: Action) -> float:
         kind, _x, s = a
@@ -244,7 +243,7 @@ def dualpipev_path(
                 start = free[r]
                 for d in deps:
                     start = _later(start, d)  # type: ignore[arg-type]
-                end = (start[0] + sum(duration(a) for a in op), start[1], start[2])
+                end = (start[0] + sum(duration(a) for a in op), start[1])
                 free[r] = end
                 nxt[r] += 1
                 remaining -= 1
@@ -259,4 +258,5 @@ def dualpipev_path(
     best = free[0]
     for stamp in free[1:]:
         best = _later(best, stamp)
-    return CriticalPath(best[0], best[1], best[2])
+    n, lc = _counts(best[1], nb)
+    return CriticalPath(best[0], n, lc)
