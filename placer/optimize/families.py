@@ -188,14 +188,13 @@ def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, A
     out = []
     every = n_groups - 1
     for i in range(n_groups):
+        U = U_group.get(i)
         if i == every:
-            U = U_group.get(i)
             # every stage's routes, the NIC term apart (define_dp_hosting), or T_dpbw
             work = m.T_intra + m.T_dpbw + m.T_lat if U is None else m.T_intra + m.T_lat + U
             out.append((i, work, "all", True, False))
             out.append((i, work, "all", False, True))
         else:
-            U = U_group.get(i)
             wan = m.T_dpbw if not m.d.dp_wan_stagger else (0 if U is None else U)
             wan_g = m.T_dpbw if not m.d.dp_wan_stagger else G.get(i, 0)
             out.append((i, m.I_group[i] + m.L_group[i] + wan, i, True, False))

@@ -231,24 +231,19 @@ def _evaluate(
     waiting: dict[int, dict[_Msg, tuple[int, _Stamp]]] = {q: {} for q in service}
     turn = {q: 0 for q in service}
 
-    def transmit_one(q: int, j: int, msg: _Msg, end: _Stamp) -> None:
-        if q not in service:  # its own FIFO
-            tx = _later(end, fifo[q])
-            if record is not None:
-                record[msg] = (j, tx[0])
-            done = (tx[0] + transmit[j], (tx[1], j))
-            fifo[q] = done
-        else:  # its sender's, then the shared route's for the part above the NIC
-            d = 0 if msg[0] == "F" else 1
-            tx = _later(_later(end, own[d][j]), fifo[q])
-            done = (tx[0] + transmit[j], (tx[1], j))
-            own[d][j] = done
-            assert hold is not None
-            fifo[q] = (tx[0] + max(0.0, hold[j]), done[1])
+    def transmit_shared(q: int, j: int, msg: _Msg, end: _Stamp) -> None:
+        """A message on a shared FIFO q: its sender's direction, then the route's for the
+        part above the NIC (`hold`)."""
+        d = 0 if msg[0] == "F" else 1
+        tx = _later(_later(end, own[d][j]), fifo[q])
+        done = (tx[0] + transmit[j], (tx[1], j))
+        own[d][j] = done
+        assert hold is not None
+        fifo[q] = (tx[0] + max(0.0, hold[j]), done[1])
         arrived[msg] = (done[0] + latency[j], (done[1], nb + j))
 
     def send(q: int, j: int, msg: _Msg, end: _Stamp) -> None:
-        if q not in service:  # transmit_one's own-FIFO case, inlined (the hot path)
+        if q not in service:  # its own FIFO (the hot path: no call, no _later)
             f = fifo[q]
             tx = f if f[0] > end[0] else end
             if record is not None:
@@ -262,7 +257,7 @@ def _evaluate(
         order = service[q]
         while turn[q] < len(order) and order[turn[q]] in waiting[q]:
             jj, e = waiting[q].pop(order[turn[q]])
-            transmit_one(q, jj, order[turn[q]], e)
+            transmit_shared(q, jj, order[turn[q]], e)
             turn[q] += 1
 
     remaining = sum(len(o) for o in orders)
