@@ -152,16 +152,24 @@ def chain_points(
     (the evaluator's, placer.perf.step), healthy or under a failure's route `factor`."""
     tick = perf.route_tick_s(cfg, groups, capacity_Bps, routing, factor)
     out = {}
-    v, dual = cfg.virtual_stages, cfg.dualpipev
     for _, chain in groups:
-        lats = perf.boundary_latencies(chain, routing, v, dual) if routing else None
-        ticks = perf.boundary_ticks(chain, routing, tick, v, dual) if tick else None
-        _f, _b, lat, tx = perf.chain_times_at(cfg, chain, lats, ticks)
-        bounds = perf.chain_boundaries(chain, v, dual)
-        cross = [j for j, (a, b, _) in enumerate(bounds) if a != b]
-        point = (tuple(tx[j] for j in cross), tuple(lat[j] for j in cross))
+        point = point_at(perf, cfg, chain, routing, tick)
         out[chain] = (point, perf.chain_time(cfg, chain, routing=routing, tick_s=tick or None))
     return out
+
+
+def point_at(
+    perf: PerfModel, cfg: Config, chain: Chain, routing: Routing | None, tick: dict
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """A chain's crossings' (transmit, latency) point under the routes' lockstep ticks
+    `tick` (PerfModel.route_tick_s of some plan, whether or not the chain is in it)."""
+    v, dual = cfg.virtual_stages, cfg.dualpipev
+    lats = perf.boundary_latencies(chain, routing, v, dual) if routing else None
+    ticks = perf.boundary_ticks(chain, routing, tick, v, dual) if tick else None
+    _f, _b, lat, tx = perf.chain_times_at(cfg, chain, lats, ticks)
+    bounds = perf.chain_boundaries(chain, v, dual)
+    cross = [j for j, (a, b, _) in enumerate(bounds) if a != b]
+    return (tuple(tx[j] for j in cross), tuple(lat[j] for j in cross))
 
 
 def add_violated_planes(
@@ -191,11 +199,60 @@ def add_violated_planes(
                 before = len(cp.planes)
                 added += _add_around(perf, cfg, cp, point)
                 new = cp.planes[before:]
-                for other in planes:  # the same function: the same planes
-                    if other is not cp and other.signature == cp.signature:
-                        have = set(other.planes)
-                        other.planes.extend(p for p in new if p not in have)
+                _share(planes, cp, new)
+    if added:
+        _spread(
+            perf,
+            cfg,
+            planes,
+            {planes[c].chain for c, n in counts.items() if n > 0},
+            groups,
+            cap,
+            routing,
+        )
     return added
+
+
+def _share(planes: list[ChainPlanes], cp: ChainPlanes, new: list[Plane]) -> None:
+    """Chain types of cp's signature have the same 1F1B function: the same planes."""
+    for other in planes:
+        if other is not cp and other.signature == cp.signature:
+            have = set(other.planes)
+            other.planes.extend(p for p in new if p not in have)
+
+
+def _spread(
+    perf: PerfModel,
+    cfg: Config,
+    planes: list[ChainPlanes],
+    used: set[Chain],
+    groups: list[tuple[int, Chain]],
+    cap: dict,
+    routing: Routing | None,
+) -> None:
+    """Every chain type not in the plan whose crossings meet a route the plan loads gets
+    the planes at the plan's lockstep ticks and around them (_add_around), once per
+    signature. Valid cuts (each a true path of its schedule), added where the next plans
+    go: a round's plan moves replicas to other chain types on the same routes and to
+    other wave counts, most often a tie of the optimum with fewer waves (the canonical
+    plan, families.TieBreak), and each such chain type priced by its uncontended plane
+    alone made a round of its own (seed-1t-two-sites: four rounds; two-campus-100km:
+    four, two with these; benchmarks/README.md, branch repeats2)."""
+    tick = perf.route_tick_s(cfg, groups, cap, routing)
+    if not tick:
+        return
+    hot = {h for h, t in tick.items() if t > 0}
+    done = {planes[c].signature for c, cp in enumerate(planes) if cp.chain in used}
+    for cp in planes:
+        if cp.signature in done or not cp.crossings:
+            continue
+        if not any(h in hot for x in cp.crossings for hops in x.hops for h in hops):
+            continue
+        done.add(cp.signature)
+        point = point_at(perf, cfg, cp.chain, routing, tick)
+        before = len(cp.planes)
+        if _add_around(perf, cfg, cp, point):
+            _share(planes, cp, cp.planes[before:])
 
 
 def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) -> tuple:
