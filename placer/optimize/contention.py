@@ -23,6 +23,7 @@ runs the loop).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from placer.io import Problem
@@ -181,10 +182,13 @@ def add_violated_planes(
     waves: dict,
     routing: Routing | None,
     scenarios: list[dict] | None = None,
+    stop_at: float | None = None,
 ) -> int:
     """Add, for every chain in use whose true time (healthy, and under each failure's
-    route factors in `scenarios`) no plane reaches, the plane at its point. Returns how
-    many planes were added (0: the model priced the plan exactly)."""
+    route factors in `scenarios`) no plane reaches, the plane at its point; then, when
+    any was added, spread planes to the chain types not in use (_spread; until
+    perf_counter() `stop_at`). Returns how many planes the plan's own chains gained (0:
+    the model priced the plan exactly)."""
     net = perf.net
     groups = [(n, planes[c].chain) for c, n in sorted(counts.items()) if n > 0]
     if not groups:
@@ -201,15 +205,8 @@ def add_violated_planes(
                 new = cp.planes[before:]
                 _share(planes, cp, new)
     if added:
-        _spread(
-            perf,
-            cfg,
-            planes,
-            {planes[c].chain for c, n in counts.items() if n > 0},
-            groups,
-            cap,
-            routing,
-        )
+        used = {planes[c].chain for c, n in counts.items() if n > 0}
+        _spread(perf, cfg, planes, used, groups, cap, routing, stop_at)
     return added
 
 
@@ -229,6 +226,7 @@ def _spread(
     groups: list[tuple[int, Chain]],
     cap: dict,
     routing: Routing | None,
+    stop_at: float | None = None,
 ) -> None:
     """Every chain type not in the plan whose crossings meet a route the plan loads gets
     the planes at the plan's lockstep ticks and around them (_add_around), once per
@@ -237,17 +235,27 @@ def _spread(
     other wave counts, most often a tie of the optimum with fewer waves (the canonical
     plan, families.TieBreak), and each such chain type priced by its uncontended plane
     alone made a round of its own (seed-1t-two-sites: four rounds; two-campus-100km:
-    four, two with these; benchmarks/README.md, branch repeats2)."""
+    four, two with these; benchmarks/README.md, branch repeats2). As many signatures a
+    call as SPREAD_WORK allows, in chain-type order (deterministic), and none past
+    `stop_at`: the cuts only speed the rounds up (megatron-1t at pp 32 over two
+    campuses: 80 s for every signature of one round, past the solve's time limit)."""
     tick = perf.route_tick_s(cfg, groups, cap, routing)
     if not tick:
         return
     hot = {h for h, t in tick.items() if t > 0}
     done = {planes[c].signature for c, cp in enumerate(planes) if cp.chain in used}
+    # a critical path's work: every (rank, chunk, micro-batch) op of the schedule
+    per_plane, spent = cfg.pp * cfg.virtual_stages * cfg.num_micro_batches, 0
     for cp in planes:
         if cp.signature in done or not cp.crossings:
             continue
         if not any(h in hot for x in cp.crossings for hops in x.hops for h in hops):
             continue
+        if spent + per_plane * (1 + len(NEIGHBOURS)) > SPREAD_WORK or (
+            stop_at is not None and time.perf_counter() > stop_at
+        ):
+            return
+        spent += per_plane * (1 + len(NEIGHBOURS))
         done.add(cp.signature)
         point = point_at(perf, cfg, cp.chain, routing, tick)
         before = len(cp.planes)
@@ -272,6 +280,11 @@ def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) ->
         None if service is None else tuple(sorted(service.items())),
     )
 
+
+SPREAD_WORK = 400_000  # schedule ops (pp x v x micro-batches per critical path) that one
+# _spread call may spend: seed-1t-two-sites' 32 signatures at 8 planes of pp 32 x 48 take
+# 370k; megatron-1t over two campuses at pp 32 x 96 and 64 signatures would take 1.6M, 45 s
+# in one round, longer than its whole solve (benchmarks/README.md, branch repeats2)
 
 NEIGHBOURS = (1 / 64, 1 / 16, 1 / 4, 1 / 2, 2.0, 4.0, 16.0)  # the planes at a violated
 # point and at these multiples of its transmit times above the NIC's: the next round's plan

@@ -573,7 +573,7 @@ def _break_ties(
         ev = evaluate(problem, plan, perf)
         if not ev.feasible:
             return None
-        if data.planes is None or not _add_planes(problem, perf, data, tied, ev):
+        if data.planes is None or not _add_planes(problem, perf, data, tied, ev, until):
             break
         if not isinstance(model, MilpInner):  # CP-SAT breaks ties inside its rounds
             return None
@@ -1344,7 +1344,7 @@ def _backend(
                 deferred.append(model)
             return sol
         ev = evaluate(problem, solution_plan(problem, data, sol), perf)
-        added = _add_planes(problem, perf, data, sol, ev)
+        added = _add_planes(problem, perf, data, sol, ev, deadline)
         if not added and (not lazy or deferred is not None):
             if deferred is not None:
                 deferred.append(model)
@@ -1356,7 +1356,7 @@ def _backend(
             if tied is sol:  # no tie-break plan in time: the priced plan stands
                 return sol
             tied_ev = evaluate(problem, solution_plan(problem, data, tied), perf)
-            if not _add_planes(problem, perf, data, tied, tied_ev):
+            if not _add_planes(problem, perf, data, tied, tied_ev, deadline):
                 return tied
             sol, ev = tied, tied_ev
         ties_open = lazy and bool(added)  # the round's plan gained planes, ties not broken
@@ -1400,9 +1400,15 @@ def _build_model(
 
 
 def _add_planes(
-    problem: Problem, perf: PerfModel, data: InnerData, sol: InnerSolution, ev: Evaluation
+    problem: Problem,
+    perf: PerfModel,
+    data: InnerData,
+    sol: InnerSolution,
+    ev: Evaluation,
+    stop_at: float | None = None,
 ) -> int:
-    """The contention planes that a round's plan violates, added (0: priced exactly)."""
+    """The contention planes that a round's plan violates, added (0: priced exactly);
+    the planes spread to other chain types stop at perf_counter() `stop_at`."""
     assert data.planes is not None
     return add_violated_planes(
         problem,
@@ -1413,6 +1419,7 @@ def _add_planes(
         sol.waves,
         ev.routing,
         _failure_factors(data, sol),
+        stop_at,
     )
 
 
