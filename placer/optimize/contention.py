@@ -73,6 +73,7 @@ class ChainPlanes:
     # other boundaries' times) have the same 1F1B function of their crossings' times:
     # a plane of one is a plane of all (placer.optimize.data groups them)
     signature: tuple = ()
+    spread: bool = False  # given planes by _spread (a configuration's later calls spend less)
 
     def covers(self, point: tuple[tuple[float, ...], tuple[float, ...]], t: float) -> bool:
         best = max((p.value(*point) for p in self.planes), default=-math.inf)
@@ -244,21 +245,29 @@ def _spread(
         return
     hot = {h for h, t in tick.items() if t > 0}
     done = {planes[c].signature for c, cp in enumerate(planes) if cp.chain in used}
-    # a critical path's work: every (rank, chunk, micro-batch) op of the schedule
+    # a critical path's work: every (rank, chunk, micro-batch) op of the schedule; the
+    # first call of a configuration SPREAD_WORK, the later ones a quarter (their points
+    # lie between planes the first call's neighbours already hold)
     per_plane, spent = cfg.pp * cfg.virtual_stages * cfg.num_micro_batches, 0
+    budget = SPREAD_WORK // 4 if any(cp.spread for cp in planes) else SPREAD_WORK
     for cp in planes:
         if cp.signature in done or not cp.crossings:
             continue
         if not any(h in hot for x in cp.crossings for hops in x.hops for h in hops):
             continue
-        if spent + per_plane * (1 + len(NEIGHBOURS)) > SPREAD_WORK or (
+        if spent + per_plane * (1 + len(NEIGHBOURS)) > budget or (
             stop_at is not None and time.perf_counter() > stop_at
         ):
             return
-        spent += per_plane * (1 + len(NEIGHBOURS))
         done.add(cp.signature)
         point = point_at(perf, cfg, cp.chain, routing, tick)
+        at = plane_at(perf, cfg, cp, *point)
+        spent += per_plane
+        if at in cp.planes or cp.covers(point, at.value(*point)):
+            continue  # an earlier round's planes price this point already
         before = len(cp.planes)
+        spent += per_plane * len(NEIGHBOURS)
+        cp.spread = True
         if _add_around(perf, cfg, cp, point):
             _share(planes, cp, cp.planes[before:])
 
@@ -281,10 +290,11 @@ def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) ->
     )
 
 
-SPREAD_WORK = 400_000  # schedule ops (pp x v x micro-batches per critical path) that one
-# _spread call may spend: seed-1t-two-sites' 32 signatures at 8 planes of pp 32 x 48 take
-# 370k; megatron-1t over two campuses at pp 32 x 96 and 64 signatures would take 1.6M, 45 s
-# in one round, longer than its whole solve (benchmarks/README.md, branch repeats2)
+SPREAD_WORK = 400_000  # schedule ops (pp x v x micro-batches per critical path) that a
+# configuration's first _spread call may spend (its later calls a quarter): seed-1t-two-
+# sites' 32 signatures at 9 critical paths of pp 32 x 48 take 440k (3 s); megatron-1t over
+# two campuses (tests/test_solver_properties.py) spends 7-17 us an op, and unbudgeted took
+# 80 s in one round, past its 60 s limit (benchmarks/README.md, branch repeats2)
 
 NEIGHBOURS = (1 / 64, 1 / 16, 1 / 4, 1 / 2, 2.0, 4.0, 16.0)  # the planes at a violated
 # point and at these multiples of its transmit times above the NIC's: the next round's plan
