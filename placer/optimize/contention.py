@@ -290,11 +290,12 @@ def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) ->
     )
 
 
-SPREAD_WORK = 400_000  # schedule ops (pp x v x micro-batches per critical path) that a
+SPREAD_WORK = 250_000  # schedule ops (pp x v x micro-batches per critical path) that a
 # configuration's first _spread call may spend (its later calls a quarter): seed-1t-two-
-# sites' 32 signatures at 9 critical paths of pp 32 x 48 take 440k (3 s); megatron-1t over
-# two campuses (tests/test_solver_properties.py) spends 7-17 us an op, and unbudgeted took
-# 80 s in one round, past its 60 s limit (benchmarks/README.md, branch repeats2)
+# sites' 32 signatures at 9 critical paths of pp 32 x 48 take 440k (3 s; 400k: CP-SAT 14-16
+# s, 250k: 22 s); megatron-1t over two campuses (tests/test_solver_properties.py) spends
+# 7-17 us an op, and unbudgeted took 80 s in one round, past its 60 s limit (400k: 35 s,
+# 61 s under make test's load; 250k: 29 s; benchmarks/README.md, branch repeats2)
 
 NEIGHBOURS = (1 / 64, 1 / 16, 1 / 4, 1 / 2, 2.0, 4.0, 16.0)  # the planes at a violated
 # point and at these multiples of its transmit times above the NIC's: the next round's plan
