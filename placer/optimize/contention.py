@@ -211,32 +211,6 @@ def add_violated_planes(
     return added
 
 
-def seed_spread(perf: PerfModel, cfg: Config, planes: list[ChainPlanes]) -> None:
-    """Before the first round: every chain type's planes at its point with all dp
-    replicas on it over one wave a route, and around it (_add_around), within SPREAD_WORK:
-    the first round's tie-break goes to the fewest waves, where nothing but these prices
-    the contention."""
-    net = perf.net
-    cap = {r: net.capacity_Bps(r, 1) for r in net.routes}
-    per_plane, spent = cfg.pp * cfg.virtual_stages * cfg.num_micro_batches, 0
-    done: set = set()
-    for cp in planes:
-        if cp.signature in done or not cp.crossings:
-            continue
-        if spent + per_plane * (1 + len(NEIGHBOURS)) > SPREAD_WORK:
-            return
-        done.add(cp.signature)
-        spent += per_plane * (1 + len(NEIGHBOURS))
-        tick = perf.route_tick_s(cfg, [(cfg.dp, cp.chain)], cap, None)
-        point = point_at(perf, cfg, cp.chain, None, tick)
-        if not all(math.isfinite(x) for x in (*point[0], *point[1])):
-            continue  # a route one wave cannot serve (no waves to buy, or no path)
-        before = len(cp.planes)
-        cp.spread = True
-        if _add_around(perf, cfg, cp, point):
-            _share(planes, cp, cp.planes[before:])
-
-
 def _share(planes: list[ChainPlanes], cp: ChainPlanes, new: list[Plane]) -> None:
     """Chain types of cp's signature have the same 1F1B function: the same planes."""
     for other in planes:

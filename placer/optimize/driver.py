@@ -33,7 +33,7 @@ from placer.optimize import deadline as dl
 from placer.optimize.brute import brute_inner
 from placer.optimize.canonical import canonical_routing_plan, routed_pairs
 from placer.optimize.capacity import capacity_bound
-from placer.optimize.contention import add_violated_planes, seed_spread
+from placer.optimize.contention import add_violated_planes
 from placer.optimize.cpsat import CpsatInner
 from placer.optimize.data import InnerData, InnerSolution, NoPlan, build_inner, solution_plan
 from placer.optimize.explain import explain_infeasible
@@ -1277,10 +1277,6 @@ def _backend(
     lazy = backend == "milp"
     if not lazy:
         deferred = None
-    if data.planes is not None and not any(cp.spread for cp in data.planes):
-        # every chain type priced at its most contended point before the first round
-        # (seed-1t-two-sites: one round, not two; branch repeats2)
-        seed_spread(perf, data.cfg, data.planes)
     tiebreak = not lazy or (data.planes is None and deferred is None)
     while True:
         left = max(0.05, deadline - time.perf_counter())
