@@ -41,10 +41,7 @@ seeds = st.integers(min_value=0, max_value=10**6)
 
 def optimum(instance: dict[str, Any], backend: str = "cpsat") -> SolveResult | None:
     try:
-        # a safety net, not a speed test (benchmarks/solve_bench.py): megatron-1t over two
-        # campuses 1,000 km apart proves in 27-29 s alone and took 58 s under make test's
-        # load with a 60 s limit (branch repeats2)
-        return solve(problem_from_data(instance), backend=backend, time_limit_s=120)
+        return solve(problem_from_data(instance), backend=backend, time_limit_s=60)
     except InfeasibleError:
         return None
 

@@ -512,14 +512,6 @@ class CpsatInner:
         # and the WAN latency of the pairs its stages sync over (milp.define_dp_hosting)
         self.L_group = {i: M.NewIntVar(0, TW, f"L_group[{i}]") for i in self.I_group}
         self._group_lat_terms: dict[int, list[Any]] = {i: [] for i in self.I_group}
-        # and every group's latency repeats, the largest share x R_k x lat of its stages
-        # (milp.define_dp_hosting; InnerData.repeat_ratio)
-        ratio = d.repeat_ratio
-        self._rep_ub = TW * max(d.dp_stage_repeats) if ratio > 0 else 0
-        self.R_group = {
-            i: M.NewIntVar(0, self._rep_ub, f"R_group[{i}]") for i in range(n_groups) if ratio > 0
-        }
-        self._group_rep_terms: dict[int, list[Any]] = {i: [] for i in self.R_group}
         # each release group's per-stage series terms (milp.define_dp_hosting)
         keys = [key for cls in d.stage_classes for key in series_keys(d, cls)]
         self.I_series = {key: M.NewIntVar(0, TT, f"I_series[{series_tag(*key)}]") for key in keys}
@@ -528,8 +520,6 @@ class CpsatInner:
         self._series_intra_terms: dict[Any, list[IntraTerm]] = {key: [] for key in keys}
         self._series_lat_terms: dict[Any, list[Any]] = {key: [] for key in keys}
         self._pairs: list[HostPair] = []
-        # per routed pair, per class (pair_dem's order): its (group, repeat share) list
-        self._routed_reps: dict[Any, list[list[tuple[int, float]]]] = {}
         # per release group but the last, per route: its stages' pair booleans there
         # (milp.define_dp_hosting: its gather waits for every stage's bytes there)
         self._gather_use: dict[int, dict[Any, list[Any]]] = {i: {} for i in self.L_group}
@@ -581,8 +571,6 @@ class CpsatInner:
             add(M.AddElement(n_hosts, shares, share), row("dp.k_share", k))
             group_share: dict[float, tuple[Any, int] | None] = {}
             in_groups = [i for i in self.L_group if d.class_release_fraction(cls, groups[i]) > 0]
-            reps = [(i, ratio * d.class_repeats(cls, groups[i])) for i in self.R_group]
-            reps = [(i, c) for i, c in reps if c > 0]
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
                     add(
@@ -603,12 +591,6 @@ class CpsatInner:
                         M.Add(self.L_group[i] >= lat), row("dp.group_latency", i, a, b, k)
                     ).OnlyEnforceIf(bp)
                     self._group_lat_terms[i].append(lat * bp)
-                for i, coef in reps:
-                    rep = self.ticks(coef * 2 * d.pair_latency[(a, b)])
-                    add(
-                        M.Add(self.R_group[i] >= rep), row("dp.group_repeats", i, a, b, k)
-                    ).OnlyEnforceIf(bp)
-                    self._group_rep_terms[i].append(rep * bp)
                 for key in series_keys(d, cls):
                     add(
                         M.Add(self.L_series[key] >= lat),
@@ -628,7 +610,6 @@ class CpsatInner:
                 )
                 if d.routed((a, b)):
                     pair_dem.setdefault((a, b), []).append((dem, bp, max(shares), in_groups))
-                    self._routed_reps.setdefault((a, b), []).append(reps)
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
@@ -742,8 +723,8 @@ class CpsatInner:
             self.T_dpst = self.T_intra + self.T_dpbw + self.T_lat
             return
         if self.d.gather_staggered:
-            self.T_gst = M.NewIntVar(0, self.TT + self.TW + self._rep_ub, "T_gst")
-        self.T_dpst = M.NewIntVar(0, self.TT + self.TW + self._rep_ub, "T_dpst")
+            self.T_gst = M.NewIntVar(0, self.TT + self.TW, "T_gst")
+        self.T_dpst = M.NewIntVar(0, self.TT + self.TW, "T_dpst")
         usable = sorted(moment_chains(self.d, self.ub))
         T_end = self._define_end(usable)
         U_group: dict[int, Any] = {}
@@ -883,9 +864,7 @@ class CpsatInner:
         L = self._overlap_den()
         if self.d.sync_mode == "synchronous":
             st = self.T_dpst
-            # with release groups the latency repeats are in T_dpst and T_gst (R_group)
-            lat = None if self.R_group else self.T_lat
-            E = self._dp_exposed(T_intra + T_wan, None, self.TW, lat, st, self.T_gst)
+            E = self._dp_exposed(T_intra + T_wan, None, self.TW, self.T_lat, st, self.T_gst)
             add(M.Add(L * T >= L * T_pipe + E), row("step.time"))
             add(M.Add(L * T < L * T_pipe + E + L), row("step.time_round"))
         elif not rule.overlapped:
@@ -1084,16 +1063,6 @@ class CpsatInner:
                             row("dp.group_path_latency", i, *q, j, c),
                         )
                         self._group_lat_terms[i].append(on)
-                # and its repeats (R_group), where the class pays any
-                for c, (_, bp, _, _) in enumerate(dems):
-                    for i, coef in self._routed_reps[q][c]:
-                        rep = self.ticks(coef * 2 * self.d.pair_paths[q][j].latency_s)
-                        on = rep * (ws[j] + bp - 1)
-                        self.add(
-                            self.m.Add(self.R_group[i] >= on),
-                            row("dp.group_path_repeats", i, *q, j, c),
-                        )
-                        self._group_rep_terms[i].append(on)
         for r, terms in loads.items():
             dp_load[r].extend(terms)
 
@@ -1167,11 +1136,6 @@ class CpsatInner:
                 add(
                     M.AddMaxEquality(self.L_group[i], [0, *lterms]),
                     row("exact.lat_group", i),
-                )
-            for i, rterms in self._group_rep_terms.items():
-                add(
-                    M.AddMaxEquality(self.R_group[i], [0, *rterms]),
-                    row("exact.repeats_group", i),
                 )
             for U, loads, i in self._stagger_terms:
                 if U is not None:
@@ -1249,7 +1213,7 @@ class CpsatInner:
     def _exact_max_of(self, var: Any, exprs: list[Any], name: str, scale: int = 1) -> None:
         """var == max(exprs): AddMaxEquality over variables, one per expression (each within
         `scale` times the step's and the WAN phase's ranges)."""
-        M, bound, terms = self.m, scale * (self.TT + self.TW) + self._rep_ub, []
+        M, bound, terms = self.m, scale * (self.TT + self.TW), []
         for j, e in enumerate(exprs):
             v = M.NewIntVar(-bound, bound, f"{name}_term[{j}]")
             self.add(M.Add(v == e), row(f"{name}_term", j))
