@@ -209,19 +209,32 @@ def test_wan_latency_per_release_group_by_hand(km: float) -> None:
     assert abs(st.step_time_s - sim.step_time_s) < abs(st.pipe_s + old - sim.step_time_s)
 
 
-def _zero1_step(perf, cfg, st, gather: float, lat: float) -> float:
+def _zero1_step(perf, cfg, st, gather: float, lat: float, sync: float | None = None) -> float:
     """ZeRO-1 with overlap: T_pipe plus each half's exposed part, f (S + R lat) - window
-    (PerfModel.dp_pieces, R = dp_lat_repeats), the reduce-scatter at the staggered sync,
-    the gather at `gather`."""
+    (PerfModel.dp_pieces, R = dp_lat_repeats; `lat` 0 with release groups, whose works
+    carry their own stages' repeats), the reduce-scatter at the staggered sync (`sync`,
+    default the plan's), the gather at `gather`."""
     (f0, w0), (f1, w1) = perf.dp_pieces(cfg)
     r0, r1 = perf.dp_lat_repeats(cfg)
     assert perf.dp_staggered(cfg) == (True, False)
-    reduce_part = max(0.0, f0 * (st.sync_staggered_s + r0 * lat) - w0)
+    sync = st.sync_staggered_s if sync is None else sync
+    reduce_part = max(0.0, f0 * (sync + r0 * lat) - w0)
     return st.pipe_s + reduce_part + max(0.0, f1 * (gather + r1 * lat) - w1)
 
 
+def _without_own_repeats(monkeypatch, prob, p):
+    """The step as priced before each release group carried its own stages' latency
+    repeats (PerfModel.dp_stage_repeats): the groups' works without them, and every
+    bucketed piece R T_lat, the most buckets of any rank at the slowest pair's latency."""
+    with monkeypatch.context() as m:
+        m.setattr(PerfModel, "dp_stage_repeats", lambda self, cfg: (0,) * cfg.pp)
+        perf, cfg, st = _step(prob, p)
+    lat = 2 * perf.net.path_latency_s(*ROUTE)
+    return _zero1_step(perf, cfg, st, st.gather_staggered_s, lat)
+
+
 @pytest.mark.parametrize("km", [100.0, 1000.0])
-def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
+def test_parameter_gather_per_release_group_by_hand(km: float, monkeypatch) -> None:
     """pp 2, job.overlap on (ZeRO-1: the reduce-scatter half under the last backward, the
     parameter all-gather half under the first forward of the step), 2 waves: stage 0's 5
     replicas at a (I_0 the longest NIC phase), stage 1 split 3 at a / 2 at b. Every rank
@@ -231,10 +244,16 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     is max(I_0, max(I_0 + U, I_1 + N_1) + 2 lat - 2 phi_1) (stage 0 synced inside a, no WAN
     term; the group of both stages' work as in test_wan_latency_per_release_group_by_hand;
     the gather, half the sync, gains its whole head start phi_1: PerfModel.dp_credit_scale),
-    against I_0 + 2 lat + max(U, N_1) with every stage's at once (before). The step is T_pipe plus
-    each piece's exposed part, f (sync + R lat) - window (PerfModel.dp_pieces, R =
-    dp_lat_repeats), the reduce-scatter at the staggered sync, the gather at this; the
-    simulation is no slower, and closer than with the gather at once."""
+    against I_0 + 2 lat + max(U, N_1) with every stage's at once (before). Each bucket of a
+    stage's half pays its own pairs' latency again, R_k = its buckets - 1 times
+    (PerfModel.dp_stage_repeats: 7 and 5 here): stage 0 syncs inside a and repeats
+    nothing, so the group of stage 0 alone carries no repeats and the group of both R_1
+    lat: the gather is max(I_0, max(I_0 + U, I_1 + N_1) + (1 + R_1) lat - 2 phi_1). The
+    step is T_pipe plus each piece's exposed part, f S - window (PerfModel.dp_pieces), the
+    reduce-scatter at the staggered sync, the gather at this. The simulation is no
+    slower, and closer than with the gather at once, and closer than every bucketed piece
+    paying R lat with R the most buckets of any rank (7, stage 0's, at stage 1's latency:
+    before)."""
     prob = problem_from_data(sc.part_filled_instance(km, overlap=True))
     p = _plan([(3, ["a", "a"]), (2, ["a", "b"])], waves=2)
     perf, cfg, st = _step(prob, p)
@@ -263,30 +282,38 @@ def test_parameter_gather_per_release_group_by_hand(km: float) -> None:
     # the gather is half the sync (f = 1/2) and starts with the step, so it gains its whole
     # head start: S carries twice it (PerfModel.dp_credit_scale), f S the head start once
     assert perf.dp_credit_scale(cfg) == (2, 2)
-    gather = max(i0, both + lat - 2 * phi1)
-    # the whole head start hides the WAN part (stage 0's NIC phase is left), where half of
-    # it (before) did not
+    # the whole head start hides the WAN part's bandwidth and one latency (stage 0's NIC
+    # phase is left), where half of it (before) did not
     assert both + lat - 2 * phi1 < i0 < both + lat - phi1
-    assert gather == pytest.approx(i0, rel=1e-12)
+    r0, r1 = perf.dp_stage_repeats(cfg)
+    assert (r0, r1) == (7, 5) and perf.dp_lat_repeats(cfg) == (7, 7)
+    assert perf.dp_repeat_share(cfg) == (1.0, 1.0)  # both halves bucketed
+    gather = max(i0, both + (1 + r1) * lat - 2 * phi1)
+    assert gather > i0  # stage 1's repeats are not all hidden by its head start
     assert st.gather_staggered_s == pytest.approx(gather, rel=1e-12)
     at_once = st.intra_s + st.wan_s
     assert at_once == pytest.approx(i0 + lat + w, rel=1e-12)
-    assert st.step_time_s == pytest.approx(_zero1_step(perf, cfg, st, gather, lat), rel=1e-12)
-    before = _zero1_step(perf, cfg, st, at_once, lat)
+    assert st.step_time_s == pytest.approx(_zero1_step(perf, cfg, st, gather, 0.0), rel=1e-12)
+    before = _zero1_step(perf, cfg, st, at_once + r1 * lat, 0.0)
     assert st.step_time_s < before
+    old = _without_own_repeats(monkeypatch, prob, p)
+    assert st.step_time_s < old
     sim = simulate(prob, p)
     assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
     assert sim.step_time_s <= st.step_time_s * (1 + 1e-9)
     assert abs(st.step_time_s - sim.step_time_s) < abs(before - sim.step_time_s)
+    assert abs(st.step_time_s - sim.step_time_s) < abs(old - sim.step_time_s)
 
 
-def test_gathers_share_every_stages_routes_by_hand() -> None:
+def test_gathers_share_every_stages_routes_by_hand(monkeypatch) -> None:
     """pp 2, job.overlap on (ZeRO-1's gather from the step's start), 1,000 km, 1 wave, both
     stages split 3 at a / 2 at b. Every rank starts its gather with the step and the
     route shares their bytes (placer.sim: max-min fair), so stage 0's, needed first (no
     head start), waits for both stages' bytes: its gather is I_0 + 2 lat + max(U_01, N_0),
     U_01 both stages' bytes over the route, where the route with stage 0's bytes alone,
-    U_0, gave the rank needed first a route of its own (before). The simulation is closer
+    U_0, gave the rank needed first a route of its own (before), plus its own latency
+    repeats, R_0 lat (PerfModel.dp_stage_repeats: stage 0's 8 buckets; the group of both
+    stages the larger of R_0 and R_1 = 5 at the same latency). The simulation is closer
     to it than to that."""
     prob = problem_from_data(sc.part_filled_instance(1000.0, overlap=True))
     p = _plan([(3, ["a", "a"]), (2, ["b", "b"])], waves=1)
@@ -301,15 +328,19 @@ def test_gathers_share_every_stages_routes_by_hand() -> None:
     n0, n1 = _nic_term_3a_2b(perf, cfg, 0), _nic_term_3a_2b(perf, cfg, 1)
     lat = 2 * perf.net.path_latency_s(*ROUTE)
     assert i1 <= i0 and n1 <= n0 and u0 <= n0 < u01  # the shared route binds
-    gather = i0 + lat + max(u01, n0)
+    r0, r1 = perf.dp_stage_repeats(cfg)
+    assert (r0, r1) == (7, 5)
+    gather = i0 + (1 + r0) * lat + max(u01, n0)
     assert st.gather_staggered_s == pytest.approx(gather, rel=1e-12)
     # (the group of both stages, released phi_1 later, has the same work: not above it)
-    assert st.step_time_s == pytest.approx(_zero1_step(perf, cfg, st, gather, lat), rel=1e-12)
-    own = i0 + lat + max(u0, n0)  # before: stage 0's bytes alone
-    before = _zero1_step(perf, cfg, st, own, lat)
+    assert st.step_time_s == pytest.approx(_zero1_step(perf, cfg, st, gather, 0.0), rel=1e-12)
+    own = i0 + (1 + r0) * lat + max(u0, n0)  # before: stage 0's bytes alone
+    before = _zero1_step(perf, cfg, st, own, 0.0)
     sim = simulate(prob, p)
     assert sim.closed_form_s == pytest.approx(st.step_time_s, rel=1e-12)
     assert abs(st.step_time_s - sim.step_time_s) < abs(before - sim.step_time_s)
+    # both stages synced across, R_0 the most buckets: the old charge is the new one here
+    assert _without_own_repeats(monkeypatch, prob, p) == pytest.approx(st.step_time_s, rel=1e-9)
 
 
 def test_release_groups() -> None:

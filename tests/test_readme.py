@@ -51,7 +51,11 @@ def test_worked_example_numbers() -> None:
             rf"│ {site}\s+│\s+{ev.gpus_by_site[site]} │\s+{ev.power_mw[site]:.3f} │", block
         ), site
     text = " ".join(README.split())
-    assert f"stages 0-{par.pp // 2 - 1} in north, {par.pp // 2}-{par.pp - 1} in south" in text
+    groups = res.plan.replica_groups
+    crossing = sum(g.count for g in groups if len(set(g.stage_sites)) > 1)
+    whole = sum(g.count for g in groups if set(g.stage_sites) == {"north"})
+    assert f"stretches {crossing} of the {par.dp} replicas' pipelines" in text
+    assert f"runs {whole} whole replicas in north" in text
 
 
 @pytest.mark.slow

@@ -335,3 +335,47 @@ def test_cpsat_flow_unit_bounds_coefficients_and_rounds_up() -> None:
     solver = inner._tie[0]
     carried = U * sum(solver.Value(f) for k, f in inner.f.items() if k[:2] == key)
     assert demand <= carried < demand + U
+
+
+def _triangle_repeats(direct: tuple[float, float], detour: tuple[float, float]) -> dict[str, Any]:
+    """part-filled's tp 1 pp 2 job (sc.part_filled_instance: stages of 8 and 6 gradient
+    buckets, R = 7 and 5 latency repeats) under job.overlap, whole replicas at a (8 GPUs)
+    and b (4), so both stages sync across the a-b pair, directly or split with the detour
+    via c (paths_per_pair 2). Each bucket pays its stage's pairs' latency again, the
+    slowest path the pair uses (PerfModel.dp_stage_repeats): (Gbps, km) per route."""
+    import solver_cases as sc
+
+    inst = sc.part_filled_instance(direct[1], dp=5, overlap=True, site_gpus=8)
+    inst["name"] = "triangle-repeats"
+    inst["sites"][1]["gpus"] = 4
+    inst["sites"].append({"name": "c", "gpu": "h100-sxm", "gpus": 0, "gpus_per_node": 4})
+    inst["routes"] = [
+        {"sites": ["a", "b"], "km": direct[1], "capacity_gbps": direct[0], "max_waves": 0},
+        {"sites": ["a", "c"], "km": detour[1], "capacity_gbps": detour[0], "max_waves": 0},
+        {"sites": ["c", "b"], "km": detour[1], "capacity_gbps": detour[0], "max_waves": 0},
+    ]
+    inst["solver"] = {"paths_per_pair": 2, "time_limit_s": 60, "max_sites_per_replica": 1}
+    return inst
+
+
+@pytest.mark.parametrize(
+    ("direct", "detour", "split"),
+    [((100, 50), (100, 30), True), ((400, 20), (400, 200), False)],
+    ids=["short-detour", "long-detour"],
+)
+def test_routed_sync_pays_the_detours_latency_repeats(direct, detour, split) -> None:
+    """The release groups' latency repeats (PerfModel.dp_stage_repeats; the formulations'
+    dp.group_path_repeats rows) of a flow-routed data-parallel pair: a detour the sync
+    uses makes every bucket pay its latency. A short detour is worth splitting over; a
+    long one is not (its 7 repeats of 2 x 400 km's latency outweigh halving the bytes).
+    Brute force, CP-SAT and the MILP find the same optimum; without those rows both
+    formulations priced a split's repeats at the direct path's latency (caught here as
+    a step that is not the evaluator's, on both cases)."""
+    inst = _triangle_repeats(direct, detour)
+    results = {b: solved(inst, b) for b in BACKENDS}
+    ref = results["brute"].objective
+    for b, res in results.items():
+        assert res.objective == pytest.approx(ref, rel=1e-6), b
+        counts = sorted(g.count for g in res.plan.replica_groups)
+        assert counts == ([2, 3] if split else [1, 4]), b
+        assert bool(res.plan.routing) is split, b

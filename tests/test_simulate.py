@@ -831,15 +831,74 @@ STEP_BOUNDS: dict[tuple[str, bool], tuple[float, float]] = {
     # the gathers sharing every stage's bytes on their routes): max +39.4% -> +26.5%
     # (seed 1), lows seed 2 -11.4% -> -8.3%, fresh draws -10.0% -> -10.7% (the T_pipe
     # draw of two chain types crossing one route in opposite directions)
-    ("across sites, full nodes", True): (-0.12, 0.27),  # fresh draws: -10.7%
+    # branch repeats2 (each release group its own stages' latency repeats, R_k lat_k,
+    # PerfModel.dp_stage_repeats, where every bucketed piece paid the most buckets of any
+    # rank at the slowest pair's latency): max +26.5% -> +12.7% (seed 1), seed 2 +22.8%
+    # and fresh draws +21.1% unchanged (not the repeats), lows unchanged
+    ("across sites, full nodes", True): (-0.12, 0.24),  # fresh draws: -10.7%
     # as above, with the WAN phase's NIC term (branch nic; before it the missing term was
     # optimistic, -12.0% / +43.5% on branch moments; -12.0% / +50.4% on branch gather;
     # before the per-bucket latency: -59.7% / +26.9%); measured -5.3% / +42.5%
     # branch hops: fresh draws' low -8.5% -> -4.9%; seed 1 -5.3%
     # branch credit (as above): max +42.5% -> +40.9% (seed 2: the bucket latency at the
     # slowest pair's, in series with the group's longest NIC phase), lows -5.3% -> -3.9%
-    ("across sites, a part-filled node", True): (-0.05, 0.42),  # fresh draws: -3.9%
+    # branch repeats2 (as above): max seed 1 +26.9% -> +16.1%, seed 2 +40.9% -> +27.7%,
+    # fresh draws +30.5% -> +17.9%; fresh draws' low -3.9% -> -5.1% (the change only
+    # lowers the closed form; that draw's cause not examined)
+    ("across sites, a part-filled node", True): (-0.06, 0.29),  # fresh draws: -5.1%
 }
+
+
+def test_each_stage_pays_its_own_latency_repeats_against_the_simulation(monkeypatch) -> None:
+    """sim_vs_closed.py seed 1 plan 29 (job.overlap on): pp 4 over a chain of four sites,
+    22 replicas s3 s3 s1 s2 and one s3 s0 s1 s1. Stage 0 syncs inside s3; stage 1 over
+    s0 - s3 (1,685 km, 3 buckets: R_1 = 2), stage 3 over s1 - s2 (815 km, 5 buckets:
+    R_3 = 4). Every bucket of a stage pays its own pairs' latency again, one after the
+    other on its ranks (placer.sim), so each release group carries the largest R_k lat_k
+    of its stages (PerfModel.dp_stage_repeats): the closed form is within 0.5% of the
+    simulation, where every bucketed piece paying the most buckets of any rank (4) at the
+    slowest pair's latency (1,685 km; before) was +26.9%."""
+    prob = problem(
+        ["s0", "s1", "s2", "s3"],
+        [
+            ("s0", "s1", 405.0409029718441),
+            ("s1", "s2", 815.2049507624572),
+            ("s2", "s3", 465.3107239148084),
+        ],
+        global_batch=4 * 23,
+        overlap=True,
+    )
+    p = plan(
+        1,
+        [2, 2, 2, 2],
+        [(22, ["s3", "s3", "s1", "s2"]), (1, ["s3", "s0", "s1", "s1"])],
+        4,
+        {("s0", "s1"): 5, ("s1", "s2"): 4, ("s2", "s3"): 8},
+    )
+    perf = PerfModel(prob)
+    cfg = config_of(prob, plan_from_data(p))
+    assert perf.dp_stage_repeats(cfg) == (4, 2, 2, 4)
+    res = simulate(prob, p)
+    assert abs(res.rel_diff) < 0.005
+    with monkeypatch.context() as m:  # the repeats as charged before
+        m.setattr(PerfModel, "dp_stage_repeats", lambda self, cfg: (0,) * cfg.pp)
+        m.setattr(PerfModel, "dp_repeat_share", lambda self, cfg: (0.0, 0.0))
+        old = PerfModel(prob)
+        groups = [
+            (c, tuple(ch))
+            for c, ch in ((22, ("s3", "s3", "s1", "s2")), (1, ("s3", "s0", "s1", "s1")))
+        ]
+        waves = {("s0", "s1"): 5, ("s1", "s2"): 4, ("s2", "s3"): 8}
+        st = old.step(cfg, groups, waves)
+        lat = 2 * old.net.path_latency_s("s0", "s3")
+        pieces = zip(
+            old.dp_pieces(cfg), old.dp_lat_repeats(cfg), old.dp_staggered(cfg), strict=True
+        )
+        before = st.pipe_s + sum(
+            max(0.0, f * ((st.sync_staggered_s if stag else st.gather_staggered_s) + r * lat) - w)
+            for (f, w), r, stag in pieces
+        )
+    assert (before - res.step_time_s) / res.step_time_s > 0.25
 
 
 def _across_sites_full_nodes(overlap: bool):

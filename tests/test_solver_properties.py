@@ -41,7 +41,10 @@ seeds = st.integers(min_value=0, max_value=10**6)
 
 def optimum(instance: dict[str, Any], backend: str = "cpsat") -> SolveResult | None:
     try:
-        return solve(problem_from_data(instance), backend=backend, time_limit_s=60)
+        # a safety net, not a speed test (benchmarks/solve_bench.py): megatron-1t over two
+        # campuses 1,000 km apart proves in 27-29 s alone and took 58 s under make test's
+        # load with a 60 s limit (branch repeats2)
+        return solve(problem_from_data(instance), backend=backend, time_limit_s=120)
     except InfeasibleError:
         return None
 
@@ -336,12 +339,16 @@ def test_same_instance_and_seed_give_the_same_plan(backend: str, name: str) -> N
 # GPT-3 175B (350 GB of bf16 gradients) and Megatron 1T (2 TB, the article's own example)
 # on two H100 campuses of 512 and 2048 GPUs, with job.gpus = all of them so that the job
 # must span both buildings. Tiny models would not test the claim: their gradients cross a
-# wave in a millisecond and latency alone decides. Solves take about a second each.
+# wave in a millisecond and latency alone decides. megatron-1t pins pp 32: with [32, 64]
+# its optimum is pp 32 on every instance below (1,000 km synchronous and with DiLoCo, 50 and
+# 100 km, one campus), and pp 64's configuration took 22 of the 29 s that CP-SAT spent on
+# the 1,000 km one (that test: 42-59 s of make test). The choice between pp degrees is
+# checked against brute force by the solver library (tests/test_solver_library.py).
 
 SEED_MODELS = {
     # model, GPUs per site, pp candidates, recompute
     "gpt3-175b": (512, [8, 16], "selective"),
-    "megatron-1t": (2048, [32, 64], "full"),
+    "megatron-1t": (2048, [32], "full"),
 }
 
 

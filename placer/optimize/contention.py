@@ -23,6 +23,7 @@ runs the loop).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 from placer.io import Problem
@@ -72,6 +73,7 @@ class ChainPlanes:
     # other boundaries' times) have the same 1F1B function of their crossings' times:
     # a plane of one is a plane of all (placer.optimize.data groups them)
     signature: tuple = ()
+    spread: bool = False  # given planes by _spread (a configuration's later calls spend less)
 
     def covers(self, point: tuple[tuple[float, ...], tuple[float, ...]], t: float) -> bool:
         best = max((p.value(*point) for p in self.planes), default=-math.inf)
@@ -152,16 +154,24 @@ def chain_points(
     (the evaluator's, placer.perf.step), healthy or under a failure's route `factor`."""
     tick = perf.route_tick_s(cfg, groups, capacity_Bps, routing, factor)
     out = {}
-    v, dual = cfg.virtual_stages, cfg.dualpipev
     for _, chain in groups:
-        lats = perf.boundary_latencies(chain, routing, v, dual) if routing else None
-        ticks = perf.boundary_ticks(chain, routing, tick, v, dual) if tick else None
-        _f, _b, lat, tx = perf.chain_times_at(cfg, chain, lats, ticks)
-        bounds = perf.chain_boundaries(chain, v, dual)
-        cross = [j for j, (a, b, _) in enumerate(bounds) if a != b]
-        point = (tuple(tx[j] for j in cross), tuple(lat[j] for j in cross))
+        point = point_at(perf, cfg, chain, routing, tick)
         out[chain] = (point, perf.chain_time(cfg, chain, routing=routing, tick_s=tick or None))
     return out
+
+
+def point_at(
+    perf: PerfModel, cfg: Config, chain: Chain, routing: Routing | None, tick: dict
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """A chain's crossings' (transmit, latency) point under the routes' lockstep ticks
+    `tick` (PerfModel.route_tick_s of some plan, whether or not the chain is in it)."""
+    v, dual = cfg.virtual_stages, cfg.dualpipev
+    lats = perf.boundary_latencies(chain, routing, v, dual) if routing else None
+    ticks = perf.boundary_ticks(chain, routing, tick, v, dual) if tick else None
+    _f, _b, lat, tx = perf.chain_times_at(cfg, chain, lats, ticks)
+    bounds = perf.chain_boundaries(chain, v, dual)
+    cross = [j for j, (a, b, _) in enumerate(bounds) if a != b]
+    return (tuple(tx[j] for j in cross), tuple(lat[j] for j in cross))
 
 
 def add_violated_planes(
@@ -173,10 +183,13 @@ def add_violated_planes(
     waves: dict,
     routing: Routing | None,
     scenarios: list[dict] | None = None,
+    stop_at: float | None = None,
 ) -> int:
     """Add, for every chain in use whose true time (healthy, and under each failure's
-    route factors in `scenarios`) no plane reaches, the plane at its point. Returns how
-    many planes were added (0: the model priced the plan exactly)."""
+    route factors in `scenarios`) no plane reaches, the plane at its point; then, when
+    any was added, spread planes to the chain types not in use (_spread; until
+    perf_counter() `stop_at`). Returns how many planes the plan's own chains gained (0:
+    the model priced the plan exactly)."""
     net = perf.net
     groups = [(n, planes[c].chain) for c, n in sorted(counts.items()) if n > 0]
     if not groups:
@@ -191,11 +204,74 @@ def add_violated_planes(
                 before = len(cp.planes)
                 added += _add_around(perf, cfg, cp, point)
                 new = cp.planes[before:]
-                for other in planes:  # the same function: the same planes
-                    if other is not cp and other.signature == cp.signature:
-                        have = set(other.planes)
-                        other.planes.extend(p for p in new if p not in have)
+                _share(planes, cp, new)
+    if added:
+        used = {planes[c].chain for c, n in counts.items() if n > 0}
+        _spread(perf, cfg, planes, used, groups, cap, routing, stop_at)
     return added
+
+
+def _share(planes: list[ChainPlanes], cp: ChainPlanes, new: list[Plane]) -> None:
+    """Chain types of cp's signature have the same 1F1B function: the same planes."""
+    for other in planes:
+        if other is not cp and other.signature == cp.signature:
+            have = set(other.planes)
+            other.planes.extend(p for p in new if p not in have)
+
+
+def _spread(
+    perf: PerfModel,
+    cfg: Config,
+    planes: list[ChainPlanes],
+    used: set[Chain],
+    groups: list[tuple[int, Chain]],
+    cap: dict,
+    routing: Routing | None,
+    stop_at: float | None = None,
+) -> None:
+    """Every chain type not in the plan whose crossings meet a route the plan loads gets
+    the planes at the plan's lockstep ticks and around them (_add_around), once per
+    signature. Valid cuts (each a true path of its schedule), added where the next plans
+    go: a round's plan moves replicas to other chain types on the same routes and to
+    other wave counts, most often a tie of the optimum with fewer waves (the canonical
+    plan, families.TieBreak), and each such chain type priced by its uncontended plane
+    alone made a round of its own (seed-1t-two-sites: four rounds; two-campus-100km:
+    four, two with these; benchmarks/README.md, branch repeats2). As many signatures a
+    call as SPREAD_WORK allows, in chain-type order (deterministic), and none past
+    `stop_at`: the cuts only speed the rounds up (megatron-1t at pp 32 over two
+    campuses: 80 s for every signature of one round, past the solve's time limit)."""
+    tick = perf.route_tick_s(cfg, groups, cap, routing)
+    if not tick:
+        return
+    hot = {h for h, t in tick.items() if t > 0}
+    done = {planes[c].signature for c, cp in enumerate(planes) if cp.chain in used}
+    # a critical path's work: every (rank, chunk, micro-batch) op of the schedule; the
+    # first call of a configuration SPREAD_WORK, the later ones a quarter (their points
+    # lie between planes the first call's neighbours already hold)
+    per_plane, spent = cfg.pp * cfg.virtual_stages * cfg.num_micro_batches, 0
+    budget = SPREAD_WORK // 4 if any(cp.spread for cp in planes) else SPREAD_WORK
+    for cp in planes:
+        if cp.signature in done or not cp.crossings:
+            continue
+        if not any(h in hot for x in cp.crossings for hops in x.hops for h in hops):
+            continue
+        if spent + per_plane * (1 + len(NEIGHBOURS)) > budget or (
+            stop_at is not None and time.perf_counter() > stop_at
+        ):
+            return
+        done.add(cp.signature)
+        point = point_at(perf, cfg, cp.chain, routing, tick)
+        if not all(math.isfinite(x) for x in (*point[0], *point[1])):
+            continue
+        at = plane_at(perf, cfg, cp, *point)
+        spent += per_plane
+        if at in cp.planes or cp.covers(point, at.value(*point)):
+            continue  # an earlier round's planes price this point already
+        before = len(cp.planes)
+        spent += per_plane * len(NEIGHBOURS)
+        cp.spread = True
+        if _add_around(perf, cfg, cp, point):
+            _share(planes, cp, cp.planes[before:])
 
 
 def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) -> tuple:
@@ -215,6 +291,13 @@ def signature(perf: PerfModel, cfg: Config, chain: Chain, xs: list[Crossing]) ->
         None if service is None else tuple(sorted(service.items())),
     )
 
+
+SPREAD_WORK = 250_000  # schedule ops (pp x v x micro-batches per critical path) that a
+# configuration's first _spread call may spend (its later calls a quarter): seed-1t-two-
+# sites' 32 signatures at 9 critical paths of pp 32 x 48 take 440k (3 s; 400k: CP-SAT 14-16
+# s, 250k: 22 s); megatron-1t over two campuses (tests/test_solver_properties.py) spends
+# 7-17 us an op, and unbudgeted took 80 s in one round, past its 60 s limit (400k: 35 s,
+# 61 s under make test's load; 250k: 29 s; benchmarks/README.md, branch repeats2)
 
 NEIGHBOURS = (1 / 64, 1 / 16, 1 / 4, 1 / 2, 2.0, 4.0, 16.0)  # the planes at a violated
 # point and at these multiples of its transmit times above the NIC's: the next round's plan

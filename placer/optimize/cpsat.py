@@ -512,6 +512,14 @@ class CpsatInner:
         # and the WAN latency of the pairs its stages sync over (milp.define_dp_hosting)
         self.L_group = {i: M.NewIntVar(0, TW, f"L_group[{i}]") for i in self.I_group}
         self._group_lat_terms: dict[int, list[Any]] = {i: [] for i in self.I_group}
+        # and every group's latency repeats, the largest share x R_k x lat of its stages
+        # (milp.define_dp_hosting; InnerData.repeat_ratio)
+        ratio = d.repeat_ratio
+        self._rep_ub = TW * max(d.dp_stage_repeats) if ratio > 0 else 0
+        self.R_group = {
+            i: M.NewIntVar(0, self._rep_ub, f"R_group[{i}]") for i in range(n_groups) if ratio > 0
+        }
+        self._group_rep_terms: dict[int, list[Any]] = {i: [] for i in self.R_group}
         # each release group's per-stage series terms (milp.define_dp_hosting)
         keys = [key for cls in d.stage_classes for key in series_keys(d, cls)]
         self.I_series = {key: M.NewIntVar(0, TT, f"I_series[{series_tag(*key)}]") for key in keys}
@@ -520,6 +528,8 @@ class CpsatInner:
         self._series_intra_terms: dict[Any, list[IntraTerm]] = {key: [] for key in keys}
         self._series_lat_terms: dict[Any, list[Any]] = {key: [] for key in keys}
         self._pairs: list[HostPair] = []
+        # per routed pair, per class (pair_dem's order): its (group, repeat share) list
+        self._routed_reps: dict[Any, list[list[tuple[int, float]]]] = {}
         # per release group but the last, per route: its stages' pair booleans there
         # (milp.define_dp_hosting: its gather waits for every stage's bytes there)
         self._gather_use: dict[int, dict[Any, list[Any]]] = {i: {} for i in self.L_group}
@@ -571,6 +581,8 @@ class CpsatInner:
             add(M.AddElement(n_hosts, shares, share), row("dp.k_share", k))
             group_share: dict[float, tuple[Any, int] | None] = {}
             in_groups = [i for i in self.L_group if d.class_release_fraction(cls, groups[i]) > 0]
+            reps = [(i, ratio * d.class_repeats(cls, groups[i])) for i in self.R_group]
+            reps = [(i, c) for i, c in reps if c > 0]
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
                     add(
@@ -591,6 +603,12 @@ class CpsatInner:
                         M.Add(self.L_group[i] >= lat), row("dp.group_latency", i, a, b, k)
                     ).OnlyEnforceIf(bp)
                     self._group_lat_terms[i].append(lat * bp)
+                for i, coef in reps:
+                    rep = self.ticks(coef * 2 * d.pair_latency[(a, b)])
+                    add(
+                        M.Add(self.R_group[i] >= rep), row("dp.group_repeats", i, a, b, k)
+                    ).OnlyEnforceIf(bp)
+                    self._group_rep_terms[i].append(rep * bp)
                 for key in series_keys(d, cls):
                     add(
                         M.Add(self.L_series[key] >= lat),
@@ -610,6 +628,7 @@ class CpsatInner:
                 )
                 if d.routed((a, b)):
                     pair_dem.setdefault((a, b), []).append((dem, bp, max(shares), in_groups))
+                    self._routed_reps.setdefault((a, b), []).append(reps)
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
@@ -723,8 +742,8 @@ class CpsatInner:
             self.T_dpst = self.T_intra + self.T_dpbw + self.T_lat
             return
         if self.d.gather_staggered:
-            self.T_gst = M.NewIntVar(0, self.TT + self.TW, "T_gst")
-        self.T_dpst = M.NewIntVar(0, self.TT + self.TW, "T_dpst")
+            self.T_gst = M.NewIntVar(0, self.TT + self.TW + self._rep_ub, "T_gst")
+        self.T_dpst = M.NewIntVar(0, self.TT + self.TW + self._rep_ub, "T_dpst")
         usable = sorted(moment_chains(self.d, self.ub))
         T_end = self._define_end(usable)
         U_group: dict[int, Any] = {}
@@ -864,7 +883,9 @@ class CpsatInner:
         L = self._overlap_den()
         if self.d.sync_mode == "synchronous":
             st = self.T_dpst
-            E = self._dp_exposed(T_intra + T_wan, None, self.TW, self.T_lat, st, self.T_gst)
+            # with release groups the latency repeats are in T_dpst and T_gst (R_group)
+            lat = None if self.R_group else self.T_lat
+            E = self._dp_exposed(T_intra + T_wan, None, self.TW, lat, st, self.T_gst)
             add(M.Add(L * T >= L * T_pipe + E), row("step.time"))
             add(M.Add(L * T < L * T_pipe + E + L), row("step.time_round"))
         elif not rule.overlapped:
@@ -1063,6 +1084,16 @@ class CpsatInner:
                             row("dp.group_path_latency", i, *q, j, c),
                         )
                         self._group_lat_terms[i].append(on)
+                # and its repeats (R_group), where the class pays any
+                for c, (_, bp, _, _) in enumerate(dems):
+                    for i, coef in self._routed_reps[q][c]:
+                        rep = self.ticks(coef * 2 * self.d.pair_paths[q][j].latency_s)
+                        on = rep * (ws[j] + bp - 1)
+                        self.add(
+                            self.m.Add(self.R_group[i] >= on),
+                            row("dp.group_path_repeats", i, *q, j, c),
+                        )
+                        self._group_rep_terms[i].append(on)
         for r, terms in loads.items():
             dp_load[r].extend(terms)
 
@@ -1136,6 +1167,11 @@ class CpsatInner:
                 add(
                     M.AddMaxEquality(self.L_group[i], [0, *lterms]),
                     row("exact.lat_group", i),
+                )
+            for i, rterms in self._group_rep_terms.items():
+                add(
+                    M.AddMaxEquality(self.R_group[i], [0, *rterms]),
+                    row("exact.repeats_group", i),
                 )
             for U, loads, i in self._stagger_terms:
                 if U is not None:
@@ -1213,7 +1249,7 @@ class CpsatInner:
     def _exact_max_of(self, var: Any, exprs: list[Any], name: str, scale: int = 1) -> None:
         """var == max(exprs): AddMaxEquality over variables, one per expression (each within
         `scale` times the step's and the WAN phase's ranges)."""
-        M, bound, terms = self.m, scale * (self.TT + self.TW), []
+        M, bound, terms = self.m, scale * (self.TT + self.TW) + self._rep_ub, []
         for j, e in enumerate(exprs):
             v = M.NewIntVar(-bound, bound, f"{name}_term[{j}]")
             self.add(M.Add(v == e), row(f"{name}_term", j))
@@ -1488,12 +1524,8 @@ class CpsatInner:
             step_time_s=value if self.objective == "step_time" else solver.Value(self.T) * self.tau,
             routing=self.routing(solver),
         )
-        hints = [(v, solver.Value(v)) for v in self.n.values()]
-        everything = [
-            (var, solver.Value(var))
-            for var in map(self.m.GetIntVarFromProtoIndex, range(len(self.m.Proto().variables)))
-        ]
-        self._tie = (solver, first, round(solver.ObjectiveValue()), hints, everything)
+        everything = [(var, solver.Value(var)) for var in self._all_vars()]
+        self._tie = (solver, first, round(solver.ObjectiveValue()), everything)
         if not tiebreak:
             return first
         # the tie-break solve gets what is left of the time limit, not a second one
@@ -1501,40 +1533,48 @@ class CpsatInner:
 
     def break_ties(self, time_limit_s: float) -> InnerSolution:
         """Among the plans of the last solve's objective value: fewer waves, then fewer
-        sites, ... (the first plan when the tie-break solve finds none in time)."""
-        solver, first, objective, hints, everything = self._tie
-        t0 = time.perf_counter()
+        sites, ... (the first plan when the tie-break solve finds none in time).
+
+        Two solves, lexicographic: the fewest waves, then, at that count, the rest of the
+        order as weights. One weighted objective made CP-SAT walk the wave count down one
+        LNS step at a time under a weak bound (seed-1t-two-sites' second round, whose ties
+        mix layouts: 8.3 s; the two solves 4.4 s; benchmarks/README.md, "Tie-break in two
+        solves"). The order and so the plan are the same: the weights are lexicographic."""
+        solver, first, objective, everything = self._tie
+        deadline = time.perf_counter() + time_limit_s
         self.drop_symmetry()
-        solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
-        # tie-break: same objective value, then fewer waves, then fewer sites
         self.add(self.m.Add(self._main() <= objective), row("objective.tiebreak"))
-        self.m.ClearHints()  # hook: the tie-break starts from this solve's plan, not the start
-        for v, value in hints:
-            self.m.AddHint(v, value)
-        # canonical order among the remaining ties (CP-SAT's parallel workers may otherwise
-        # return a different optimal plan on each run): lowest chain-type indices first
-        # then fewer listed paths per routed pair
+        # 1. the fewest waves among the ties, from this solve's plan (a complete hint)
+        st = self._tie_solve(solver, self.total_waves, everything, deadline)
+        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return first
+        waves = solver.Value(self.total_waves)
+        at_waves = [(var, solver.Value(var)) for var in self._all_vars()]
+        self._record(solver)
+        tied = self._solution(solver, first)  # kept if the second solve finds none in time
+        fixed = self.total_waves == waves if st == cp_model.OPTIMAL else self.total_waves <= waves
+        self.add(self.m.Add(fixed), row("objective.tiebreak_waves"))
+        # 2. at that count: fewer sites, fewer listed paths per routed pair, then the
+        # lowest chain-type weights (CP-SAT's parallel workers may otherwise return a
+        # different optimal plan on each run)
         tb = tiebreak_weights(self.d.cfg.dp, len(self.d.chains), len(self.w), len(self.d.sites))
-        self.m.Minimize(
-            tb.waves * self.total_waves
-            + tb.sites * sum(self.sites_used.values())
+        rest = (
+            tb.sites * sum(self.sites_used.values())
             + tb.paths * sum(self.w.values())
             + sum(tb.chain_index * chain_weight(c) * v for c, v in self.n.items())  # hook
         )
-        if interrupt.requested():
-            st2 = cp_model.UNKNOWN  # stopping: keep the first solution, no tie-break solve
-        else:
-            with interrupt.stoppable(solver.StopSearch):
-                st2 = solver.Solve(self.m)
-        self.tie_status = solver.StatusName(st2) if st2 != cp_model.UNKNOWN else "UNKNOWN"
-        if st2 == cp_model.INFEASIBLE and not interrupt.requested():
-            st2 = self._tie_without_presolve(
-                solver, everything, time_limit_s - (time.perf_counter() - t0)
-            )
+        first_status = self.tie_status
+        st2 = self._tie_solve(solver, rest, at_waves, deadline)
+        if st == cp_model.FEASIBLE:  # the limit struck in the first solve: say so
+            self.tie_status = f"{first_status} (waves), then {self.tie_status}"
         if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return first
-        counts, waves = self._extract(solver)
+            return tied
         self._record(solver)
+        return self._solution(solver, first)
+
+    def _solution(self, solver: cp_model.CpSolver, first: InnerSolution) -> InnerSolution:
+        """The tie-break solve's plan, at the first solve's objective and bound."""
+        counts, waves = self._extract(solver)
         return InnerSolution(
             counts,
             waves,
@@ -1544,6 +1584,33 @@ class CpsatInner:
             step_time_s=first.objective if self.objective == "step_time" else None,
             routing=self.routing(solver),
         )
+
+    def _all_vars(self) -> list[Any]:
+        return [self.m.GetIntVarFromProtoIndex(i) for i in range(len(self.m.Proto().variables))]
+
+    def _tie_solve(
+        self,
+        solver: cp_model.CpSolver,
+        objective: Any,
+        hint: list[tuple[Any, int]],
+        deadline: float,
+    ) -> Any:
+        """One solve of the tie-break, from a complete plan of its model as the hint (the
+        first solve's, then the fewest-waves one), with what is left until `deadline`."""
+        self.m.ClearHints()  # hook: the tie-break starts from this solve's plan, not the start
+        for var, value in hint:
+            self.m.AddHint(var, value)
+        self.m.Minimize(objective)
+        solver.parameters.max_time_in_seconds = max(0.01, deadline - time.perf_counter())
+        if interrupt.requested():
+            st = cp_model.UNKNOWN  # stopping: keep the first solution, no tie-break solve
+        else:
+            with interrupt.stoppable(solver.StopSearch):
+                st = solver.Solve(self.m)
+        self.tie_status = solver.StatusName(st) if st != cp_model.UNKNOWN else "UNKNOWN"
+        if st == cp_model.INFEASIBLE and not interrupt.requested():
+            st = self._tie_without_presolve(solver, hint, deadline - time.perf_counter())
+        return st
 
     def _tie_without_presolve(
         self, solver: cp_model.CpSolver, everything: list[tuple[Any, int]], time_limit_s: float

@@ -105,6 +105,12 @@ class InnerData:
     # per piece, R (PerfModel.dp_lat_repeats): its half's buckets pay the WAN latency R
     # more times, the piece exposing max(0, f (sync + R T_lat) - window) when synchronous
     dp_lat_repeats: tuple[int, ...] = (0,)
+    # per stage, R_k (PerfModel.dp_stage_repeats), and per sequence (sync, gather) the
+    # share of it bucketed (PerfModel.dp_repeat_share): with release groups each group's
+    # work carries the largest share x R_k x its pairs' latency of its stages in place of
+    # dp_lat_repeats' R T_lat on every piece
+    dp_stage_repeats: tuple[int, ...] = ()
+    dp_repeat_share: tuple[float, float] = (0.0, 0.0)
     # per stage, delta_k (PerfModel.dp_release_s): its WAN sync starts at T_pipe - delta_k
     # (a few distinct values, the release groups); per piece, whether it sees that
     # staggered WAN phase (PerfModel.dp_staggered) or every stage's at once
@@ -167,6 +173,26 @@ class InnerData:
         """Whether some piece is the staggered gather (PerfModel.step, gather_staggered_s):
         a piece dp_staggered does not mark, with at least two release groups."""
         return len(self.release_groups) >= 2 and not all(self.dp_staggered)
+
+    @property
+    def repeat_ratio(self) -> float:
+        """The share of the staggered sequences that pays each stage's latency repeats in
+        the release groups' works (0: none there). The sequences that have any share it:
+        1 for each, or 1/2 for ZeRO-1's bucketed reduce-scatter with its gather in the
+        same sequence (no gather sequence then), so one set of variables carries both."""
+        if self.sync_mode != "synchronous" or len(self.release_groups) < 2:
+            return 0.0
+        if not any(r > 0 for r in self.dp_stage_repeats):
+            return 0.0
+        shares = {x for x in self.dp_repeat_share if x > 0}
+        if len(shares) > 1:
+            raise ValueError(f"two bucketed sequences of different shares: {shares}")
+        return shares.pop() if shares else 0.0
+
+    def class_repeats(self, cls: list[int], g: float) -> int:
+        """The most latency repeats R_k of the class's stages in release group g (the
+        class's stages share their hosts, hence their pairs)."""
+        return max((self.dp_stage_repeats[k] for k in self.group_stages(cls, g)), default=0)
 
     def class_release_fraction(self, cls: list[int], g: float) -> float:
         """The part of the class's WAN bytes released at or after T_pipe - g."""
@@ -415,6 +441,8 @@ def build_inner(
         chain_level_time=chain_level_time,
         dp_pieces=perf.dp_pieces(cfg),
         dp_lat_repeats=perf.dp_lat_repeats(cfg),
+        dp_stage_repeats=perf.dp_stage_repeats(cfg),
+        dp_repeat_share=perf.dp_repeat_share(cfg),
         dp_release=perf.dp_release_s(cfg),
         dp_staggered=perf.dp_staggered(cfg),
         release_tail=release_tail if firsts else [],

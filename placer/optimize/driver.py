@@ -544,6 +544,9 @@ def _by_bound(cands: list[Candidate]) -> list[Candidate]:
     return sorted(cands, key=lambda c: (c.lower_bound, c.key()))
 
 
+TIE_ROUNDS = 8  # tie-breaks over grown planes before the plan found stands (_break_ties)
+
+
 def _break_ties(
     problem: Problem,
     perf: PerfModel,
@@ -559,17 +562,32 @@ def _break_ties(
     same value, no slower than the plan found (`value_s`: HiGHS' tie-break may take a plan
     up to TIE_TOL above the optimum, and the plan found is proven); None keeps that plan."""
     data, sol, model = ties
-    left = until - time.perf_counter()
-    if left <= 0.05 or interrupt.requested():
+    for _ in range(TIE_ROUNDS):
+        left = until - time.perf_counter()
+        if left <= 0.05 or interrupt.requested():
+            return None
+        tied = model.break_ties(left)
+        if tied is sol:
+            return None
+        plan = solution_plan(problem, data, tied)
+        ev = evaluate(problem, plan, perf)
+        if not ev.feasible:
+            return None
+        if data.planes is None or not _add_planes(problem, perf, data, tied, ev, until):
+            break
+        if not isinstance(model, MilpInner):  # CP-SAT breaks ties inside its rounds
+            return None
+        # the tie plan was under-priced: choose again over the planes it gained (a
+        # canonical plan of fewer waves moves replicas to chain types the first round's
+        # planes priced at their uncontended time: seed-1t-two-sites, branch repeats2)
+        with dl.until(until):
+            try:
+                model = model.rebuilt()
+            except dl.DeadlinePassed:
+                return None
+    else:
         return None
-    tied = model.break_ties(left)
-    if tied is sol:
-        return None
-    plan = solution_plan(problem, data, tied)
-    ev = evaluate(problem, plan, perf)
-    if not ev.feasible or ev.step_time_s > value_s * (1 + 1e-9):
-        return None
-    if data.planes is not None and _add_planes(problem, perf, data, tied, ev):
+    if ev.step_time_s > value_s * (1 + 1e-9):
         return None
     diff = ev.step_time_s - (tied.step_time_s if tied.step_time_s is not None else ev.step_time_s)
     if diff > AGREEMENT_REL * ev.step_time_s + 1e-9 or (
@@ -1326,7 +1344,7 @@ def _backend(
                 deferred.append(model)
             return sol
         ev = evaluate(problem, solution_plan(problem, data, sol), perf)
-        added = _add_planes(problem, perf, data, sol, ev)
+        added = _add_planes(problem, perf, data, sol, ev, deadline)
         if not added and (not lazy or deferred is not None):
             if deferred is not None:
                 deferred.append(model)
@@ -1338,7 +1356,7 @@ def _backend(
             if tied is sol:  # no tie-break plan in time: the priced plan stands
                 return sol
             tied_ev = evaluate(problem, solution_plan(problem, data, tied), perf)
-            if not _add_planes(problem, perf, data, tied, tied_ev):
+            if not _add_planes(problem, perf, data, tied, tied_ev, deadline):
                 return tied
             sol, ev = tied, tied_ev
         ties_open = lazy and bool(added)  # the round's plan gained planes, ties not broken
@@ -1382,9 +1400,15 @@ def _build_model(
 
 
 def _add_planes(
-    problem: Problem, perf: PerfModel, data: InnerData, sol: InnerSolution, ev: Evaluation
+    problem: Problem,
+    perf: PerfModel,
+    data: InnerData,
+    sol: InnerSolution,
+    ev: Evaluation,
+    stop_at: float | None = None,
 ) -> int:
-    """The contention planes that a round's plan violates, added (0: priced exactly)."""
+    """The contention planes that a round's plan violates, added (0: priced exactly);
+    the planes spread to other chain types stop at perf_counter() `stop_at`."""
     assert data.planes is not None
     return add_violated_planes(
         problem,
@@ -1395,6 +1419,7 @@ def _add_planes(
         sol.waves,
         ev.routing,
         _failure_factors(data, sol),
+        stop_at,
     )
 
 

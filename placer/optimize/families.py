@@ -43,7 +43,10 @@ Families, in build order:
               the staggered sync and gather per release group and chain type, each
               released at the chain's own T_c - tail (first forward at T_c - head)
               against T_end, the longest chain in use, pinned exactly (dp.end,
-              dp.end_cap; PerfModel.dp_moments_s), each credit times its sequence's
+              dp.end_cap; PerfModel.dp_moments_s), each group's work plus its latency
+              repeats R_g, the largest share x R_k x lat of its stages' pairs and
+              paths (dp.group_repeats, dp.group_path_repeats; InnerData.repeat_ratio;
+              PerfModel.dp_stage_repeats), each credit times its sequence's
               scale (PerfModel.dp_credit_scale); the gather's route per group G_g, every
               stage's bytes on each route its stages sync over (dp.gather_route,
               route.gst)
@@ -183,24 +186,35 @@ def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, A
     phase, latency and routes (U_group; the last group every stage's, T_dpbw where it has
     no route of its own), the gather's the same with every stage's bytes on the group's
     routes (G: _define_gather_routes), and each stage's own series for both
-    (series_works). `m` is the backend's model (T_intra, T_dpbw, T_lat, I_group, L_group,
-    the series variables, d)."""
+    (series_works), each plus the group's latency repeats R_group (the sequences with a
+    bucketed share, d.dp_repeat_share). `m` is the backend's model (T_intra, T_dpbw,
+    T_lat, I_group, L_group, R_group, the series variables, d)."""
     out = []
     every = n_groups - 1
+    rep_sync, rep_gather = (x > 0 for x in m.d.dp_repeat_share)
     for i in range(n_groups):
         U = U_group.get(i)
+        R = m.R_group.get(i)
         if i == every:
             # every stage's routes, the NIC term apart (define_dp_hosting), or T_dpbw
             work = m.T_intra + m.T_dpbw + m.T_lat if U is None else m.T_intra + m.T_lat + U
-            out.append((i, work, "all", True, False))
-            out.append((i, work, "all", False, True))
+            works = [(work, "all", True, False), (work, "all", False, True)]
         else:
             wan = m.T_dpbw if not m.d.dp_wan_stagger else (0 if U is None else U)
             wan_g = m.T_dpbw if not m.d.dp_wan_stagger else G.get(i, 0)
-            out.append((i, m.I_group[i] + m.L_group[i] + wan, i, True, False))
-            out.append((i, m.I_group[i] + m.L_group[i] + wan_g, i, False, True))
-        series = series_works(m.I_series, m.L_series, m.N_series, i)
-        out += [(i, w, t, True, True) for w, t in series]
+            works = [
+                (m.I_group[i] + m.L_group[i] + wan, i, True, False),
+                (m.I_group[i] + m.L_group[i] + wan_g, i, False, True),
+            ]
+        for w, t in series_works(m.I_series, m.L_series, m.N_series, i):
+            if R is None or rep_sync == rep_gather:
+                works.append((w, t, True, True))
+            else:
+                works += [(w, t, True, False), (w, t, False, True)]
+        for w, t, sync, gather in works:
+            if R is not None and ((sync and rep_sync) or (gather and rep_gather)):
+                w = w + R
+            out.append((i, w, t, sync, gather))
     return out
 
 

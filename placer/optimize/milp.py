@@ -521,6 +521,15 @@ class MilpInner:
         # and the WAN latency of the pairs its stages sync over (0: all inside sites)
         self.L_group = {i: pulp.LpVariable(_name("L_group", i), 0) for i in self.I_group}
         self._group_lat_terms: dict[int, list[tuple[float, Any]]] = {i: [] for i in self.I_group}
+        # and every group's latency repeats: the largest share x R_k x its pairs' latency
+        # of its stages synced across sites (PerfModel.dp_stage_repeats, InnerData.repeat_ratio;
+        # with release groups they replace dp_lat_repeats' R T_lat on every piece)
+        ratio = d.repeat_ratio
+        self.R_group = {
+            i: pulp.LpVariable(_name("R_group", i), 0) for i in range(n_groups) if ratio > 0
+        }
+        self._group_rep_terms: dict[int, list[tuple[float, Any]]] = {i: [] for i in self.R_group}
+        self._rep_max = 0.0  # the largest repeat term (the exact step's big-M)
         # per release group but the last, per route: the pair binaries of its stages' syncs
         # over that route (its gather waits for every stage's bytes there: PerfModel.step)
         self._gather_use: dict[int, dict[Any, list[Any]]] = {i: {} for i in self.I_group}
@@ -533,6 +542,8 @@ class MilpInner:
         self._series_intra_terms: dict[Any, list[IntraTerm]] = {key: [] for key in keys}
         self._series_lat_terms: dict[Any, list[tuple[float, Any]]] = {key: [] for key in keys}
         self._pairs: list[HostPair] = []
+        # per routed pair, per class (pair_dem's order): its (group, repeat share) list
+        self._routed_reps: dict[Any, list[list[tuple[int, float]]]] = {}
         # the WAN phase's NIC terms per target ("all": T_dpbw; i: release group i's U_i)
         self._nic_terms: dict[Any, list[NicTerm]] = {}
         self._nic_exact: dict[Any, list[tuple[Any, Any]]] = {}
@@ -578,6 +589,8 @@ class MilpInner:
             S_k = d.class_wan_bytes(cls) / GBYTE
             share = pulp.lpSum((2 * S_k / K) * z[K] for K in z if K >= 2)
             in_groups = [i for i in self.L_group if d.class_release_fraction(cls, groups[i]) > 0]
+            reps = [(i, ratio * d.class_repeats(cls, groups[i])) for i in self.R_group]
+            reps = [(i, c) for i, c in reps if c > 0]
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
                     add(h[(a, k)] + h[(b, k)] <= 1, row("dp.disconnected", a, b, k))
@@ -593,6 +606,10 @@ class MilpInner:
                 for i in in_groups:
                     add(self.L_group[i] >= lat * bp, row("dp.group_latency", i, a, b, k))
                     self._group_lat_terms[i].append((lat, bp))
+                for i, coef in reps:
+                    add(self.R_group[i] >= coef * lat * bp, row("dp.group_repeats", i, a, b, k))
+                    self._group_rep_terms[i].append((coef * lat, bp))
+                    self._rep_max = max(self._rep_max, coef * lat)
                 for key in series_keys(d, cls):
                     add(
                         self.L_series[key] >= lat * bp,
@@ -606,6 +623,7 @@ class MilpInner:
                 )
                 if d.routed((a, b)):
                     pair_dem.setdefault((a, b), []).append((dem, bp, S_k, in_groups))
+                    self._routed_reps.setdefault((a, b), []).append(reps)
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
@@ -997,6 +1015,15 @@ class MilpInner:
                             row("dp.group_path_latency", i, *q, j, c),
                         )
                         self._group_lat_terms[i].append((lat, (ws[j], bp)))
+                # and its repeats (R_group), where the class pays any
+                for c, (_, bp, _, _) in enumerate(dems):
+                    for i, coef in self._routed_reps[q][c]:
+                        self.add(
+                            self.R_group[i] >= coef * lat * (ws[j] + bp - 1),
+                            row("dp.group_path_repeats", i, *q, j, c),
+                        )
+                        self._group_rep_terms[i].append((coef * lat, (ws[j], bp)))
+                        self._rep_max = max(self._rep_max, coef * lat)
         for r, (terms, mx) in loads.items():
             dp_load[r].extend(terms)
             dp_max[r] += mx
@@ -1081,6 +1108,11 @@ class MilpInner:
                 self._exact_max(
                     self.L_group[i], [(0, None), *lterms], big_wan, f"exact.lat_group{i}"
                 )
+            big_rep = max(big_wan, self._rep_max)
+            for i, rterms in self._group_rep_terms.items():
+                self._exact_max(
+                    self.R_group[i], [(0, None), *rterms], big_rep, f"exact.repeats_group{i}"
+                )
             for U, loads, i in self._stagger_terms:
                 if U is not None:
                     u_terms: list[tuple[Any, Any]] = [(0, None)]
@@ -1113,7 +1145,7 @@ class MilpInner:
             # every row of T_dpst is a lower bound and the chain type in use whose release
             # is latest attains it (_define_dp_stagger): T_dpst is their max
             # (a credit scaled by d.dp_credit_scale reaches that many times T_end)
-            big_st = (big + big_wan) * max(d.dp_credit_scale)
+            big_st = (big + big_wan) * max(d.dp_credit_scale) + self._rep_max
             st_terms = [(e, None) for e in self._stagger_exprs]
             self._exact_max(self.T_dpst, st_terms, big_st, "exact.dpst")
             if self._gather_terms:
@@ -1189,8 +1221,10 @@ class MilpInner:
         staggered gather (healthy step; None: every stage's at once, the failure scenarios
         as placer.resilience prices them)."""
         if self.d.sync_mode == "synchronous":
-            # every bucket's collective pays the WAN latency (PerfModel.dp_lat_repeats)
-            return self._dp_exposed(T_intra + T_wan, tag, self.T_lat, T_wan_st, T_gather_st)
+            # every bucket's collective pays the WAN latency (PerfModel.dp_lat_repeats); in
+            # the healthy step's release groups, their own (R_group, in T_dpst and T_gst)
+            lat = None if (tag is None and self.R_group) else self.T_lat
+            return self._dp_exposed(T_intra + T_wan, tag, lat, T_wan_st, T_gather_st)
         return self._dp_exposed(T_intra, tag) + self._wan_part(T_wan, T_pipe, tag)
 
     def _wan_part(self, T_wan: Any, T_pipe: Any, tag: str | None) -> Any:
@@ -1418,6 +1452,7 @@ class MilpInner:
             routing=self.routing(),
         )
         self._tie = (plan, value, threads, options)
+        self._first_values = self.integer_values()  # the tie-breaks' start (rebuilt)
         if not tiebreak:
             return plan
         return self.break_ties(time_limit_s - (time.perf_counter() - t0))
@@ -1438,7 +1473,7 @@ class MilpInner:
             + tb.paths * pulp.lpSum(self.w.values())
             + pulp.lpSum(tb.chain_index * chain_weight(c) * v for c, v in self.n.items())
         )
-        self.warm = self.integer_values()  # the first solve's plan starts the tie-break
+        self.warm = dict(self._first_values)  # the first solve's plan starts the tie-break
         if (
             time_limit_s > 0.05
             and not interrupt.requested()
@@ -1455,6 +1490,26 @@ class MilpInner:
                 routing=self.routing(),
             )
         return plan
+
+    def rebuilt(self) -> MilpInner:
+        """This model built again over its data, whose contention planes have grown since
+        (a tie plan gained some), with the first solve's plan and value, so that
+        break_ties can choose again among the ties that the new planes price exactly
+        (placer.optimize.driver._break_ties). The first plan is still a plan of it: it was
+        priced exactly, and every plane is a valid cut."""
+        new = MilpInner(
+            self.d,
+            self.objective,
+            self.t_max * self.ts,
+            cutoff=self.cutoff,
+            t_cap=self.t_cap,
+            rate_cap=self.rate_cap,
+            symmetry=self.symmetry,
+        )
+        names = {v.name for v in new.prob.variables() if v.cat == pulp.LpInteger}
+        new._tie = self._tie
+        new._first_values = {k: v for k, v in self._first_values.items() if k in names}
+        return new
 
     def _extract(self) -> tuple[dict[int, int], dict[Any, int]]:
         counts = {

@@ -13,7 +13,9 @@ per-route quantities that this module exposes. Model (reference/performance-mode
            = X(T_intra) + T_wan / H                     (diloco, outer sync every H steps)
            = X(T_intra) + max(0, T_wan / H - T_pipe)    (streaming-diloco, overlapped)
     X(S)   = sum over overlap pieces of max(0, f (S + R lat) - window)   (dp_pieces,
-             job.overlap; R lat: every bucket pays the WAN latency, dp_lat_repeats)
+             job.overlap; R lat: every bucket pays the WAN latency, dp_lat_repeats; with
+             release groups (pp >= 2) each group's work carries its own stages' largest
+             R_k lat_k instead, dp_stage_repeats)
 
 * Stage times are operator-level (placer.perf.compute) on the GPU of the stage's own
   site: GEMMs, the attention core, memory-bound operators at HBM bandwidth, and the TP
@@ -700,13 +702,43 @@ class PerfModel:
         in n buckets takes f (B + n lat) = f (S + (n - 1) lat), B its bandwidth part, and
         its exposed part is dp_pieces' formula on that. R = n - 1 with n the most buckets of
         any rank (grad_buckets; the windows take the fewest), so that no rank is priced
-        below its own sync. A half that is not bucketed (its overlap off: one collective
-        after the backward or the optimizer step) and HSDP's replicate all-reduce (not
-        Megatron's buckets) repeat nothing."""
+        below its own sync. That is the charge of one release group (pp 1, and the
+        failure scenarios' every-stage-at-once sync); with release groups each group's
+        work carries its own stages' repeats instead (dp_stage_repeats). A half that is
+        not bucketed (its overlap off: one collective after the backward or the optimizer
+        step) and HSDP's replicate all-reduce (not Megatron's buckets) repeat nothing."""
         r = max(self._bucket_counts(cfg)) - 1
         return tuple(
             r if bucketed else 0 for pieces, bucketed in self._dp_halves(cfg) for _ in pieces
         )
+
+    def dp_stage_repeats(self, cfg: Config) -> tuple[int, ...]:
+        """Per stage k, R_k: how many more times than once a bucketed half of its own sync
+        pays its own pairs' latency, its buckets (grad_buckets) less one. The staggered
+        sync charges each release group the largest R_k lat_k of its stages synced across
+        sites (PerfModel.step), where dp_lat_repeats charges every piece the most buckets
+        of any rank at the slowest pair's latency: placer.sim runs each stage's buckets one
+        after the other on its own ranks, so a stage synced inside one site, or released
+        long before the end, paid another stage's repeats (up to +27% against placer.sim;
+        benchmarks/README.md, branch repeats2)."""
+        return tuple(n - 1 for n in self._bucket_counts(cfg))
+
+    def dp_repeat_share(self, cfg: Config) -> tuple[float, float]:
+        """(sync, gather): the fraction of each sequence of dp_credit_scale (the pieces
+        dp_staggered marks, and the others) that Megatron buckets (dp_lat_repeats). A
+        sequence's latency repeats enter its S times this, so that its pieces, which take
+        f of S each, pay f_bucketed R lat in all: 1 where the whole sequence is bucketed,
+        1/2 for ZeRO-1's bucketed reduce-scatter followed by its one gather (job.overlap
+        grad_reduce without param_gather), 0 without buckets."""
+        stag = self.dp_staggered(cfg)
+        flags = [b for pieces, b in self._dp_halves(cfg) for _ in pieces]
+        fs = [f for f, _ in self.dp_pieces(cfg)]
+        out = []
+        for mark in (True, False):
+            total = sum(f for f, st in zip(fs, stag, strict=True) if st is mark)
+            part = sum(f for f, st, b in zip(fs, stag, flags, strict=True) if st is mark and b)
+            out.append(part / total if total > 0 else 0.0)
+        return out[0], out[1]
 
     def dp_release_s(self, cfg: Config) -> tuple[float, ...]:
         """Per stage k, delta_k: how long before the pipeline's end (T_pipe, stage 0's last
@@ -1565,6 +1597,9 @@ class PerfModel:
         # per stage synced over the WAN: its NIC phase + its pairs' latency + its NIC term,
         # in series on its own ranks (the per-stage series of each release group)
         stage_series: list[float | None] = [None] * cfg.pp
+        # per stage synced over the WAN: its latency repeats, R_k times its pairs' latency
+        stage_reps = self.dp_stage_repeats(cfg)
+        rep_lat = [0.0] * cfg.pp
         for k in range(cfg.pp):
             h = hosts[k]
             intra_k = 0.0
@@ -1602,6 +1637,7 @@ class PerfModel:
                                 group_lat[g] = max(group_lat[g], lat_ab)
                         stage_lat = max(stage_lat, lat_ab)
                 stage_series[k] = (intra_k + nic_k) * intra_factor + stage_lat
+                rep_lat[k] = stage_reps[k] * stage_lat
         route_dp_s = {
             k: _div(v, cap[k]) * dpf.get(k, 1.0) if v > 0 else 0.0 for k, v in dp_load.items()
         }
@@ -1636,7 +1672,12 @@ class PerfModel:
         # every stage's from the step's start, each group's exposed past its first
         # forward (dp_fill_s), the same groups' work
         t_sync_st = t_gather_st = t_intra + t_wan
-        if len(group_load) > 1 and not unreachable:
+        # the latency repeats: one group (no stagger) charges every bucketed piece R lat,
+        # the most buckets of any rank at the slowest pair's latency (dp_lat_repeats);
+        # release groups charge their own largest R_k lat_k inside their work
+        # (dp_stage_repeats), each sequence's share of it bucketed (dp_repeat_share)
+        grouped = len(group_load) > 1 and not unreachable
+        if grouped:
             # each group's work: its longest NIC phase, latency and busiest route in series
             # (the routes carry every stage's bytes once the NIC phases are done), or a
             # stage's own NIC phase, latency and NIC term in series, whichever is longer
@@ -1684,11 +1725,18 @@ class PerfModel:
             # each group at its first stage's moments (release.index: its first stage)
             # each sequence's whole credit (dp_credit_scale: the pieces take F of S)
             at_sync, at_gather = self.dp_credit_scale(cfg)
+            rep_sync, rep_gather = self.dp_repeat_share(cfg)
+            rep = {
+                g: max((x for k, x in enumerate(rep_lat) if release[k] <= g), default=0.0)
+                for g in group_load
+            }
             t_sync_st = max(
-                w + at_sync * (release_at[release.index(g)] - t_end) for g, w in work.items()
+                w + rep_sync * rep[g] + at_sync * (release_at[release.index(g)] - t_end)
+                for g, w in work.items()
             )
             t_gather_st = max(
-                w + at_gather * (fill_at[release.index(g)] - t_end) for g, w in gather_work.items()
+                w + rep_gather * rep[g] + at_gather * (fill_at[release.index(g)] - t_end)
+                for g, w in gather_work.items()
             )
         if unreachable:
             t_wan = t_wan_st = t_sync_st = t_gather_st = math.inf
@@ -1699,15 +1747,16 @@ class PerfModel:
             # every bucket's collective pays the WAN phase's latency (dp_lat_repeats); the
             # pieces of a staggered half see the staggered WAN phase (dp_staggered)
             pieces, reps = self.dp_pieces(cfg), self.dp_lat_repeats(cfg)
+            lat_rep = 0.0 if grouped else wan_lat
             t_dp = sum(
-                max(0.0, f * ((t_sync_st if st else t_gather_st) + r * wan_lat) - w)
+                max(0.0, f * ((t_sync_st if st else t_gather_st) + r * lat_rep) - w)
                 for (f, w), r, st in zip(pieces, reps, self.dp_staggered(cfg), strict=True)
             )
             t_dp_raw = sum(
                 f * (t_sync_st if st else t_gather_st)
                 for (f, _), st in zip(pieces, self.dp_staggered(cfg), strict=True)
             )
-            t_dp_raw += wan_lat * sum(f * r for (f, _), r in zip(pieces, reps, strict=True))
+            t_dp_raw += lat_rep * sum(f * r for (f, _), r in zip(pieces, reps, strict=True))
         else:
             t_dp = self.dp_exposed_s(cfg, t_intra) + wan_part_s(
                 cfg.sync_mode, cfg.every_steps, t_wan, t_pipe

@@ -64,8 +64,10 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   (dp_pieces) prices a half f S in n buckets under the shortest stage window W of the
   instance as max(f S / n, f S - (n - 1)/n W) up to 4 buckets and as the continuous
   max(0, f S - W) beyond (optimistic by at most f S / n), charges the WAN latency of
-  every bucket (S + (n - 1) lat, n the most buckets of any rank and lat the slowest
-  stage's: PerfModel.dp_lat_repeats; pessimistic for the other ranks) but the intra-site
+  every bucket (each release group the largest (n_k - 1) lat_k of its stages synced
+  across sites, n_k a stage's own buckets and lat_k its own pairs': PerfModel.
+  dp_stage_repeats; in series with the group's other work, pessimistic where the
+  simulation overlaps one stage's repeats with another's rounds) but the intra-site
   hop latencies once (optimistic by (n - 1) of them), lets no rank hide more under
   the pipeline drain (pessimistic for the ranks that finish first), and exposes each
   rank's overlapped parameter gather past its first forward, grouped as the releases
