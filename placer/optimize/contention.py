@@ -270,7 +270,7 @@ def _spread(
         before = len(cp.planes)
         spent += per_plane * len(NEIGHBOURS)
         cp.spread = True
-        if _add_around(perf, cfg, cp, point):
+        if _add_around(perf, cfg, cp, point, at):
             _share(planes, cp, cp.planes[before:])
 
 
@@ -310,14 +310,16 @@ def _add_around(
     cfg: Config,
     cp: ChainPlanes,
     point: tuple[tuple[float, ...], tuple[float, ...]],
+    at_point: Plane | None = None,
 ) -> int:
+    """The planes at `point` (`at_point` when the caller has it) and at its NEIGHBOURS."""
     taus, lams = point
     nic = tuple(x.nic_s for x in cp.crossings)
     added = 0
     seen = set(cp.planes)
     for f in (1.0, *NEIGHBOURS):
         at = tuple(n + f * (t - n) for n, t in zip(nic, taus, strict=True))
-        pl = plane_at(perf, cfg, cp, at, lams)
+        pl = at_point if f == 1.0 and at_point is not None else plane_at(perf, cfg, cp, at, lams)
         if pl not in seen:
             seen.add(pl)
             cp.planes.append(pl)

@@ -44,6 +44,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from placer.perf.pipeline import one_f_one_b_order
 
@@ -98,6 +99,13 @@ def interleaved_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int,
         ops.append(op("B", i))
     ops.extend(op("B", k) for k in range(total - warm, total))
     return ops
+
+
+@lru_cache(maxsize=64)
+def _orders(p: int, m: int, v: int) -> tuple[tuple[tuple[str, int, int], ...], ...]:
+    """Every rank's op order, built once per schedule shape: the contention planes evaluate
+    one shape at many points (a tenth of a critical path's time went to rebuilding it)."""
+    return tuple(tuple(interleaved_order(p, m, v, r)) for r in range(p))
 
 
 # a time on the DAG and the last step of the path that attains it: (its parent's step, a
@@ -216,7 +224,7 @@ def _evaluate(
     p, nb = _shape(fwd, bwd, latency, transmit, v)
     last = v * p - 1
     zero: _Stamp = (0.0, None)
-    orders = [interleaved_order(p, m, v, r) for r in range(p)]
+    orders = _orders(p, m, v)
     nxt = [0] * p
     free: list[_Stamp] = [zero] * p
     # FIFO of boundary j: forward (rank j -> j+1, wrap p-1 -> 0) and backward directions
