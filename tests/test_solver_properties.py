@@ -428,8 +428,12 @@ def test_long_haul_keeps_heavy_exchanges_inside_buildings(model: str) -> None:
     assert res2.plan.sync_mode == "diloco" or wan_dp_bytes(with_diloco, res2) == 0.0
 
 
-@pytest.mark.parametrize("km", [50, 100])
-@pytest.mark.parametrize("model", sorted(SEED_MODELS))
+# megatron-1t at 100 km only (the farther metro distance, the harder claim): each of its
+# solves took 20 s of make test after each release group got its own latency repeats
+# (five contention rounds; benchmarks/contention_bench.py); gpt3-175b keeps both
+@pytest.mark.parametrize(
+    ("model", "km"), [("gpt3-175b", 50), ("gpt3-175b", 100), ("megatron-1t", 100)]
+)
 def test_metro_distance_costs_little_with_enough_waves(model: str, km: float) -> None:
     """50-100 km with the waves two fiber pairs carry: the job spread over two campuses
     loses less than 10% against the same GPUs in one building."""
