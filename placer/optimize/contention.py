@@ -237,8 +237,10 @@ def _spread(
     plan, families.TieBreak), and each such chain type priced by its uncontended plane
     alone made a round of its own (seed-1t-two-sites: four rounds; two-campus-100km:
     four, two with these; benchmarks/README.md, branch repeats2). As many signatures a
-    call as SPREAD_WORK allows, in chain-type order (deterministic), and none past
-    `stop_at`: the cuts only speed the rounds up (megatron-1t at pp 32 over two
+    call as SPREAD_WORK allows, the chain types no call has spread to first, then in
+    chain-type order (deterministic: a later call's quarter budget went to re-checking
+    the first call's signatures, and megatron-1t at 50 km took a round more), and none
+    past `stop_at`: the cuts only speed the rounds up (megatron-1t at pp 32 over two
     campuses: 80 s for every signature of one round, past the solve's time limit)."""
     tick = perf.route_tick_s(cfg, groups, cap, routing)
     if not tick:
@@ -250,7 +252,7 @@ def _spread(
     # lie between planes the first call's neighbours already hold)
     per_plane, spent = cfg.pp * cfg.virtual_stages * cfg.num_micro_batches, 0
     budget = SPREAD_WORK // 4 if any(cp.spread for cp in planes) else SPREAD_WORK
-    for cp in planes:
+    for cp in sorted(planes, key=lambda cp: cp.spread):  # stable: chain-type order after
         if cp.signature in done or not cp.crossings:
             continue
         if not any(h in hot for x in cp.crossings for hops in x.hops for h in hops):
