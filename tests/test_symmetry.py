@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import solver_cases as sc
 
-from placer.io import load_instance, problem_from_data
+from placer.io import Problem, load_instance, problem_from_data
 from placer.optimize.cpsat import CpsatInner
 from placer.optimize.data import InnerData, build_inner
 from placer.optimize.driver import _upper_bound_time, solve
@@ -146,11 +146,18 @@ def test_interchangeability_is_checked_on_every_shipped_symmetric_instance() -> 
         ("seed-1t-two-sites", ["east", "west"]),
         ("deepseek-v3-two-sites", ["east", "west"]),
     ]:
-        problem = load_instance(INSTANCES / f"{name}.yaml")
-        perf = PerfModel(problem)
-        cfg = next(c for c in enumerate_configs(problem) if chain_types(problem, perf, c))
-        data = build_inner(problem, perf, cfg, chain_types(problem, perf, cfg))
+        data = _first_data(load_instance(INSTANCES / f"{name}.yaml"))
         assert site_classes(data) == [pair], name
+
+
+def _first_data(problem: Problem) -> InnerData:
+    """The inner data of the instance's first configuration with a chain type."""
+    perf = PerfModel(problem)
+    for cfg in enumerate_configs(problem):
+        chains = chain_types(problem, perf, cfg)
+        if chains:
+            return build_inner(problem, perf, cfg, chains)
+    raise AssertionError("no configuration has a chain type")
 
 
 # ----------------------------------------------------------------------------- rows
@@ -296,9 +303,7 @@ def test_shipped_same_plan_with_and_without_symmetry(name: str) -> None:
     symmetry), so solving it twice would solve one model twice (2 x 11 s of make test on
     deepseek-v3-two-sites): that is checked on the model instead."""
     problem = load_instance(INSTANCES / f"{name}.yaml")
-    perf = PerfModel(problem)
-    cfg = next(c for c in enumerate_configs(problem) if chain_types(problem, perf, c))
-    data = build_inner(problem, perf, cfg, chain_types(problem, perf, cfg))
+    data = _first_data(problem)
     assert data.planes is not None and site_classes(data)  # equal sites, lockstep contention
     t_max = _upper_bound_time(data) * 1.001 + 1e-6
     milp = MilpInner(data, "step_time", t_max, symmetry=True)
