@@ -42,6 +42,7 @@ from placer.optimize.families import (
     tick_family,
     tiebreak_weights,
     wan_nic_terms,
+    works_by_sequence,
 )
 from placer.optimize.symmetry import ordered_start, site_classes
 
@@ -509,30 +510,29 @@ class CpsatInner:
         n_groups = len(d.release_groups)
         self.I_group = {i: M.NewIntVar(0, TT, f"I_group[{i}]") for i in range(n_groups - 1)}
         self._group_intra_terms: dict[int, list[IntraTerm]] = {i: [] for i in self.I_group}
-        # and the WAN latency of the pairs its stages sync over (milp.define_dp_hosting)
-        self.L_group = {i: M.NewIntVar(0, TW, f"L_group[{i}]") for i in self.I_group}
-        self._group_lat_terms: dict[int, list[Any]] = {i: [] for i in self.I_group}
-        # and every group's latency repeats, the largest share x R_k x lat of its stages
-        # (milp.define_dp_hosting; InnerData.repeat_ratio)
         ratio = d.repeat_ratio
         self._rep_ub = TW * max(d.dp_stage_repeats) if ratio > 0 else 0
-        self.R_group = {
-            i: M.NewIntVar(0, self._rep_ub, f"R_group[{i}]") for i in range(n_groups) if ratio > 0
-        }
-        self._group_rep_terms: dict[int, list[Any]] = {i: [] for i in self.R_group}
         # each release group's per-stage series terms (milp.define_dp_hosting)
         keys = [key for cls in d.stage_classes for key in series_keys(d, cls)]
         self.I_series = {key: M.NewIntVar(0, TT, f"I_series[{series_tag(*key)}]") for key in keys}
         self.L_series = {key: M.NewIntVar(0, TW, f"L_series[{series_tag(*key)}]") for key in keys}
         self.N_series = {key: M.NewIntVar(0, TW, f"N_series[{series_tag(*key)}]") for key in keys}
+        # and its latency repeats (milp.define_dp_hosting: R_series)
+        self._rep_coef = rep_coef = {key: ratio * d.dp_stage_repeats[key[1]] for key in keys}
+        self.R_series = {
+            key: M.NewIntVar(0, self._rep_ub, f"R_series[{series_tag(*key)}]")
+            for key in keys
+            if rep_coef[key] > 0
+        }
+        self._series_rep_terms: dict[Any, list[Any]] = {key: [] for key in self.R_series}
         self._series_intra_terms: dict[Any, list[IntraTerm]] = {key: [] for key in keys}
         self._series_lat_terms: dict[Any, list[Any]] = {key: [] for key in keys}
         self._pairs: list[HostPair] = []
-        # per routed pair, per class (pair_dem's order): its (group, repeat share) list
-        self._routed_reps: dict[Any, list[list[tuple[int, float]]]] = {}
+        # per routed pair, per class (pair_dem's order): its series keys
+        self._routed_series: dict[Any, list[list[tuple[int, int]]]] = {}
         # per release group but the last, per route: its stages' pair booleans there
         # (milp.define_dp_hosting: its gather waits for every stage's bytes there)
-        self._gather_use: dict[int, dict[Any, list[Any]]] = {i: {} for i in self.L_group}
+        self._gather_use: dict[int, dict[Any, list[Any]]] = {i: {} for i in self.I_group}
         # the WAN phase's NIC terms per target ("all": T_dpbw; i: release group i's U_i),
         # each with its class's host count
         self._nic_terms: dict[Any, list[tuple[Any, list[Any]]]] = {}
@@ -580,9 +580,7 @@ class CpsatInner:
             share = M.NewIntVar(0, max(shares), f"share[{k}]")
             add(M.AddElement(n_hosts, shares, share), row("dp.k_share", k))
             group_share: dict[float, tuple[Any, int] | None] = {}
-            in_groups = [i for i in self.L_group if d.class_release_fraction(cls, groups[i]) > 0]
-            reps = [(i, ratio * d.class_repeats(cls, groups[i])) for i in self.R_group]
-            reps = [(i, c) for i, c in reps if c > 0]
+            in_groups = [i for i in self.I_group if d.class_release_fraction(cls, groups[i]) > 0]
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
                     add(
@@ -598,23 +596,19 @@ class CpsatInner:
                 add(M.Add(dem >= share), row("dp.pair", a, b, k)).OnlyEnforceIf(bp)
                 lat = self.ticks(2 * d.pair_latency[(a, b)])
                 add(M.Add(T_lat >= lat), row("dp.pair_latency", a, b, k)).OnlyEnforceIf(bp)
-                for i in in_groups:
-                    add(
-                        M.Add(self.L_group[i] >= lat), row("dp.group_latency", i, a, b, k)
-                    ).OnlyEnforceIf(bp)
-                    self._group_lat_terms[i].append(lat * bp)
-                for i, coef in reps:
-                    rep = self.ticks(coef * 2 * d.pair_latency[(a, b)])
-                    add(
-                        M.Add(self.R_group[i] >= rep), row("dp.group_repeats", i, a, b, k)
-                    ).OnlyEnforceIf(bp)
-                    self._group_rep_terms[i].append(rep * bp)
                 for key in series_keys(d, cls):
                     add(
                         M.Add(self.L_series[key] >= lat),
                         row("dp.series_latency", series_tag(*key), a, b, k),
                     ).OnlyEnforceIf(bp)
                     self._series_lat_terms[key].append(lat * bp)
+                    if key in self.R_series:
+                        rep = self.ticks(rep_coef[key] * 2 * d.pair_latency[(a, b)])
+                        add(
+                            M.Add(self.R_series[key] >= rep),
+                            row("dp.series_repeats", series_tag(*key), a, b, k),
+                        ).OnlyEnforceIf(bp)
+                        self._series_rep_terms[key].append(rep * bp)
                 self._pairs.append(
                     HostPair(
                         dem,
@@ -628,7 +622,7 @@ class CpsatInner:
                 )
                 if d.routed((a, b)):
                     pair_dem.setdefault((a, b), []).append((dem, bp, max(shares), in_groups))
-                    self._routed_reps.setdefault((a, b), []).append(reps)
+                    self._routed_series.setdefault((a, b), []).append(series_keys(d, cls))
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
@@ -770,8 +764,21 @@ class CpsatInner:
                 )
             self._stagger_terms.append((U, loads, i))
         G = self._define_gather_routes(every_load)
-        for i, work, tag, sync, gather in stagger_works(self, len(groups), U_group, G):
-            self._stagger_rows(work, tag, i, usable, T_end, sync=sync, gather=gather)
+        # per group and sequence one work variable, the max of its works (milp)
+        self._work_maxes: list[tuple[Any, list[Any], str]] = []
+        works = works_by_sequence(stagger_works(self, len(groups), U_group, G))
+        ub = 2 * (self.TT + self.TW) + self._rep_ub
+        for (i, sync), ws in works.items():
+            if not sync and not self.d.gather_staggered:
+                continue
+            work, tag = ws[0]
+            if len(ws) > 1:
+                kind = "dpst" if sync else "gst"
+                work, tag = M.NewIntVar(0, ub, f"W_{kind}[{i}]"), f"{i}w"
+                for w, t in ws:
+                    self.add(M.Add(work >= w), row(f"dp.{kind}_work", t))
+                self._work_maxes.append((work, [w for w, _ in ws], f"exact.{kind}_work{i}"))
+            self._stagger_rows(work, tag, i, usable, T_end, sync=sync, gather=not sync)
 
     def _define_gather_routes(self, every_load: dict[Any, Any]) -> dict[int, Any]:
         """Per release group i but the last, G_i >= t_r on every route r its stages sync
@@ -884,7 +891,7 @@ class CpsatInner:
         if self.d.sync_mode == "synchronous":
             st = self.T_dpst
             # with release groups the latency repeats are in T_dpst and T_gst (R_group)
-            lat = None if self.R_group else self.T_lat
+            lat = None if self.d.repeat_ratio > 0 else self.T_lat
             E = self._dp_exposed(T_intra + T_wan, None, self.TW, lat, st, self.T_gst)
             add(M.Add(L * T >= L * T_pipe + E), row("step.time"))
             add(M.Add(L * T < L * T_pipe + E + L), row("step.time_round"))
@@ -1074,26 +1081,25 @@ class CpsatInner:
                 lat = self.ticks(2 * self.d.pair_paths[q][j].latency_s)
                 self.add(self.m.Add(T_lat >= lat * ws[j]), row("dp.path_latency", *q, j))
                 self._lat_terms.append(LatencyTerm(lat, ws[j]))
-                # a release group pays the path's latency where one of its classes uses it
-                # (linear in the two booleans, as milp._route_data_parallel)
-                for c, (_, bp, _, gs) in enumerate(dems):
-                    for i in gs:
+                # and each series key of the class its latency and repeats
+                for c, (_, bp, _, _) in enumerate(dems):
+                    for key in self._routed_series[q][c]:
+                        tag = series_tag(*key)
                         on = lat * (ws[j] + bp - 1)
                         self.add(
-                            self.m.Add(self.L_group[i] >= on),
-                            row("dp.group_path_latency", i, *q, j, c),
+                            self.m.Add(self.L_series[key] >= on),
+                            row("dp.series_path_latency", tag, *q, j, c),
                         )
-                        self._group_lat_terms[i].append(on)
-                # and its repeats (R_group), where the class pays any
-                for c, (_, bp, _, _) in enumerate(dems):
-                    for i, coef in self._routed_reps[q][c]:
-                        rep = self.ticks(coef * 2 * self.d.pair_paths[q][j].latency_s)
-                        on = rep * (ws[j] + bp - 1)
-                        self.add(
-                            self.m.Add(self.R_group[i] >= on),
-                            row("dp.group_path_repeats", i, *q, j, c),
-                        )
-                        self._group_rep_terms[i].append(on)
+                        self._series_lat_terms[key].append(on)
+                        if key in self.R_series:
+                            path_lat = 2 * self.d.pair_paths[q][j].latency_s
+                            rep = self.ticks(self._rep_coef[key] * path_lat)
+                            on = rep * (ws[j] + bp - 1)
+                            self.add(
+                                self.m.Add(self.R_series[key] >= on),
+                                row("dp.series_path_repeats", tag, *q, j, c),
+                            )
+                            self._series_rep_terms[key].append(on)
         for r, terms in loads.items():
             dp_load[r].extend(terms)
 
@@ -1163,16 +1169,6 @@ class CpsatInner:
                     M.AddMaxEquality(self.I_group[i], [0] + [t.time * t.host for t in iterms]),
                     row("exact.intra_group", i),
                 )
-            for i, lterms in self._group_lat_terms.items():
-                add(
-                    M.AddMaxEquality(self.L_group[i], [0, *lterms]),
-                    row("exact.lat_group", i),
-                )
-            for i, rterms in self._group_rep_terms.items():
-                add(
-                    M.AddMaxEquality(self.R_group[i], [0, *rterms]),
-                    row("exact.repeats_group", i),
-                )
             for U, loads, i in self._stagger_terms:
                 if U is not None:
                     u = [0] + [
@@ -1205,10 +1201,17 @@ class CpsatInner:
                 add(
                     M.AddMaxEquality(self.N_series[key], [0, *nterms]), row("exact.nic_series", tag)
                 )
+                if key in self.R_series:
+                    add(
+                        M.AddMaxEquality(self.R_series[key], [0, *self._series_rep_terms[key]]),
+                        row("exact.repeats_series", tag),
+                    )
             st = list(self._stagger_exprs)  # each a lower bound, the latest release attains it
             # (a credit scaled by d.dp_credit_scale reaches that many times T_end)
             scale = max(self.d.dp_credit_scale)
             self._exact_max_of(self.T_dpst, st, "exact.dpst", scale)
+            for W, ws, name in self._work_maxes:
+                self._exact_max_of(W, ws, name, 2)
             if self._gather_terms:
                 self._exact_max_of(self.T_gst, self._gather_terms, "exact.gst", scale)
         add(

@@ -234,21 +234,22 @@ class InnerData:
         return {st: max(self.intra_fill[(k, site)][st] for k in ks) for st in states}
 
     def series_stages(self, cls: list[int], g: float) -> list[int]:
-        """The class's stages in release group g whose own series, NIC phase + latency +
-        WAN NIC term (PerfModel.step: each release group's work is at least every stage's),
-        can exceed the group's longest NIC phase, latency and busiest route: none where
-        the WAN phase is every stage's (dp_wan_stagger False), where one site hosts the
-        class or where no hosting site has a NIC term (then I_k + L_k <= I_g + L_g). Of
-        the rest, the ones no other dominates (at every hosting site and member count,
-        a NIC phase and a NIC-term coefficient at least as large; the first of equals),
-        so that the largest over these is the largest over all: per class usually one."""
+        """The class's stages in release group g with per-stage terms (PerfModel.step:
+        each release group's work is at least every stage's own NIC phase, latency and
+        latency repeats in series with the group's routes, and its own NIC phase,
+        latency, NIC term and repeats in series): none where one site hosts the class. Of
+        the rest,
+        the ones no other dominates (at every hosting site and member count, a NIC phase
+        and a NIC-term coefficient at least as large, and as many repeats R_k; the first
+        of equals: the class's stages share their hosts, hence their pairs' latency), so
+        that the largest over these is the largest over all: per class usually one."""
         hosts = self.stage_sites[cls[0]]
-        if not self.dp_wan_stagger or len(hosts) < 2:
+        if len(hosts) < 2:
             return []
-        ks = [k for k in self.group_stages(cls, g) if any(self.wan_nic[(k, s)] > 0 for s in hosts)]
+        ks = self.group_stages(cls, g)
 
         def profile(k: int) -> list[float]:
-            out: list[float] = []
+            out: list[float] = [self.dp_stage_repeats[k] if self.dp_stage_repeats else 0]
             for s in hosts:
                 fill = self.intra_fill.get((k, s), {})
                 out += [self.intra[(k, s)], *(fill[n] for n in sorted(fill)), self.wan_nic[(k, s)]]
@@ -267,12 +268,19 @@ class InnerData:
         return [k for k in ks if not dominated(k)]
 
     def series_keys(self, cls: list[int]) -> list[tuple[int, int]]:
-        """(release group index, stage) of the class's per-stage series terms, computed
-        once per class (the formulations read them per site and per pair)."""
+        """(first release group index, stage) of the class's per-stage terms: the stages
+        series_stages keeps in some release group, each once, with the first group that
+        holds it (a stage is in that group and every later one: its variables serve
+        them all, the works of a group taking the keys whose first group is not later;
+        a stage a group's series_stages drops is dominated there by one it keeps, so
+        the extra works change no max). Computed once per class (the formulations read
+        them per site and per pair)."""
         key = tuple(cls)
         if key not in self._series_memo:
-            groups = enumerate(self.release_groups)
-            self._series_memo[key] = [(i, j) for i, g in groups for j in self.series_stages(cls, g)]
+            groups = self.release_groups
+            kept = {j for g in groups for j in self.series_stages(cls, g)}
+            first = {j: sum(g < self.dp_release[j] for g in groups) for j in kept}
+            self._series_memo[key] = sorted((i, j) for j, i in first.items())
         return self._series_memo[key]
 
     @property

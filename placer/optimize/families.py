@@ -37,16 +37,19 @@ Families, in build order:
               its member count x (dp.wan_nic: MILP secants on (host, K), CP-SAT an
               element table; PerfModel.wan_nic_s), per release group its routes' U_g
               (the last group's too where T_dpbw holds a NIC term) and per stage of
-              the group that can cross sites its own series I + L + N (series_keys:
+              the group that can cross sites its own NIC phase I, latency L, latency
+              repeats R (R_series, dp.series_repeats: share x R_k x its pairs' latency)
+              and NIC term N: I + L + R + U_g and I + L + R + N (series_keys:
               dp.intra_series, dp.series_latency, the NIC term's rows on N; only the
-              stages no other of their class dominates), and
+              stages no other of their class dominates), beside I_g + U_g, and
               the staggered sync and gather per release group and chain type, each
               released at the chain's own T_c - tail (first forward at T_c - head)
               against T_end, the longest chain in use, pinned exactly (dp.end,
-              dp.end_cap; PerfModel.dp_moments_s), each group's work plus its latency
+              dp.end_cap; PerfModel.dp_moments_s); with a flow-routed pair (no
+              series terms) each group's work I_g + L_g + T_dpbw plus its latency
               repeats R_g, the largest share x R_k x lat of its stages' pairs and
               paths (dp.group_repeats, dp.group_path_repeats; InnerData.repeat_ratio;
-              PerfModel.dp_stage_repeats), each credit times its sequence's
+              PerfModel.dp_stage_repeats); each credit times its sequence's
               scale (PerfModel.dp_credit_scale); the gather's route per group G_g, every
               stage's bytes on each route its stages sync over (dp.gather_route,
               route.gst)
@@ -149,7 +152,9 @@ def wan_nic_terms(
     hosts = d.stage_sites[k]
     out: dict[Any, list[NicTerm]] = {}
     coefs = {"all": {s: d.class_wan_nic(cls, s) for s in hosts}}
-    for i, j in series_keys(d, cls):
+    # the per-stage series' NIC terms only with the release groups' own WAN loads (with
+    # a flow-routed pair T_dpbw holds them all: stagger_works)
+    for i, j in series_keys(d, cls) if d.dp_wan_stagger else []:
         coefs[series_tag(i, j)] = {s: d.wan_nic[(j, s)] for s in hosts}
     for tag, by_site in coefs.items():
         for s, c in by_site.items():
@@ -164,57 +169,73 @@ def wan_nic_terms(
 
 
 def series_keys(d: Any, cls: list[int]) -> list[tuple[int, int]]:
-    """(release group index, stage) of the class's per-stage series terms
-    (InnerData.series_stages): each release group's work is at least a stage's own NIC
-    phase, latency and NIC term in series (PerfModel.step)."""
+    """(first release group index, stage) of the class's per-stage terms
+    (InnerData.series_keys): each release group's work is at least a stage's own NIC
+    phase, latency and repeats in series with the routes or with its NIC term
+    (PerfModel.step); a key (i0, k) serves the groups i0 on (stage k's group and every
+    later one, the groups being nested)."""
     return d.series_keys(cls)
-
-
-def series_works(i_series: Any, l_series: Any, n_series: Any, i: int) -> list[tuple[Any, str]]:
-    """Release group i's per-stage series works I + L + N with their row tags, for both
-    backends' stagger rows (their variables add alike)."""
-    return [
-        (i_series[key] + l_series[key] + n_series[key], series_tag(*key))
-        for key in i_series
-        if key[0] == i
-    ]
 
 
 def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, Any]) -> list:
     """Every release group's works for both backends' stagger rows (their variables add
-    alike), as (group, work, row tag, for the sync, for the gather): the group's NIC
-    phase, latency and routes (U_group; the last group every stage's, T_dpbw where it has
-    no route of its own), the gather's the same with every stage's bytes on the group's
-    routes (G: _define_gather_routes), and each stage's own series for both
-    (series_works), each plus the group's latency repeats R_group (the sequences with a
-    bucketed share, d.dp_repeat_share). `m` is the backend's model (T_intra, T_dpbw,
-    T_lat, I_group, L_group, R_group, the series variables, d)."""
+    alike), as (group, work, row tag, for the sync, for the gather) (PerfModel.step): the
+    group's longest NIC phase and its routes, and per stage of the group that can cross
+    sites (series_keys: a key (i0, k) serves every group from i0 on) its NIC phase,
+    latency and latency repeats R_series with the routes, and with the release groups'
+    own WAN loads (d.dp_wan_stagger) its own series, NIC phase, latency, NIC term and
+    repeats (with a flow-routed pair T_dpbw, every stage's WAN phase, holds the NIC
+    terms). The routes: the sync's U_group (the last group every stage's, T_dpbw where
+    it has no route of its own, or with a flow-routed pair), the gather's G (every
+    stage's bytes on the group's routes: _define_gather_routes). The repeats go to the
+    sequences with a bucketed share (d.dp_repeat_share). `m` is the backend's model
+    (T_intra, T_dpbw, I_group, the series variables, R_series, d)."""
     out = []
     every = n_groups - 1
     rep_sync, rep_gather = (x > 0 for x in m.d.dp_repeat_share)
+    stagger = m.d.dp_wan_stagger
     for i in range(n_groups):
         U = U_group.get(i)
-        R = m.R_group.get(i)
-        if i == every:
-            # every stage's routes, the NIC term apart (define_dp_hosting), or T_dpbw
-            work = m.T_intra + m.T_dpbw + m.T_lat if U is None else m.T_intra + m.T_lat + U
-            works = [(work, "all", True, False), (work, "all", False, True)]
+        if not stagger:
+            wan = wan_g = m.T_dpbw
+        elif i == every:
+            wan = wan_g = m.T_dpbw if U is None else U
         else:
-            wan = m.T_dpbw if not m.d.dp_wan_stagger else (0 if U is None else U)
-            wan_g = m.T_dpbw if not m.d.dp_wan_stagger else G.get(i, 0)
-            works = [
-                (m.I_group[i] + m.L_group[i] + wan, i, True, False),
-                (m.I_group[i] + m.L_group[i] + wan_g, i, False, True),
-            ]
-        for w, t in series_works(m.I_series, m.L_series, m.N_series, i):
-            if R is None or rep_sync == rep_gather:
-                works.append((w, t, True, True))
-            else:
-                works += [(w, t, True, False), (w, t, False, True)]
-        for w, t, sync, gather in works:
+            wan, wan_g = (0 if U is None else U), G.get(i, 0)
+        intra = m.T_intra if i == every else m.I_group[i]
+        tag = "all" if i == every else i
+        works = [(intra + wan, tag, True, False, None), (intra + wan_g, tag, False, True, None)]
+        for key in m.I_series:
+            if key[0] > i:
+                continue
+            own, R = m.I_series[key] + m.L_series[key], m.R_series.get(key)
+            t = series_tag(i, key[1])
+            works.append((own + wan, f"{t}r", True, False, R))
+            works.append((own + wan_g, f"{t}r", False, True, R))
+            if stagger:
+                works.append((own + m.N_series[key], t, True, True, R))
+        for w, t, sync, gather, R in works:
+            if R is not None and sync and gather and rep_sync != rep_gather:
+                # one sequence pays the repeats, the other not: two rows
+                out.append((i, w + R if rep_sync else w, t, True, False))
+                out.append((i, w + R if rep_gather else w, t, False, True))
+                continue
             if R is not None and ((sync and rep_sync) or (gather and rep_gather)):
                 w = w + R
             out.append((i, w, t, sync, gather))
+    return out
+
+
+def works_by_sequence(works: list) -> dict[tuple[int, bool], list[tuple[Any, Any]]]:
+    """stagger_works' works per (release group, sequence: True the sync, False the
+    gather), each as (work, row tag). The backends bound one variable per group and
+    sequence by its works and write the per-chain-type release rows once on it (with
+    a stage's works per group they were 3 x stages x chain types rows a group)."""
+    out: dict[tuple[int, bool], list[tuple[Any, Any]]] = {}
+    for i, w, t, sync, gather in works:
+        for seq, on in ((True, sync), (False, gather)):
+            if on:
+                out.setdefault((i, seq), []).append((w, t))
     return out
 
 

@@ -43,6 +43,7 @@ from placer.optimize.families import (
     tick_family,
     tiebreak_weights,
     wan_nic_terms,
+    works_by_sequence,
 )
 from placer.optimize.symmetry import ordered_start, site_classes
 
@@ -518,17 +519,7 @@ class MilpInner:
         n_groups = len(d.release_groups)
         self.I_group = {i: pulp.LpVariable(_name("I_group", i), 0) for i in range(n_groups - 1)}
         self._group_intra_terms: dict[int, list[IntraTerm]] = {i: [] for i in self.I_group}
-        # and the WAN latency of the pairs its stages sync over (0: all inside sites)
-        self.L_group = {i: pulp.LpVariable(_name("L_group", i), 0) for i in self.I_group}
-        self._group_lat_terms: dict[int, list[tuple[float, Any]]] = {i: [] for i in self.I_group}
-        # and every group's latency repeats: the largest share x R_k x its pairs' latency
-        # of its stages synced across sites (PerfModel.dp_stage_repeats, InnerData.repeat_ratio;
-        # with release groups they replace dp_lat_repeats' R T_lat on every piece)
         ratio = d.repeat_ratio
-        self.R_group = {
-            i: pulp.LpVariable(_name("R_group", i), 0) for i in range(n_groups) if ratio > 0
-        }
-        self._group_rep_terms: dict[int, list[tuple[float, Any]]] = {i: [] for i in self.R_group}
         self._rep_max = 0.0  # the largest repeat term (the exact step's big-M)
         # per release group but the last, per route: the pair binaries of its stages' syncs
         # over that route (its gather waits for every stage's bytes there: PerfModel.step)
@@ -539,11 +530,17 @@ class MilpInner:
         self.I_series = {key: pulp.LpVariable(_name("I_series", *key), 0) for key in keys}
         self.L_series = {key: pulp.LpVariable(_name("L_series", *key), 0) for key in keys}
         self.N_series = {key: pulp.LpVariable(_name("N_series", *key), 0) for key in keys}
+        # and its latency repeats, share x R_k x its pairs' latency (PerfModel.dp_stage_repeats)
+        self._rep_coef = rep_coef = {key: ratio * d.dp_stage_repeats[key[1]] for key in keys}
+        self.R_series = {
+            key: pulp.LpVariable(_name("R_series", *key), 0) for key in keys if rep_coef[key] > 0
+        }
+        self._series_rep_terms: dict[Any, list[tuple[float, Any]]] = {k: [] for k in self.R_series}
         self._series_intra_terms: dict[Any, list[IntraTerm]] = {key: [] for key in keys}
         self._series_lat_terms: dict[Any, list[tuple[float, Any]]] = {key: [] for key in keys}
         self._pairs: list[HostPair] = []
-        # per routed pair, per class (pair_dem's order): its (group, repeat share) list
-        self._routed_reps: dict[Any, list[list[tuple[int, float]]]] = {}
+        # per routed pair, per class (pair_dem's order): its series keys
+        self._routed_series: dict[Any, list[list[tuple[int, int]]]] = {}
         # the WAN phase's NIC terms per target ("all": T_dpbw; i: release group i's U_i)
         self._nic_terms: dict[Any, list[NicTerm]] = {}
         self._nic_exact: dict[Any, list[tuple[Any, Any]]] = {}
@@ -588,9 +585,7 @@ class MilpInner:
                 self._nic_terms.setdefault(tag, []).extend(terms)
             S_k = d.class_wan_bytes(cls) / GBYTE
             share = pulp.lpSum((2 * S_k / K) * z[K] for K in z if K >= 2)
-            in_groups = [i for i in self.L_group if d.class_release_fraction(cls, groups[i]) > 0]
-            reps = [(i, ratio * d.class_repeats(cls, groups[i])) for i in self.R_group]
-            reps = [(i, c) for i, c in reps if c > 0]
+            in_groups = [i for i in self.I_group if d.class_release_fraction(cls, groups[i]) > 0]
             for a, b in d.disconnected:
                 if a in hosts and b in hosts:
                     add(h[(a, k)] + h[(b, k)] <= 1, row("dp.disconnected", a, b, k))
@@ -603,19 +598,20 @@ class MilpInner:
                 add(dem >= share - S_k * (1 - bp), row("dp.pair", a, b, k))
                 lat = 2 * d.pair_latency[(a, b)] / ts
                 add(T_lat >= lat * bp, row("dp.pair_latency", a, b, k))
-                for i in in_groups:
-                    add(self.L_group[i] >= lat * bp, row("dp.group_latency", i, a, b, k))
-                    self._group_lat_terms[i].append((lat, bp))
-                for i, coef in reps:
-                    add(self.R_group[i] >= coef * lat * bp, row("dp.group_repeats", i, a, b, k))
-                    self._group_rep_terms[i].append((coef * lat, bp))
-                    self._rep_max = max(self._rep_max, coef * lat)
                 for key in series_keys(d, cls):
                     add(
                         self.L_series[key] >= lat * bp,
                         row("dp.series_latency", series_tag(*key), a, b, k),
                     )
                     self._series_lat_terms[key].append((lat, bp))
+                    if key in self.R_series:
+                        rep = rep_coef[key] * lat
+                        add(
+                            self.R_series[key] >= rep * bp,
+                            row("dp.series_repeats", series_tag(*key), a, b, k),
+                        )
+                        self._series_rep_terms[key].append((rep, bp))
+                        self._rep_max = max(self._rep_max, rep)
                 self._pairs.append(
                     HostPair(
                         dem, share, bp, S_k, h[(a, k)], h[(b, k)], 2 * d.pair_latency[(a, b)] / ts
@@ -623,7 +619,7 @@ class MilpInner:
                 )
                 if d.routed((a, b)):
                     pair_dem.setdefault((a, b), []).append((dem, bp, S_k, in_groups))
-                    self._routed_reps.setdefault((a, b), []).append(reps)
+                    self._routed_series.setdefault((a, b), []).append(series_keys(d, cls))
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
@@ -699,7 +695,11 @@ class MilpInner:
     ) -> None:
         """T_dpst, the staggered sync's NIC phases and WAN bandwidth (PerfModel.step,
         sync_staggered_s), and T_gst, ZeRO-1's overlapped parameter gather
-        (gather_staggered_s): per release group i its work W_i = I_i + L_i + U_i (I_i >=
+        (gather_staggered_s): per release group i its works (families.stagger_works: with
+        every pair on its shortest path I_i + U_i, and per stage k of the group that can
+        cross sites I_{i,k} + L_{i,k} + R_{i,k} + U_i and I_{i,k} + L_{i,k} + R_{i,k} +
+        N_{i,k}, R its latency repeats; with a flow-routed pair as follows) W_i = I_i + L_i
+        + U_i (I_i >=
         the NIC phase of every hosting site of the group's stages, L_i >= twice the one-way
         latency of every pair, and allowed path, that they sync over, U_i >= the group's
         load / capacity on every route, a hull; none without WAN load; T_dpbw, every
@@ -745,8 +745,20 @@ class MilpInner:
                 self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
             self._stagger_terms.append((U, loads, i))
         G = self._define_gather_routes(every_load, window)
-        for i, work, tag, sync, gather in stagger_works(self, len(groups), U_group, G):
-            self._stagger_rows(work, tag, i, usable, T_end, sync=sync, gather=gather)
+        # per group and sequence one work variable, the max of its works (exact: _exact_step)
+        self._work_maxes: list[tuple[Any, list[Any], str]] = []
+        works = works_by_sequence(stagger_works(self, len(groups), U_group, G))
+        for (i, sync), ws in works.items():
+            if not sync and not self.d.gather_staggered:
+                continue
+            work, tag = ws[0]
+            if len(ws) > 1:
+                kind = "dpst" if sync else "gst"
+                work, tag = pulp.LpVariable(_name(f"W_{kind}", i), 0), f"{i}w"
+                for w, t in ws:
+                    self.add(work >= w, row(f"dp.{kind}_work", t))
+                self._work_maxes.append((work, [w for w, _ in ws], f"exact.{kind}_work{i}"))
+            self._stagger_rows(work, tag, i, usable, T_end, sync=sync, gather=not sync)
 
     def _define_gather_routes(self, every_load: dict[Any, Load], window: float) -> dict[int, Any]:
         """Per release group i but the last, G_i >= t_r on every route r its stages sync
@@ -1007,23 +1019,24 @@ class MilpInner:
                 lat = 2 * self.d.pair_paths[q][j].latency_s / self.ts
                 self.add(T_lat >= lat * ws[j], row("dp.path_latency", *q, j))
                 self._lat_terms.append(LatencyTerm(lat, ws[j]))
-                # a release group pays the path's latency where one of its classes uses it
-                for c, (_, bp, _, gs) in enumerate(dems):
-                    for i in gs:
-                        self.add(
-                            self.L_group[i] >= lat * (ws[j] + bp - 1),
-                            row("dp.group_path_latency", i, *q, j, c),
-                        )
-                        self._group_lat_terms[i].append((lat, (ws[j], bp)))
-                # and its repeats (R_group), where the class pays any
+                # and each series key of the class its latency and repeats
                 for c, (_, bp, _, _) in enumerate(dems):
-                    for i, coef in self._routed_reps[q][c]:
+                    for key in self._routed_series[q][c]:
+                        tag = series_tag(*key)
+                        on = (ws[j], bp)
                         self.add(
-                            self.R_group[i] >= coef * lat * (ws[j] + bp - 1),
-                            row("dp.group_path_repeats", i, *q, j, c),
+                            self.L_series[key] >= lat * (ws[j] + bp - 1),
+                            row("dp.series_path_latency", tag, *q, j, c),
                         )
-                        self._group_rep_terms[i].append((coef * lat, (ws[j], bp)))
-                        self._rep_max = max(self._rep_max, coef * lat)
+                        self._series_lat_terms[key].append((lat, on))
+                        if key in self.R_series:
+                            rep = self._rep_coef[key] * lat
+                            self.add(
+                                self.R_series[key] >= rep * (ws[j] + bp - 1),
+                                row("dp.series_path_repeats", tag, *q, j, c),
+                            )
+                            self._series_rep_terms[key].append((rep, on))
+                            self._rep_max = max(self._rep_max, rep)
         for r, (terms, mx) in loads.items():
             dp_load[r].extend(terms)
             dp_max[r] += mx
@@ -1104,15 +1117,7 @@ class MilpInner:
                     big,
                     f"exact.intra_group{i}",
                 )
-            for i, lterms in self._group_lat_terms.items():
-                self._exact_max(
-                    self.L_group[i], [(0, None), *lterms], big_wan, f"exact.lat_group{i}"
-                )
             big_rep = max(big_wan, self._rep_max)
-            for i, rterms in self._group_rep_terms.items():
-                self._exact_max(
-                    self.R_group[i], [(0, None), *rterms], big_rep, f"exact.repeats_group{i}"
-                )
             for U, loads, i in self._stagger_terms:
                 if U is not None:
                     u_terms: list[tuple[Any, Any]] = [(0, None)]
@@ -1142,10 +1147,17 @@ class MilpInner:
                 self._exact_max(
                     self.N_series[key], [(0, None), *nterms], big_wan, f"exact.nic_series{tag}"
                 )
+                if key in self.R_series:
+                    rterms = [(0, None), *self._series_rep_terms[key]]
+                    self._exact_max(
+                        self.R_series[key], rterms, big_rep, f"exact.repeats_series{tag}"
+                    )
             # every row of T_dpst is a lower bound and the chain type in use whose release
             # is latest attains it (_define_dp_stagger): T_dpst is their max
             # (a credit scaled by d.dp_credit_scale reaches that many times T_end)
             big_st = (big + big_wan) * max(d.dp_credit_scale) + self._rep_max
+            for W, ws, name in self._work_maxes:
+                self._exact_max(W, [(w, None) for w in ws], big_st, name)
             st_terms = [(e, None) for e in self._stagger_exprs]
             self._exact_max(self.T_dpst, st_terms, big_st, "exact.dpst")
             if self._gather_terms:
@@ -1223,7 +1235,7 @@ class MilpInner:
         if self.d.sync_mode == "synchronous":
             # every bucket's collective pays the WAN latency (PerfModel.dp_lat_repeats); in
             # the healthy step's release groups, their own (R_group, in T_dpst and T_gst)
-            lat = None if (tag is None and self.R_group) else self.T_lat
+            lat = None if (tag is None and self.d.repeat_ratio > 0) else self.T_lat
             return self._dp_exposed(T_intra + T_wan, tag, lat, T_wan_st, T_gather_st)
         return self._dp_exposed(T_intra, tag) + self._wan_part(T_wan, T_pipe, tag)
 

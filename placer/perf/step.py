@@ -1499,19 +1499,26 @@ class PerfModel:
 
         The staggered sync (sync_staggered_s, the pieces dp_staggered marks) is, per
         release group g of dp_release_s (delta_g; the stages released at or after T_pipe -
-        delta_g), its work W_g less its credit: max over g of (W_g - credit_g). W_g is the
-        longer of (a) its longest NIC phase I_g in series with its WAN rounds, the two
-        one-way latencies L_g of the slowest pair that the group's stages sync over (0
-        where they sync inside sites) and R_g, its busiest route's load (the last group's
-        L the whole sync's 2 lat), and (b) for each stage k of the group synced across
-        sites, its own NIC phase I_k, its pairs' latency L_k and its NIC term N_k in series
-        (wan_nic_s: a site with few members sends its shard through their NICs). Two
-        stages' NIC phases and NIC terms run on different ranks at once, so the group's
-        longest NIC phase and longest NIC term in series (max I + max L + max(N, R), before)
-        overstated the sync by up to 25% against placer.sim (benchmarks/README.md, branch
-        series); the routes carry every stage's bytes, so they stay in series with the
-        longest NIC phase (pessimistic). With a flow-routed pair (any_dp_pair_routed) R_g
-        is every stage's WAN phase, NIC terms included, and (b) never exceeds (a).
+        delta_g), its work W_g less its credit: max over g of (W_g - credit_g). With every
+        pair on its shortest path, W_g is the longest of (a) the group's longest NIC phase
+        I_g in series with U_g, its busiest route's load; (b) for each stage k of the group
+        synced across sites, its own NIC phase I_k, its pairs' two one-way latencies L_k
+        and its latency repeats (dp_stage_repeats) in series with U_g; and (c) for each
+        such stage, I_k, L_k, its repeats and its NIC term N_k in series (wan_nic_s: a
+        site with few members sends its shard through their NICs). Each stage's NIC phase,
+        WAN rounds and repeats run on its own ranks one after the other (placer.sim), so
+        (b) and (c) take them from one stage, and a stage synced inside its sites has no
+        WAN round (a). Before, (a) was the group's longest NIC phase, the slowest pair's
+        latency and the largest repeats in series, from up to three stages: a stage synced
+        inside a site whose NIC phase is the longest paid another's latency and repeats
+        (+28% against placer.sim; benchmarks/README.md, "Each stage's own series"); and
+        before that the group's longest NIC phase and longest NIC term in series (max I +
+        max L + max(N, U), up to +25%: branch series). The routes carry every stage's bytes,
+        so they stay in series with each stage's own part (pessimistic). With a flow-routed
+        pair (any_dp_pair_routed) W_g is the group's longest NIC phase, the latency of the
+        slowest pair it syncs over and its whole WAN phase (every stage's, NIC terms
+        included) in series, or a stage's (c), plus the group's largest repeats: the
+        formulations route those pairs' flows with one set of latency rows per group.
         credit_g = T_end - max over the chain types in use of (T_c -
         tail_c,g) (dp_moments_s; before, delta_g, the
         shortest drain with messages inside a site: a chain whose drain crosses the fiber
@@ -1590,13 +1597,14 @@ class PerfModel:
         # per release group, the longest NIC phase of the stages released at or after
         # T_pipe - delta (sync_staggered_s)
         group_intra: dict[float, float] = dict.fromkeys(group_load, 0.0)
-        # and the WAN latency of their pairs (two rounds): a group synced inside sites pays none
-        group_lat: dict[float, float] = dict.fromkeys(group_load, 0.0)
         group_nic: dict[float, float] = dict.fromkeys(group_load, 0.0)
         wan_nic = 0.0
         # per stage synced over the WAN: its NIC phase + its pairs' latency + its NIC term,
         # in series on its own ranks (the per-stage series of each release group)
         stage_series: list[float | None] = [None] * cfg.pp
+        # and its NIC phase + its pairs' latency: what comes before the routes' work on its
+        # own ranks (the per-stage route terms of each release group)
+        stage_route: list[float | None] = [None] * cfg.pp
         # per stage synced over the WAN: its latency repeats, R_k times its pairs' latency
         stage_reps = self.dp_stage_repeats(cfg)
         rep_lat = [0.0] * cfg.pp
@@ -1632,11 +1640,9 @@ class PerfModel:
                                         load[key] += demand * use.share
                         lat_ab = 2 * net.pair_latency_s(routing, "data_parallel", a, b)
                         wan_lat = max(wan_lat, lat_ab)
-                        for g in group_lat:
-                            if release[k] <= g:
-                                group_lat[g] = max(group_lat[g], lat_ab)
                         stage_lat = max(stage_lat, lat_ab)
                 stage_series[k] = (intra_k + nic_k) * intra_factor + stage_lat
+                stage_route[k] = intra_k * intra_factor + stage_lat
                 rep_lat[k] = stage_reps[k] * stage_lat
         route_dp_s = {
             k: _div(v, cap[k]) * dpf.get(k, 1.0) if v > 0 else 0.0 for k, v in dp_load.items()
@@ -1678,27 +1684,26 @@ class PerfModel:
         # (dp_stage_repeats), each sequence's share of it bucketed (dp_repeat_share)
         grouped = len(group_load) > 1 and not unreachable
         if grouped:
-            # each group's work: its longest NIC phase, latency and busiest route in series
-            # (the routes carry every stage's bytes once the NIC phases are done), or a
-            # stage's own NIC phase, latency and NIC term in series, whichever is longer
-            # (two stages' NIC work runs on different ranks at once: placer.sim). With a
-            # flow-routed pair the group's WAN phase is every stage's, NIC terms included
-            # (group_bw), which every stage's own series is below
-            def group_work(g: float, route_s: float) -> float:
+            # each group's work (per stage: each stage's NIC phase, latency and repeats
+            # run on its own ranks, one after the other: placer.sim): the group's routes
+            # in series with its longest NIC phase (a stage synced inside its sites has
+            # no latency or repeats) or with a stage's NIC phase, latency and repeats, or
+            # a stage's own NIC phase, latency, NIC term and repeats in series. With a
+            # flow-routed pair (wan_whole) the routes are the group's whole WAN phase,
+            # NIC terms included (group_bw), which every stage's own series is below
+            # (before: the group's longest NIC phase, the slowest pair's latency and the
+            # largest repeats in series, from up to three stages: up to +28% against
+            # placer.sim; benchmarks/README.md, "Each stage's own series")
+            def group_work(g: float, route_s: float, share: float) -> float:
+                ks = [k for k in range(cfg.pp) if stage_series[k] is not None and release[k] <= g]
                 return max(
                     [
-                        group_intra[g] + group_lat[g] + route_s,
-                        *(
-                            t
-                            for k, t in enumerate(stage_series)
-                            if t is not None and release[k] <= g
-                        ),
+                        group_intra[g] + route_s,
+                        *(stage_route[k] + share * rep_lat[k] + route_s for k in ks),
+                        *(stage_series[k] + share * rep_lat[k] for k in ks),
                     ]
                 )
 
-            work = {
-                g: group_work(g, group_bw[g] if wan_whole else group_route[g]) for g in group_load
-            }
             # ZeRO-1's overlapped gathers all start with the step and share the routes
             # (placer.sim: max-min fair), so the rank needed first waits for every rank's
             # bytes: each group's gather work counts every stage's routes (the last group's)
@@ -1711,9 +1716,6 @@ class PerfModel:
                     default=0.0,
                 )
 
-            gather_work = {
-                g: group_work(g, group_bw[g] if wan_whole else gather_route(g)) for g in group_load
-            }
             # the plan's release and fill (chain_offsets_s): group g's sync starts when the
             # last of its first stage's ranks is done, at the latest T_c - tail_c over the
             # chain types in use, and its gather is exposed past the latest T_c - head_c
@@ -1723,20 +1725,19 @@ class PerfModel:
             # dp_moments_s)
             release_at, fill_at, t_end = self.dp_moments_s(cfg, [c for _, c in groups])
             # each group at its first stage's moments (release.index: its first stage)
-            # each sequence's whole credit (dp_credit_scale: the pieces take F of S)
+            # each sequence's whole credit (dp_credit_scale: the pieces take F of S), and
+            # its bucketed share of the latency repeats (dp_repeat_share)
             at_sync, at_gather = self.dp_credit_scale(cfg)
             rep_sync, rep_gather = self.dp_repeat_share(cfg)
-            rep = {
-                g: max((x for k, x in enumerate(rep_lat) if release[k] <= g), default=0.0)
-                for g in group_load
-            }
             t_sync_st = max(
-                w + rep_sync * rep[g] + at_sync * (release_at[release.index(g)] - t_end)
-                for g, w in work.items()
+                group_work(g, group_bw[g] if wan_whole else group_route[g], rep_sync)
+                + at_sync * (release_at[release.index(g)] - t_end)
+                for g in group_load
             )
             t_gather_st = max(
-                w + rep_gather * rep[g] + at_gather * (fill_at[release.index(g)] - t_end)
-                for g, w in gather_work.items()
+                group_work(g, group_bw[g] if wan_whole else gather_route(g), rep_gather)
+                + at_gather * (fill_at[release.index(g)] - t_end)
+                for g in group_load
             )
         if unreachable:
             t_wan = t_wan_st = t_sync_st = t_gather_st = math.inf
