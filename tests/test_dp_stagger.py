@@ -107,11 +107,12 @@ def test_nic_phase_per_release_group_by_hand() -> None:
     NICs carry b's half of the shard each way, the slowest), U = S_0 / C the route's load
     (stage 0 alone crosses, 2 S_0 / 2 per direction). Stage 1 is released delta_1 before
     stage 0 and runs its NIC phase under the drain (the simulator too). The group of both
-    stages works max(I_1 + 2 lat + U, I_0 + 2 lat + N_0): its longest NIC phase, latency
-    and busiest route in series, or stage 0's own NIC phase, latency and NIC term in
-    series (stage 1's NIC ring and stage 0's NIC term run on different ranks at once);
-    so the sync is 2 lat + max(I_0 + W_0, max(I_1 + U, I_0 + N_0) - delta_1), here stage
-    0's own group, 2 lat + I_0 + W_0. The group's
+    stages works max(I_1 + U, I_0 + 2 lat + max(U, N_0)): its longest NIC phase and
+    busiest route in series (stage 1 syncs inside a: no latency), or stage 0's own NIC
+    phase and latency in series with the route or with its NIC term (stage 1's NIC ring
+    and stage 0's NIC term run on different ranks at once); so the sync is max(I_0 + 2
+    lat + W_0, max(I_1 + U, I_0 + 2 lat + W_0) - delta_1), here stage 0's own group, 2
+    lat + I_0 + W_0. The group's
     longest NIC phase and NIC term in series (before: max(I_0, I_1) + W_0 - delta_1)
     was 3.0 ms more; every stage's at once (failure scenarios: stagger off) is 2 lat +
     I_1 + W_0. The simulation is no slower than the closed form and closer to it than

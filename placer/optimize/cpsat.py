@@ -890,7 +890,7 @@ class CpsatInner:
         L = self._overlap_den()
         if self.d.sync_mode == "synchronous":
             st = self.T_dpst
-            # with release groups the latency repeats are in T_dpst and T_gst (R_group)
+            # with release groups the latency repeats are in T_dpst and T_gst (R_series)
             lat = None if self.d.repeat_ratio > 0 else self.T_lat
             E = self._dp_exposed(T_intra + T_wan, None, self.TW, lat, st, self.T_gst)
             add(M.Add(L * T >= L * T_pipe + E), row("step.time"))

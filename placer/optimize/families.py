@@ -45,10 +45,10 @@ Families, in build order:
               the staggered sync and gather per release group and chain type, each
               released at the chain's own T_c - tail (first forward at T_c - head)
               against T_end, the longest chain in use, pinned exactly (dp.end,
-              dp.end_cap; PerfModel.dp_moments_s); with a flow-routed pair (no
-              series terms) each group's work I_g + L_g + T_dpbw plus its latency
-              repeats R_g, the largest share x R_k x lat of its stages' pairs and
-              paths (dp.group_repeats, dp.group_path_repeats; InnerData.repeat_ratio;
+              dp.end_cap; PerfModel.dp_moments_s), a group's works bounding one
+              variable per sequence (W_dpst, W_gst: works_by_sequence); a stage's
+              latency and repeats over a flow-routed pair's allowed paths too
+              (dp.series_path_latency, dp.series_path_repeats; InnerData.repeat_ratio,
               PerfModel.dp_stage_repeats); each credit times its sequence's
               scale (PerfModel.dp_credit_scale); the gather's route per group G_g, every
               stage's bytes on each route its stages sync over (dp.gather_route,

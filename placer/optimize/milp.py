@@ -1234,7 +1234,7 @@ class MilpInner:
         as placer.resilience prices them)."""
         if self.d.sync_mode == "synchronous":
             # every bucket's collective pays the WAN latency (PerfModel.dp_lat_repeats); in
-            # the healthy step's release groups, their own (R_group, in T_dpst and T_gst)
+            # the healthy step's release groups, each stage's own (R_series, in T_dpst and T_gst)
             lat = None if (tag is None and self.d.repeat_ratio > 0) else self.T_lat
             return self._dp_exposed(T_intra + T_wan, tag, lat, T_wan_st, T_gather_st)
         return self._dp_exposed(T_intra, tag) + self._wan_part(T_wan, T_pipe, tag)

@@ -50,9 +50,10 @@ per-route quantities that this module exposes. Model (reference/performance-mode
   pipeline's end is the plan's, dp_moments_s: the longest chain's end less the latest
   moment any chain in use is done with the stage, each chain's own drain of backwards
   and messages, across the fiber where it crosses), the routes shared only by the stages
-  released at or after a moment, each such group's longest NIC phase in series with its
-  WAN work and the latency of its own stages' pairs, or a stage's own NIC phase, latency
-  and NIC term in series if longer (sync_staggered_s in step; ZeRO-1's
+  released at or after a moment, each such group's longest NIC phase or one of its
+  stages' own NIC phase, pairs' latency and latency repeats in series with its WAN work,
+  or a stage's own NIC phase, latency, repeats and NIC term in series if longer
+  (sync_staggered_s in step; ZeRO-1's
   overlapped parameter gather, which every rank starts with the step, exposed per group
   past its first forward, the latest over the chains in use of their own fill against
   their slack, gather_staggered_s; every stage's at once in failure scenarios, and for
@@ -1499,8 +1500,8 @@ class PerfModel:
 
         The staggered sync (sync_staggered_s, the pieces dp_staggered marks) is, per
         release group g of dp_release_s (delta_g; the stages released at or after T_pipe -
-        delta_g), its work W_g less its credit: max over g of (W_g - credit_g). With every
-        pair on its shortest path, W_g is the longest of (a) the group's longest NIC phase
+        delta_g), its work W_g less its credit: max over g of (W_g - credit_g). W_g is the
+        longest of (a) the group's longest NIC phase
         I_g in series with U_g, its busiest route's load; (b) for each stage k of the group
         synced across sites, its own NIC phase I_k, its pairs' two one-way latencies L_k
         and its latency repeats (dp_stage_repeats) in series with U_g; and (c) for each
@@ -1515,10 +1516,9 @@ class PerfModel:
         before that the group's longest NIC phase and longest NIC term in series (max I +
         max L + max(N, U), up to +25%: branch series). The routes carry every stage's bytes,
         so they stay in series with each stage's own part (pessimistic). With a flow-routed
-        pair (any_dp_pair_routed) W_g is the group's longest NIC phase, the latency of the
-        slowest pair it syncs over and its whole WAN phase (every stage's, NIC terms
-        included) in series, or a stage's (c), plus the group's largest repeats: the
-        formulations route those pairs' flows with one set of latency rows per group.
+        pair (any_dp_pair_routed) U_g is the whole WAN phase (every stage's, NIC terms
+        included), which (c) never exceeds, and a stage's latency that of the slowest
+        path its pairs' flows use.
         credit_g = T_end - max over the chain types in use of (T_c -
         tail_c,g) (dp_moments_s; before, delta_g, the
         shortest drain with messages inside a site: a chain whose drain crosses the fiber

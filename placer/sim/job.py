@@ -86,8 +86,8 @@ Modelling choices (each mirrors the closed form unless it says otherwise):
   each rank from its chains' own uncontended drain in at most 4 groups
   (PerfModel.dp_release_s groups, dp_moments_s credits; all at once on instances with
   a multi-path pair), in series
-  after the longest NIC phase of those ranks and with the WAN latency of the slowest
-  pair that those ranks sync over (PerfModel.step; here each rank's NIC phase and WAN
+  after the longest NIC phase of those ranks, or after one stage's NIC phase, WAN
+  latency and latency repeats (PerfModel.step; here each rank's NIC phase and WAN
   rounds start at its own release and overlap the others'; pessimistic where the ranks'
   syncs spread wider than that bound); the WAN rounds pay the fiber's latency, not the
   fabric hop a pipeline message pays (both here and in the closed form).
