@@ -207,6 +207,10 @@ class InnerData:
         ks = cls if g is None else self.group_stages(cls, g)
         return max((self.wan_nic[(k, site)] for k in ks), default=0.0)
 
+    def has_wan_nic(self, k: int) -> bool:
+        """Whether stage k pays a WAN NIC term at some candidate site (wan_nic)."""
+        return any(self.wan_nic[(k, s)] > 0 for s in self.stage_sites[k])
+
     def class_intra(self, cls: list[int], site: str) -> float:
         return max(self.intra[(k, site)] for k in cls)
 

@@ -212,7 +212,8 @@ def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, A
             t = series_tag(i, key[1])
             works.append((own + wan, f"{t}r", True, False, R))
             works.append((own + wan_g, f"{t}r", False, True, R))
-            if stagger:
+            if stagger and m.d.has_wan_nic(key[1]):
+                # (without a NIC term the series is below the route work)
                 works.append((own + m.N_series[key], t, True, True, R))
         for w, t, sync, gather, R in works:
             if R is not None and sync and gather and rep_sync != rep_gather:
