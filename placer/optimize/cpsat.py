@@ -42,7 +42,7 @@ from placer.optimize.families import (
     tick_family,
     tiebreak_weights,
     wan_nic_terms,
-    works_by_sequence,
+    work_maxes,
 )
 from placer.optimize.symmetry import ordered_start, site_classes
 
@@ -765,19 +765,13 @@ class CpsatInner:
             self._stagger_terms.append((U, loads, i))
         G = self._define_gather_routes(every_load)
         # per group and sequence one work variable, the max of its works (milp)
-        self._work_maxes: list[tuple[Any, list[Any], str]] = []
-        works = works_by_sequence(stagger_works(self, len(groups), U_group, G))
         ub = 2 * (self.TT + self.TW) + self._rep_ub
-        for (i, sync), ws in works.items():
-            if not sync and not self.d.gather_staggered:
-                continue
-            work, tag = ws[0]
-            if len(ws) > 1:
-                kind = "dpst" if sync else "gst"
-                work, tag = M.NewIntVar(0, ub, f"W_{kind}[{i}]"), f"{i}w"
-                for w, t in ws:
-                    self.add(M.Add(work >= w), row(f"dp.{kind}_work", t))
-                self._work_maxes.append((work, [w for w, _ in ws], f"exact.{kind}_work{i}"))
+        for i, sync, work, tag in work_maxes(
+            self,
+            stagger_works(self, len(groups), U_group, G),
+            lambda kind, i: M.NewIntVar(0, ub, f"W_{kind}[{i}]"),
+            lambda var, w: M.Add(var >= w),
+        ):
             self._stagger_rows(work, tag, i, usable, T_end, sync=sync, gather=not sync)
 
     def _define_gather_routes(self, every_load: dict[Any, Any]) -> dict[int, Any]:

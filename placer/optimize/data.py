@@ -189,11 +189,6 @@ class InnerData:
             raise ValueError(f"two bucketed sequences of different shares: {shares}")
         return shares.pop() if shares else 0.0
 
-    def class_repeats(self, cls: list[int], g: float) -> int:
-        """The most latency repeats R_k of the class's stages in release group g (the
-        class's stages share their hosts, hence their pairs)."""
-        return max((self.dp_stage_repeats[k] for k in self.group_stages(cls, g)), default=0)
-
     def class_release_fraction(self, cls: list[int], g: float) -> float:
         """The part of the class's WAN bytes released at or after T_pipe - g."""
         total = self.class_wan_bytes(cls)

@@ -46,7 +46,7 @@ Families, in build order:
               released at the chain's own T_c - tail (first forward at T_c - head)
               against T_end, the longest chain in use, pinned exactly (dp.end,
               dp.end_cap; PerfModel.dp_moments_s), a group's works bounding one
-              variable per sequence (W_dpst, W_gst: works_by_sequence); a stage's
+              variable per sequence (W_dpst, W_gst: work_maxes); a stage's
               latency and repeats over a flow-routed pair's allowed paths too
               (dp.series_path_latency, dp.series_path_repeats; InnerData.repeat_ratio,
               PerfModel.dp_stage_repeats); each credit times its sequence's
@@ -227,16 +227,31 @@ def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, A
     return out
 
 
-def works_by_sequence(works: list) -> dict[tuple[int, bool], list[tuple[Any, Any]]]:
-    """stagger_works' works per (release group, sequence: True the sync, False the
-    gather), each as (work, row tag). The backends bound one variable per group and
-    sequence by its works and write the per-chain-type release rows once on it (with
-    a stage's works per group they were 3 x stages x chain types rows a group)."""
-    out: dict[tuple[int, bool], list[tuple[Any, Any]]] = {}
+def work_maxes(m: Any, works: list, new_var: Any, at_least: Any) -> list[tuple[Any, ...]]:
+    """stagger_works' works per (release group, sequence), as (group, True for the sync or
+    False for the gather, work, row tag): where a group and sequence has several works,
+    one variable bounded by each (`new_var(kind, group)` makes it, `at_least(var, work)`
+    is the backend's row var >= work), so that the backends write the per-chain-type
+    release rows once on it (with a stage's works per group they were 3 x stages x chain
+    types rows a group); each such variable, its works and its exact-step name go to
+    m._work_maxes (_exact_step pins it to their max). No gather rows unless the gather
+    is staggered (d.gather_staggered)."""
+    by: dict[tuple[int, bool], list[tuple[Any, Any]]] = {}
     for i, w, t, sync, gather in works:
         for seq, on in ((True, sync), (False, gather)):
-            if on:
-                out.setdefault((i, seq), []).append((w, t))
+            if on and (seq or m.d.gather_staggered):
+                by.setdefault((i, seq), []).append((w, t))
+    m._work_maxes = []
+    out: list[tuple[Any, ...]] = []
+    for (i, sync), ws in by.items():
+        work, tag = ws[0]
+        if len(ws) > 1:
+            kind = "dpst" if sync else "gst"
+            work, tag = new_var(kind, i), f"{i}w"
+            for w, t in ws:
+                m.add(at_least(work, w), row(f"dp.{kind}_work", t))
+            m._work_maxes.append((work, [w for w, _ in ws], f"exact.{kind}_work{i}"))
+        out.append((i, sync, work, tag))
     return out
 
 
