@@ -530,6 +530,12 @@ class CpsatInner:
         self._pairs: list[HostPair] = []
         # per routed pair, per class (pair_dem's order): its series keys
         self._routed_series: dict[Any, list[list[tuple[int, int]]]] = {}
+        self.B_series: dict[Any, Any] = {}  # their own route terms (_define_stage_routes)
+        # per series key, the routes its pairs' paths use, with the literals that put it in
+        # use (milp.define_dp_hosting)
+        self._stage_route_uses: dict[Any, list[tuple[Any, tuple[Any, ...]]]] = {
+            key: [] for key in keys
+        }
         # per release group but the last, per route: its stages' pair booleans there
         # (milp.define_dp_hosting: its gather waits for every stage's bytes there)
         self._gather_use: dict[int, dict[Any, list[Any]]] = {i: {} for i in self.I_group}
@@ -626,6 +632,8 @@ class CpsatInner:
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
+                    for key in series_keys(d, cls):
+                        self._stage_route_uses[key].append((r, (bp,)))
                     for i in in_groups:
                         self._gather_use[i].setdefault(r, []).append(bp)
                 for g in wan_groups:
@@ -764,6 +772,7 @@ class CpsatInner:
                 )
             self._stagger_terms.append((U, loads, i))
         G = self._define_gather_routes(every_load)
+        self._define_stage_routes(every_load)
         # per group and sequence one work variable, the max of its works (milp)
         ub = 2 * (self.TT + self.TW) + self._rep_ub
         for i, sync, work, tag in work_maxes(
@@ -811,6 +820,44 @@ class CpsatInner:
                     terms.append((r, bp))
             self._gather_route_terms.append((G[i], terms, i))
         return G
+
+    def _define_stage_routes(self, every_load: dict[Any, Any]) -> None:
+        """With a flow-routed pair, each series key's route term B_{i,k} >= T_dpnic (every
+        stage's WAN NIC term) and >= t_r on every route r its pairs' paths use, enforced
+        if the literals that put r in use are (milp._define_stage_routes)."""
+        M, add = self.m, self.add
+        if self.d.dp_wan_stagger or not self.I_series:
+            return
+        self.T_dpnic = M.NewIntVar(0, self.TW, "T_dpnic")
+        for j, v in enumerate(self._nic_exact.get("all", [])):
+            add(M.Add(self.T_dpnic >= v), row("dp.wan_nic_all", j))
+        t_route: dict[Any, Any] = {}
+        self._stage_bw_terms: dict[Any, list[tuple[Any, tuple[Any, ...]]]] = {}
+        for key, uses in self._stage_route_uses.items():
+            tag = series_tag(*key)
+            B = self.B_series[key] = M.NewIntVar(0, self.TW, f"B_series[{tag}]")
+            add(M.Add(B >= self.T_dpnic), row("dp.stage_nic", tag))
+            terms = self._stage_bw_terms[key] = []
+            for j, (r, on) in enumerate(uses):
+                if r not in every_load:
+                    continue
+                if r not in t_route:
+                    t_route[r] = M.NewIntVar(0, self.TW, f"t_dpr[{r}]")
+                    self._hull(
+                        t_route[r],
+                        every_load[r],
+                        r,
+                        self._wave_caps(r),
+                        None,
+                        self.TW,
+                        "route.dpr",
+                        self.Q_wan,
+                        by_route=True,
+                    )
+                add(M.Add(B >= t_route[r]), row("dp.stage_route", tag, *r, j)).OnlyEnforceIf(
+                    list(on)
+                )
+                terms.append((r, on))
 
     def _stagger_rows(
         self,
@@ -1071,6 +1118,12 @@ class CpsatInner:
                 ws,
                 loads,
             )
+            for j, path in enumerate(self.d.pair_paths[q]):
+                # each series key of the class: the routes of the paths it may use (milp)
+                for c, (_, bp, _, _) in enumerate(dems):
+                    on = (bp,) if j == 0 else (bp, ws[j])
+                    for key in self._routed_series[q][c]:
+                        self._stage_route_uses[key] += [(r, on) for r in path.routes]
             for j in range(1, len(ws)):
                 lat = self.ticks(2 * self.d.pair_paths[q][j].latency_s)
                 self.add(self.m.Add(T_lat >= lat * ws[j]), row("dp.path_latency", *q, j))
@@ -1200,6 +1253,27 @@ class CpsatInner:
                         M.AddMaxEquality(self.R_series[key], [0, *self._series_rep_terms[key]]),
                         row("exact.repeats_series", tag),
                     )
+            if self.B_series:
+                nic = [0, *self._nic_exact.get("all", [])]
+                add(M.AddMaxEquality(self.T_dpnic, nic), row("exact.stage_nic"))
+            for key, B in self.B_series.items():
+                tag = series_tag(*key)
+                b_terms: list[Any] = [self.T_dpnic]
+                for j, (r, on) in enumerate(self._stage_bw_terms[key]):
+                    if r not in exact_t:
+                        exact_t[r] = self._exact_route_time(
+                            self._gather_loads[r], r, self.TW, self.Q_wan, "exact.gst_route"
+                        )
+                    a = on[0]
+                    if len(on) > 1:  # both literals
+                        a = M.NewBoolVar(f"exact.stage_on[{tag}][{j}]")
+                        add(M.AddBoolAnd(list(on)), row("exact.stage_and", tag, j)).OnlyEnforceIf(a)
+                        add(M.AddBoolOr([a, *(v.Not() for v in on)]), row("exact.stage_or", tag, j))
+                    v = M.NewIntVar(0, self.TW, f"exact.stage_term[{tag}][{j}]")
+                    add(M.Add(v == exact_t[r]), row("exact.stage_bw_on", tag, j)).OnlyEnforceIf(a)
+                    add(M.Add(v == 0), row("exact.stage_bw_off", tag, j)).OnlyEnforceIf(a.Not())
+                    b_terms.append(v)
+                add(M.AddMaxEquality(B, b_terms), row("exact.stage_bw", tag))
             st = list(self._stagger_exprs)  # each a lower bound, the latest release attains it
             # (a credit scaled by d.dp_credit_scale reaches that many times T_end)
             scale = max(self.d.dp_credit_scale)

@@ -52,7 +52,10 @@ Families, in build order:
               PerfModel.dp_stage_repeats); each credit times its sequence's
               scale (PerfModel.dp_credit_scale); the gather's route per group G_g, every
               stage's bytes on each route its stages sync over (dp.gather_route,
-              route.gst)
+              route.gst); with a flow-routed pair each series key's own route term
+              B_series in place of T_dpbw, >= every stage's NIC term (T_dpnic,
+              dp.wan_nic_all) and >= every stage's load over capacity on each route its
+              pairs' paths use (dp.stage_route, route.dpr; PerfModel.step's stage_bw)
 * step:       T = T_pipe + T_intra + the sync policy's WAN part (`SYNC`)
 * limits:     max_step_time_s, the frontier walk's caps, the incumbent cutoff
 * resilience: sites in use (also the tie-break's site count), then every single failure
@@ -187,9 +190,11 @@ def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, A
     repeats (with a flow-routed pair T_dpbw, every stage's WAN phase, holds the NIC
     terms). The routes: the sync's U_group (the last group every stage's, T_dpbw where
     it has no route of its own, or with a flow-routed pair), the gather's G (every
-    stage's bytes on the group's routes: _define_gather_routes). The repeats go to the
-    sequences with a bucketed share (d.dp_repeat_share). `m` is the backend's model
-    (T_intra, T_dpbw, I_group, the series variables, R_series, d)."""
+    stage's bytes on the group's routes: _define_gather_routes); a stage's own works
+    with a flow-routed pair its B_series (its pairs' routes: _define_stage_routes).
+    The repeats go to the sequences with a bucketed share (d.dp_repeat_share). `m` is
+    the backend's model (T_intra, T_dpbw, I_group, the series variables, R_series,
+    B_series, d)."""
     out = []
     every = n_groups - 1
     rep_sync, rep_gather = (x > 0 for x in m.d.dp_repeat_share)
@@ -210,8 +215,10 @@ def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, A
                 continue
             own, R = m.I_series[key] + m.L_series[key], m.R_series.get(key)
             t = series_tag(i, key[1])
-            works.append((own + wan, f"{t}r", True, False, R))
-            works.append((own + wan_g, f"{t}r", False, True, R))
+            # with a flow-routed pair the stage's own routes (B_series), else the group's
+            B = m.B_series.get(key)
+            works.append((own + (wan if B is None else B), f"{t}r", True, False, R))
+            works.append((own + (wan_g if B is None else B), f"{t}r", False, True, R))
             if stagger and m.d.has_wan_nic(key[1]):
                 # (without a NIC term the series is below the route work)
                 works.append((own + m.N_series[key], t, True, True, R))

@@ -541,6 +541,13 @@ class MilpInner:
         self._pairs: list[HostPair] = []
         # per routed pair, per class (pair_dem's order): its series keys
         self._routed_series: dict[Any, list[list[tuple[int, int]]]] = {}
+        self.B_series: dict[Any, Any] = {}  # their own route terms (_define_stage_routes)
+        # per series key, the routes its pairs' paths use, each with the binaries that put
+        # it in use (the pair's; a flow-routed pair's path j >= 1 also its allowed w[j]):
+        # its own route term with a flow-routed pair (_define_stage_routes)
+        self._stage_route_uses: dict[Any, list[tuple[Any, tuple[Any, ...]]]] = {
+            key: [] for key in keys
+        }
         # the WAN phase's NIC terms per target ("all": T_dpbw; i: release group i's U_i)
         self._nic_terms: dict[Any, list[NicTerm]] = {}
         self._nic_exact: dict[Any, list[tuple[Any, Any]]] = {}
@@ -624,6 +631,8 @@ class MilpInner:
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
                     dp_max[r] += S_k
+                    for key in series_keys(d, cls):
+                        self._stage_route_uses[key].append((r, (bp,)))
                     for i in in_groups:
                         self._gather_use[i].setdefault(r, []).append(bp)
                     for g in wan_groups:
@@ -664,7 +673,12 @@ class MilpInner:
                 )
 
     def _define_wan_nic(
-        self, var: Any, tag: Any, scale: float = 1.0, family: str = "dp.wan_nic"
+        self,
+        var: Any,
+        tag: Any,
+        scale: float = 1.0,
+        family: str = "dp.wan_nic",
+        exact_terms: bool = True,
     ) -> None:
         """var >= the WAN phase's NIC term (K - 1)/K c / x of every hosting site
         (PerfModel.wan_nic_s) of target `tag`'s terms. c / x is convex in the member count
@@ -673,8 +687,9 @@ class MilpInner:
         `dp.wan_nic`, relaxed unless the site hosts the class and the class has K hosts
         (by the secant's value at x = 0, the most it can reach when it should not bind).
         The exact step's term per secant is active on both indicators. `scale` != 1 is a
-        failure scenario's (a lost NIC: the terms x its factor, no exact terms)."""
-        exact = self._nic_exact.setdefault(tag, []) if scale == 1.0 else []
+        failure scenario's (a lost NIC: the terms x its factor, no exact terms), as is
+        `exact_terms` False (a second variable over the same terms)."""
+        exact = self._nic_exact.setdefault(tag, []) if scale == 1.0 and exact_terms else []
         for t in self._nic_terms.get(tag, []):
             a = scale * t.coef / self.ts
             for j in range(1, max(2, t.ub)):
@@ -745,6 +760,7 @@ class MilpInner:
                 self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
             self._stagger_terms.append((U, loads, i))
         G = self._define_gather_routes(every_load, window)
+        self._define_stage_routes(every_load, window)
         # per group and sequence one work variable, the max of its works (exact: _exact_step)
         for i, sync, work, tag in work_maxes(
             self,
@@ -783,6 +799,38 @@ class MilpInner:
                     terms.append((r, bp))
             self._gather_route_terms.append((G[i], terms, i))
         return G
+
+    def _define_stage_routes(self, every_load: dict[Any, Load], window: float) -> None:
+        """With a flow-routed pair (not d.dp_wan_stagger), each series key's route term
+        B_{i,k} (PerfModel.step's stage_bw): B >= T_dpnic, the WAN phase's NIC term of
+        every stage (dp.wan_nic_all), and B >= t_r on every route r its pairs' paths use
+        (B >= t_r - window (n - the sum of the n binaries that put r in use)), t_r every
+        stage's load on r over its capacity (a hull). Without it each stage's route term
+        was T_dpbw, the busiest route of the whole WAN phase, though its own pairs' flows
+        may not touch it (+23% against placer.sim: benchmarks/README.md, "Each stage's
+        own routes")."""
+        self.B_series: dict[Any, Any] = {}
+        self._stage_bw_terms: dict[Any, list[tuple[Any, tuple[Any, ...]]]] = {}
+        if self.d.dp_wan_stagger or not self.I_series:
+            return
+        self.T_dpnic = pulp.LpVariable("T_dpnic", 0)
+        self._define_wan_nic(self.T_dpnic, "all", family="dp.wan_nic_all", exact_terms=False)
+        t_route: dict[Any, Any] = {}
+        for key, uses in self._stage_route_uses.items():
+            tag = series_tag(*key)
+            B = self.B_series[key] = pulp.LpVariable(_name("B_series", *key), 0)
+            self.add(B >= self.T_dpnic, row("dp.stage_nic", tag))
+            terms = self._stage_bw_terms[key] = []
+            for j, (r, on) in enumerate(uses):
+                if r not in every_load:
+                    continue
+                if r not in t_route:
+                    t_route[r] = pulp.LpVariable(_name("t_dpr", *r), 0)
+                    caps = self._wave_caps(r)
+                    self._hull(t_route[r], every_load[r], r, caps, None, window, "route.dpr")
+                off = len(on) - pulp.lpSum(on)
+                self.add(B >= t_route[r] - window * off, row("dp.stage_route", tag, *r, j))
+                terms.append((r, on))
 
     def _stagger_rows(
         self,
@@ -1009,6 +1057,12 @@ class MilpInner:
                 ws,
                 loads,
             )
+            for j, path in enumerate(self.d.pair_paths[q]):
+                # each series key of the class: the routes of the paths it may use
+                for c, (_, bp, _, _) in enumerate(dems):
+                    on = (bp,) if j == 0 else (bp, ws[j])
+                    for key in self._routed_series[q][c]:
+                        self._stage_route_uses[key] += [(r, on) for r in path.routes]
             for j in range(1, len(ws)):
                 lat = 2 * self.d.pair_paths[q][j].latency_s / self.ts
                 self.add(T_lat >= lat * ws[j], row("dp.path_latency", *q, j))
@@ -1146,6 +1200,18 @@ class MilpInner:
                     self._exact_max(
                         self.R_series[key], rterms, big_rep, f"exact.repeats_series{tag}"
                     )
+            if self.B_series:
+                nic = [(0, None), *self._nic_exact.get("all", [])]
+                self._exact_max(self.T_dpnic, nic, big_wan, "exact.stage_nic")
+            for key, B in self.B_series.items():
+                b_terms: list[tuple[Any, Any]] = [(self.T_dpnic, None)]
+                for r, on in self._stage_bw_terms[key]:
+                    if r not in exact_t:
+                        exact_t[r] = self._exact_route_time(
+                            self._gather_loads[r], r, "exact.gst_route", self.sync.window
+                        )
+                    b_terms.append((exact_t[r], on))
+                self._exact_max(B, b_terms, big_wan, f"exact.stage_bw{series_tag(*key)}")
             # every row of T_dpst is a lower bound and the chain type in use whose release
             # is latest attains it (_define_dp_stagger): T_dpst is their max
             # (a credit scaled by d.dp_credit_scale reaches that many times T_end)
@@ -1574,7 +1640,23 @@ class MilpInner:
             return Outcome("error", None, None, str(exc))
         highs = getattr(self.prob, "solverModel", None)
         if which != "cbc" and highs is not None:
-            return self._highs_outcome(highs)
+            out = self._highs_outcome(highs)
+            if out.value is not None and self.warm and not self._start_kept(highs):
+                # HiGHS 1.16.0 proved an objective that its own solution does not attain:
+                # with a MIP start and presolve, it logs the start as feasible 'in the
+                # reduced space' at a better value, reports that value as proven, and
+                # returns the start's columns (the MILP tie-break of
+                # tests/test_routing.py's short-detour triangle: 28,218 claimed, 28,234
+                # returned, the brute-force tie plan lost). The same model without the
+                # start solves right: once more without it, in the time left
+                warm, self.warm = self.warm, {}
+                try:
+                    return self._solve_once(
+                        max(0.05, stop_at - time.perf_counter()), threads, options, deadline_at
+                    )
+                finally:
+                    self.warm = warm
+            return out
         # CBC through PuLP: its statuses (no bound when the limit strikes)
         sol_status = getattr(self.prob, "sol_status", None)
         v = self.prob.objective.value()
@@ -1591,6 +1673,16 @@ class MilpInner:
         if status == pulp.LpStatusNotSolved:
             return Outcome("limit", None, None, "time limit before a plan")
         return Outcome("error", None, None, f"CBC status {pulp.LpStatus.get(status, status)}")
+
+    def _start_kept(self, highs: Any) -> bool:
+        """Whether HiGHS' reported objective is its returned solution's (PuLP hands HiGHS
+        the objective without its constant)."""
+        got = self.prob.objective.value()
+        if got is None:
+            return True
+        got -= self.prob.objective.constant
+        claimed = float(highs.getInfo().objective_function_value)
+        return abs(got - claimed) <= 1e-6 * max(1.0, abs(claimed))
 
     def _highs_outcome(self, highs: Any) -> Outcome:
         """HiGHS' model status read directly (PuLP maps a time limit without a solution to

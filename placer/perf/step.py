@@ -1518,7 +1518,10 @@ class PerfModel:
         so they stay in series with each stage's own part (pessimistic). With a flow-routed
         pair (any_dp_pair_routed) U_g is the whole WAN phase (every stage's, NIC terms
         included), which (c) never exceeds, and a stage's latency that of the slowest
-        path its pairs' flows use.
+        path its pairs' flows use; in (b) a stage's routes are its own, the busiest route
+        its pairs' paths use, at every stage's load, or every stage's NIC term (stage_bw:
+        before, the whole WAN phase's busiest route, which a stage's flows need not touch:
+        up to +23% against placer.sim; benchmarks/README.md, "Each stage's own routes").
         credit_g = T_end - max over the chain types in use of (T_c -
         tail_c,g) (dp_moments_s; before, delta_g, the
         shortest drain with messages inside a site: a chain whose drain crosses the fiber
@@ -1608,6 +1611,9 @@ class PerfModel:
         # per stage synced over the WAN: its latency repeats, R_k times its pairs' latency
         stage_reps = self.dp_stage_repeats(cfg)
         rep_lat = [0.0] * cfg.pp
+        # and the routes its pairs' paths use (with a flow-routed pair, its route term is
+        # the busiest of these at every stage's load, or the NIC term: stage_bw below)
+        stage_routes: list[set[RouteKey]] = [set() for _ in range(cfg.pp)]
         for k in range(cfg.pp):
             h = hosts[k]
             intra_k = 0.0
@@ -1633,6 +1639,7 @@ class PerfModel:
                             unreachable.append((a, b))
                             continue
                         for use in uses:
+                            stage_routes[k].update(use.path.routes)
                             for key in use.path.routes:
                                 dp_load[key] += demand * use.share
                                 for g, load in group_load.items():
@@ -1662,6 +1669,12 @@ class PerfModel:
             for g, load in group_load.items()
         }
         group_bw = {g: max(group_nic[g], group_route[g]) for g in group_load}
+        # with a flow-routed pair, each stage's WAN bandwidth term: the busiest route its
+        # own pairs' paths use, at every stage's load, or the NIC term (every stage's)
+        stage_bw = [
+            max([wan_nic, *(route_dp_s.get(r, 0.0) for r in stage_routes[k])])
+            for k in range(cfg.pp)
+        ]
         # each group's routes finish its stages' exchanges delta after T_pipe - delta at
         # the earliest (one work-conserving route: max over release times r of r + the work
         # released at or after r); delta 0 is the last stage group alone, the largest delta
@@ -1699,7 +1712,12 @@ class PerfModel:
                 return max(
                     [
                         group_intra[g] + route_s,
-                        *(stage_route[k] + share * rep_lat[k] + route_s for k in ks),
+                        *(
+                            stage_route[k]
+                            + share * rep_lat[k]
+                            + (stage_bw[k] if wan_whole else route_s)
+                            for k in ks
+                        ),
                         *(stage_series[k] + share * rep_lat[k] for k in ks),
                     ]
                 )
