@@ -1641,21 +1641,28 @@ class MilpInner:
         highs = getattr(self.prob, "solverModel", None)
         if which != "cbc" and highs is not None:
             out = self._highs_outcome(highs)
-            if out.value is not None and self.warm and not self._start_kept(highs):
+            if out.value is not None and self.warm and not self._objective_is_solutions(highs):
                 # HiGHS 1.16.0 proved an objective that its own solution does not attain:
                 # with a MIP start and presolve, it logs the start as feasible 'in the
                 # reduced space' at a better value, reports that value as proven, and
                 # returns the start's columns (the MILP tie-break of
                 # tests/test_routing.py's short-detour triangle: 28,218 claimed, 28,234
                 # returned, the brute-force tie plan lost). The same model without the
-                # start solves right: once more without it, in the time left
+                # start solves right: once more without it, in the time left; if that
+                # ends without a plan, the start's columns stand, not proven
+                saved = {v.name: v.varValue for v in self.prob.variables()}
                 warm, self.warm = self.warm, {}
                 try:
-                    return self._solve_once(
+                    again = self._solve_once(
                         max(0.05, stop_at - time.perf_counter()), threads, options, deadline_at
                     )
                 finally:
                     self.warm = warm
+                if again.value is not None:
+                    return again
+                for v in self.prob.variables():
+                    v.varValue = saved.get(v.name)
+                return Outcome("feasible", out.value, out.bound, "HiGHS' proof is not its plan's")
             return out
         # CBC through PuLP: its statuses (no bound when the limit strikes)
         sol_status = getattr(self.prob, "sol_status", None)
@@ -1674,7 +1681,7 @@ class MilpInner:
             return Outcome("limit", None, None, "time limit before a plan")
         return Outcome("error", None, None, f"CBC status {pulp.LpStatus.get(status, status)}")
 
-    def _start_kept(self, highs: Any) -> bool:
+    def _objective_is_solutions(self, highs: Any) -> bool:
         """Whether HiGHS' reported objective is its returned solution's (PuLP hands HiGHS
         the objective without its constant)."""
         got = self.prob.objective.value()
