@@ -17,6 +17,7 @@ import pulp
 import pytest
 import solver_cases as sc
 from ortools.sat.python import cp_model
+from test_pinned_plan import pin_cpsat, pin_milp
 
 from placer.evaluate import evaluate
 from placer.io import problem_from_data
@@ -91,10 +92,6 @@ def _setup(name: str):
     return problem, perf, data, counts, waves, nodes, res
 
 
-def _option(data: Any, r: Any, waves: int) -> int:
-    return next(i for i, o in enumerate(data.wave_options[r]) if o.waves == waves)
-
-
 def _evaluated(problem, perf, data, counts, waves, routing) -> float:
     plan = solution_plan(
         problem, data, InnerSolution(counts, waves, 0.0, 0.0, False, routing=routing)
@@ -108,12 +105,7 @@ def test_milp_step_cannot_be_raised_above_the_plans(name: str) -> None:
     problem, perf, data, counts, waves, nodes, res = _setup(name)
     m = MilpInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
     assert m.d.resilience is not None
-    for c, v in m.n.items():
-        m.add(v == counts.get(c, 0), f"pin.n:{c}")
-    for r in data.routes:
-        m.add(m.y[(r, _option(data, r, waves.get(r, 0)))] == 1, f"pin.y:{r[0]}:{r[1]}")
-    for s, v in m.nodes.items():
-        m.add(v == nodes.get(s, 0), f"pin.nodes:{s}")
+    pin_milp(m, counts, waves, lambda s: nodes.get(s, 0))
     m.prob.sense = pulp.LpMaximize
     m.prob.setObjective(m.T)
     out = m._solve_once(60, 1, {})
@@ -128,12 +120,7 @@ def test_cpsat_step_cannot_be_raised_above_the_plans(name: str) -> None:
     problem, perf, data, counts, waves, nodes, res = _setup(name)
     m = CpsatInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
     M = m.m
-    for c, v in m.n.items():
-        M.Add(v == counts.get(c, 0))
-    for r in data.routes:
-        M.Add(m.y[(r, _option(data, r, waves.get(r, 0)))] == 1)
-    for s, v in m.nodes.items():
-        M.Add(v == nodes.get(s, 0))
+    pin_cpsat(m, counts, waves, lambda s: nodes.get(s, 0))
     M.Maximize(m.T)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1

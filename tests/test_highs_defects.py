@@ -53,14 +53,13 @@ def _triangle_tie_model() -> tuple[Any, int, int]:
     (families.TieBreak: the step at most the first solve's, then the fewest listed paths
     and the smallest chain weights) with that plan as MIP start. Both plans have the
     same step; the 3 / 2 plan's weights are smaller (brute force's tie plan)."""
-    import pulp
     from test_routing import _triangle_repeats
 
     from placer.io import problem_from_data
     from placer.optimize.data import build_inner
     from placer.optimize.driver import _upper_bound_time, solve
-    from placer.optimize.families import chain_weight, row, tiebreak_weights
-    from placer.optimize.milp import TIE_TOL, MilpInner
+    from placer.optimize.families import chain_weight
+    from placer.optimize.milp import MilpInner
     from placer.optimize.space import chain_types
     from placer.perf.step import PerfModel
     from placer.rules import config_of
@@ -80,12 +79,7 @@ def _triangle_tie_model() -> tuple[Any, int, int]:
     m.warm = m.integer_values()
     for v in (m.n[a], m.n[b]):
         v.lowBound, v.upBound = 0, 5
-    m.add(m.T <= first.value * (1 + TIE_TOL), row("objective.tiebreak"))
-    tb = tiebreak_weights(m.d.cfg.dp, len(m.d.chains), len(m.w), len(m.d.sites))
-    m.prob.setObjective(
-        tb.paths * pulp.lpSum(m.w.values())
-        + pulp.lpSum(chain_weight(c) * v for c, v in m.n.items())
-    )
+    m.tiebreak_objective(first.value)
     assert chain_weight(a) > chain_weight(b)  # 3 / 2 is the lighter plan
     return m, a, b
 

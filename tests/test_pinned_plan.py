@@ -93,15 +93,32 @@ def _option(data: InnerData, r: Any, waves: int) -> int:
     return next(i for i, o in enumerate(data.wave_options[r]) if o.waves == waves)
 
 
+def pin_milp(m: MilpInner, counts: dict[int, int], waves: dict[Any, int], nodes: Any) -> None:
+    """A plan's decisions fixed in the MILP: replicas per chain type, the wave option of
+    every route, nodes per site (`nodes(site)`, in the formulation's blocks)."""
+    for c, v in m.n.items():
+        m.add(v == counts.get(c, 0), f"pin.n:{c}")
+    for r in m.d.routes:
+        m.add(m.y[(r, _option(m.d, r, waves.get(r, 0)))] == 1, f"pin.y:{r[0]}:{r[1]}")
+    for s, v in m.nodes.items():
+        m.add(v == nodes(s), f"pin.nodes:{s}")
+
+
+def pin_cpsat(m: CpsatInner, counts: dict[int, int], waves: dict[Any, int], nodes: Any) -> None:
+    """pin_milp in CP-SAT."""
+    M = m.m
+    for c, v in m.n.items():
+        M.Add(v == counts.get(c, 0))
+    for r in m.d.routes:
+        M.Add(m.y[(r, _option(m.d, r, waves.get(r, 0)))] == 1)
+    for s, v in m.nodes.items():
+        M.Add(v == nodes(s))
+
+
 def milp_components(case_id: str) -> dict[str, float]:
     problem, res, data, counts, waves = pinned(case_id)
     m = MilpInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
-    for c, v in m.n.items():
-        m.add(v == counts.get(c, 0), f"pin.n:{c}")
-    for r in data.routes:
-        m.add(m.y[(r, _option(data, r, waves.get(r, 0)))] == 1, f"pin.y:{r[0]}:{r[1]}")
-    for s, v in m.nodes.items():
-        m.add(v == _blocks(data, res, s), f"pin.nodes:{s}")
+    pin_milp(m, counts, waves, lambda s: _blocks(data, res, s))
     out = m._solve_once(30, 1, {})
     assert out.kind == "optimal", out
     ts = m.ts
@@ -128,12 +145,7 @@ def cpsat_components(case_id: str) -> dict[str, float]:
     problem, res, data, counts, waves = pinned(case_id)
     m = CpsatInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
     M = m.m
-    for c, v in m.n.items():
-        M.Add(v == counts.get(c, 0))
-    for r in data.routes:
-        M.Add(m.y[(r, _option(data, r, waves.get(r, 0)))] == 1)
-    for s, v in m.nodes.items():
-        M.Add(v == _blocks(data, res, s))
+    pin_cpsat(m, counts, waves, lambda s: _blocks(data, res, s))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = 30

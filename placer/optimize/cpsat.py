@@ -789,9 +789,9 @@ class CpsatInner:
         over its capacity in ticks (milp._define_gather_routes)."""
         M = self.m
         self._gather_loads = every_load
+        self._every_t: dict[Any, Any] = {}  # _every_route_time's variables
         if not (self.d.gather_staggered and self.d.dp_wan_stagger):
             return {}
-        t_route: dict[Any, Any] = {}
         G: dict[int, Any] = {}
         for i, uses in self._gather_use.items():
             uses = {r: bps for r, bps in uses.items() if r in every_load}
@@ -800,26 +800,41 @@ class CpsatInner:
             G[i] = M.NewIntVar(0, self.TW, f"G_gst[{i}]")
             terms = []
             for r, bps in sorted(uses.items()):
-                if r not in t_route:
-                    t_route[r] = M.NewIntVar(0, self.TW, f"t_gst[{r}]")
-                    self._hull(
-                        t_route[r],
-                        every_load[r],
-                        r,
-                        self._wave_caps(r),
-                        None,
-                        self.TW,
-                        "route.gst",
-                        self.Q_wan,
-                        by_route=True,
-                    )
+                t = self._every_route_time(r)
                 for j, bp in enumerate(bps):
-                    self.add(
-                        M.Add(G[i] >= t_route[r]), row("dp.gather_route", i, *r, j)
-                    ).OnlyEnforceIf(bp)
+                    self.add(M.Add(G[i] >= t), row("dp.gather_route", i, *r, j)).OnlyEnforceIf(bp)
                     terms.append((r, bp))
             self._gather_route_terms.append((G[i], terms, i))
         return G
+
+    def _every_route_time(self, r: Any) -> Any:
+        """t_r >= every stage's data-parallel load on route r over its capacity in ticks,
+        one variable per route (milp._every_route_time)."""
+        if r not in self._every_t:
+            self._every_t[r] = t = self.m.NewIntVar(0, self.TW, f"t_every[{r}]")
+            caps = self._wave_caps(r)
+            load = self._gather_loads[r]
+            self._hull(t, load, r, caps, None, self.TW, "route.every", self.Q_wan, by_route=True)
+        return self._every_t[r]
+
+    def _exact_every_term(self, r: Any, on: tuple[Any, ...], family: str, *index: Any) -> Any:
+        """A variable equal to every stage's load on route r over its capacity, exactly,
+        when the literals `on` all hold, else 0 (_exact_step: a term of G's or B's max);
+        the exact route time once per route."""
+        M, add = self.m, self.add
+        if r not in self._exact_every_t:
+            self._exact_every_t[r] = self._exact_route_time(
+                self._gather_loads[r], r, self.TW, self.Q_wan, "exact.every_route"
+            )
+        lit = on[0]
+        if len(on) > 1:  # all of them: one literal
+            lit = M.NewBoolVar(f"{family}_on{list(index)}")
+            add(M.AddBoolAnd(list(on)), row(f"{family}_and", *index)).OnlyEnforceIf(lit)
+            add(M.AddBoolOr([lit, *(v.Not() for v in on)]), row(f"{family}_or", *index))
+        v = M.NewIntVar(0, self.TW, f"{family}_term{list(index)}")
+        add(M.Add(v == self._exact_every_t[r]), row(f"{family}_on", *index)).OnlyEnforceIf(lit)
+        add(M.Add(v == 0), row(f"{family}_off", *index)).OnlyEnforceIf(lit.Not())
+        return v
 
     def _define_stage_routes(self, every_load: dict[Any, Any]) -> None:
         """With a flow-routed pair, each series key's route term B_{i,k} >= T_dpnic (every
@@ -831,7 +846,6 @@ class CpsatInner:
         self.T_dpnic = M.NewIntVar(0, self.TW, "T_dpnic")
         for j, v in enumerate(self._nic_exact.get("all", [])):
             add(M.Add(self.T_dpnic >= v), row("dp.wan_nic_all", j))
-        t_route: dict[Any, Any] = {}
         self._stage_bw_terms: dict[Any, list[tuple[Any, tuple[Any, ...]]]] = {}
         for key, uses in self._stage_route_uses.items():
             tag = series_tag(*key)
@@ -841,22 +855,8 @@ class CpsatInner:
             for j, (r, on) in enumerate(uses):
                 if r not in every_load:
                     continue
-                if r not in t_route:
-                    t_route[r] = M.NewIntVar(0, self.TW, f"t_dpr[{r}]")
-                    self._hull(
-                        t_route[r],
-                        every_load[r],
-                        r,
-                        self._wave_caps(r),
-                        None,
-                        self.TW,
-                        "route.dpr",
-                        self.Q_wan,
-                        by_route=True,
-                    )
-                add(M.Add(B >= t_route[r]), row("dp.stage_route", tag, *r, j)).OnlyEnforceIf(
-                    list(on)
-                )
+                t = self._every_route_time(r)
+                add(M.Add(B >= t), row("dp.stage_route", tag, *r, j)).OnlyEnforceIf(list(on))
                 terms.append((r, on))
 
     def _stagger_rows(
@@ -1223,19 +1223,13 @@ class CpsatInner:
                         for r, load in loads
                     ]
                     add(M.AddMaxEquality(U, u), row("exact.dpst_u", i))
-            exact_t: dict[Any, Any] = {}  # every stage's route time, exactly
+            self._exact_every_t: dict[Any, Any] = {}
             for G, terms, i in self._gather_route_terms:
-                g_terms: list[Any] = [0]
-                for j, (r, bp) in enumerate(terms):
-                    if r not in exact_t:
-                        exact_t[r] = self._exact_route_time(
-                            self._gather_loads[r], r, self.TW, self.Q_wan, "exact.gst_route"
-                        )
-                    v = M.NewIntVar(0, self.TW, f"exact.gst_term[{i}][{j}]")
-                    add(M.Add(v == exact_t[r]), row("exact.gst_on", i, j)).OnlyEnforceIf(bp)
-                    add(M.Add(v == 0), row("exact.gst_off", i, j)).OnlyEnforceIf(bp.Not())
-                    g_terms.append(v)
-                add(M.AddMaxEquality(G, g_terms), row("exact.gst_u", i))
+                g_terms = [
+                    self._exact_every_term(r, (bp,), "exact.gst", i, j)
+                    for j, (r, bp) in enumerate(terms)
+                ]
+                add(M.AddMaxEquality(G, [0, *g_terms]), row("exact.gst_u", i))
             for key, var in self.I_series.items():
                 tag = series_tag(*key)
                 iterms = [t.time * t.host for t in self._series_intra_terms[key]]
@@ -1258,22 +1252,11 @@ class CpsatInner:
                 add(M.AddMaxEquality(self.T_dpnic, nic), row("exact.stage_nic"))
             for key, B in self.B_series.items():
                 tag = series_tag(*key)
-                b_terms: list[Any] = [self.T_dpnic]
-                for j, (r, on) in enumerate(self._stage_bw_terms[key]):
-                    if r not in exact_t:
-                        exact_t[r] = self._exact_route_time(
-                            self._gather_loads[r], r, self.TW, self.Q_wan, "exact.gst_route"
-                        )
-                    a = on[0]
-                    if len(on) > 1:  # both literals
-                        a = M.NewBoolVar(f"exact.stage_on[{tag}][{j}]")
-                        add(M.AddBoolAnd(list(on)), row("exact.stage_and", tag, j)).OnlyEnforceIf(a)
-                        add(M.AddBoolOr([a, *(v.Not() for v in on)]), row("exact.stage_or", tag, j))
-                    v = M.NewIntVar(0, self.TW, f"exact.stage_term[{tag}][{j}]")
-                    add(M.Add(v == exact_t[r]), row("exact.stage_bw_on", tag, j)).OnlyEnforceIf(a)
-                    add(M.Add(v == 0), row("exact.stage_bw_off", tag, j)).OnlyEnforceIf(a.Not())
-                    b_terms.append(v)
-                add(M.AddMaxEquality(B, b_terms), row("exact.stage_bw", tag))
+                b_terms = [
+                    self._exact_every_term(r, on, "exact.stage_bw", tag, j)
+                    for j, (r, on) in enumerate(self._stage_bw_terms[key])
+                ]
+                add(M.AddMaxEquality(B, [self.T_dpnic, *b_terms]), row("exact.stage_bw", tag))
             st = list(self._stagger_exprs)  # each a lower bound, the latest release attains it
             # (a credit scaled by d.dp_credit_scale reaches that many times T_end)
             scale = max(self.d.dp_credit_scale)

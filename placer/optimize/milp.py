@@ -55,6 +55,10 @@ MIP_REL_GAP = 1e-7  # HiGHS defaults to 1e-4; placer reports proven optima
 # the driver kept the 80-wave plan while a 73-wave plan at the optimum exists (CP-SAT's).
 # At 1e-10 it gives a 73-wave plan at +1.0e-10, and its tie-break took 0.8 s instead of 3.4 s.
 TIE_TOL = 1e-10
+# how far HiGHS' reported objective may be from its returned columns' before the solve is
+# not trusted (_objective_is_solutions): HiGHS' default feasibility tolerance (1e-7) with
+# room for the objective's summation; the defect it catches was 5.7e-4 apart
+OBJECTIVE_MATCH_REL = 1e-6
 
 
 # HiGHS' options as placer sets them (the instance's solver options override them):
@@ -777,9 +781,9 @@ class MilpInner:
         with the step and share the routes (PerfModel.step). Only with the staggered gather
         and the release groups' own WAN loads (d.dp_wan_stagger; T_dpbw otherwise)."""
         self._gather_loads = every_load
+        self._every_t: dict[Any, Any] = {}  # _every_route_time's variables
         if not (self.d.gather_staggered and self.d.dp_wan_stagger):
             return {}
-        t_route: dict[Any, Any] = {}
         G: dict[int, Any] = {}
         for i, uses in self._gather_use.items():
             uses = {r: bps for r, bps in uses.items() if r in every_load}
@@ -788,17 +792,31 @@ class MilpInner:
             G[i] = pulp.LpVariable(_name("G_gst", i), 0)
             terms = []
             for r, bps in sorted(uses.items()):
-                if r not in t_route:
-                    t_route[r] = pulp.LpVariable(_name("t_gst", *r), 0)
-                    caps = self._wave_caps(r)
-                    self._hull(t_route[r], every_load[r], r, caps, None, window, "route.gst")
+                t = self._every_route_time(r, window)
                 for j, bp in enumerate(bps):
-                    self.add(
-                        G[i] >= t_route[r] - window * (1 - bp), row("dp.gather_route", i, *r, j)
-                    )
+                    self.add(G[i] >= t - window * (1 - bp), row("dp.gather_route", i, *r, j))
                     terms.append((r, bp))
             self._gather_route_terms.append((G[i], terms, i))
         return G
+
+    def _every_route_time(self, r: Any, window: float) -> Any:
+        """t_r >= every stage's data-parallel load on route r over its capacity (a hull),
+        one variable per route: what the gather's and each stage's route terms read
+        (_define_gather_routes, _define_stage_routes)."""
+        if r not in self._every_t:
+            self._every_t[r] = t = pulp.LpVariable(_name("t_every", *r), 0)
+            caps = self._wave_caps(r)
+            self._hull(t, self._gather_loads[r], r, caps, None, window, "route.every")
+        return self._every_t[r]
+
+    def _exact_every_route_time(self, r: Any) -> Any:
+        """Every stage's load on route r over its capacity, exactly (_exact_step), once
+        per route."""
+        if r not in self._exact_every_t:
+            self._exact_every_t[r] = self._exact_route_time(
+                self._gather_loads[r], r, "exact.every_route", self.sync.window
+            )
+        return self._exact_every_t[r]
 
     def _define_stage_routes(self, every_load: dict[Any, Load], window: float) -> None:
         """With a flow-routed pair (not d.dp_wan_stagger), each series key's route term
@@ -815,7 +833,6 @@ class MilpInner:
             return
         self.T_dpnic = pulp.LpVariable("T_dpnic", 0)
         self._define_wan_nic(self.T_dpnic, "all", family="dp.wan_nic_all", exact_terms=False)
-        t_route: dict[Any, Any] = {}
         for key, uses in self._stage_route_uses.items():
             tag = series_tag(*key)
             B = self.B_series[key] = pulp.LpVariable(_name("B_series", *key), 0)
@@ -824,12 +841,8 @@ class MilpInner:
             for j, (r, on) in enumerate(uses):
                 if r not in every_load:
                     continue
-                if r not in t_route:
-                    t_route[r] = pulp.LpVariable(_name("t_dpr", *r), 0)
-                    caps = self._wave_caps(r)
-                    self._hull(t_route[r], every_load[r], r, caps, None, window, "route.dpr")
-                off = len(on) - pulp.lpSum(on)
-                self.add(B >= t_route[r] - window * off, row("dp.stage_route", tag, *r, j))
+                t, off = self._every_route_time(r, window), len(on) - pulp.lpSum(on)
+                self.add(B >= t - window * off, row("dp.stage_route", tag, *r, j))
                 terms.append((r, on))
 
     def _stagger_rows(
@@ -1173,15 +1186,10 @@ class MilpInner:
                         t = self._exact_route_time(load, r, f"exact.dpst{i}", self.sync.window)
                         u_terms.append((t, None))
                     self._exact_max(U, u_terms, big_wan, f"exact.dpst{i}")
-            exact_t: dict[Any, Any] = {}  # every stage's route time, exactly
+            self._exact_every_t: dict[Any, Any] = {}
             for G, terms, i in self._gather_route_terms:
                 g_terms: list[tuple[Any, Any]] = [(0, None)]
-                for r, bp in terms:
-                    if r not in exact_t:
-                        exact_t[r] = self._exact_route_time(
-                            self._gather_loads[r], r, "exact.gst_route", self.sync.window
-                        )
-                    g_terms.append((exact_t[r], bp))
+                g_terms += [(self._exact_every_route_time(r), bp) for r, bp in terms]
                 self._exact_max(G, g_terms, big_wan, f"exact.gst_u{i}")
             for key, var in self.I_series.items():
                 tag = series_tag(*key)
@@ -1205,12 +1213,9 @@ class MilpInner:
                 self._exact_max(self.T_dpnic, nic, big_wan, "exact.stage_nic")
             for key, B in self.B_series.items():
                 b_terms: list[tuple[Any, Any]] = [(self.T_dpnic, None)]
-                for r, on in self._stage_bw_terms[key]:
-                    if r not in exact_t:
-                        exact_t[r] = self._exact_route_time(
-                            self._gather_loads[r], r, "exact.gst_route", self.sync.window
-                        )
-                    b_terms.append((exact_t[r], on))
+                b_terms += [
+                    (self._exact_every_route_time(r), on) for r, on in self._stage_bw_terms[key]
+                ]
                 self._exact_max(B, b_terms, big_wan, f"exact.stage_bw{series_tag(*key)}")
             # every row of T_dpst is a lower bound and the chain type in use whose release
             # is latest attains it (_define_dp_stagger): T_dpst is their max
@@ -1535,16 +1540,7 @@ class MilpInner:
         among plans of the first solve's value: if it fails or runs out of time without a
         plan, the first plan stands."""
         plan, value, threads, options = self._tie
-        self.drop_symmetry()
-        main = self._main()
-        self.add(main <= value + TIE_TOL * max(1.0, abs(value)), row("objective.tiebreak"))
-        tb = tiebreak_weights(self.d.cfg.dp, len(self.d.chains), len(self.w), len(self.d.sites))
-        self.prob.setObjective(
-            tb.waves * self.total_waves
-            + tb.sites * pulp.lpSum(self.sites_used.values())
-            + tb.paths * pulp.lpSum(self.w.values())
-            + pulp.lpSum(tb.chain_index * chain_weight(c) * v for c, v in self.n.items())
-        )
+        self.tiebreak_objective(value)
         self.warm = dict(self._first_values)  # the first solve's plan starts the tie-break
         if (
             time_limit_s > 0.05
@@ -1562,6 +1558,20 @@ class MilpInner:
                 routing=self.routing(),
             )
         return plan
+
+    def tiebreak_objective(self, value: float) -> None:
+        """The tie-break's model: no symmetry rows, the objective at most `value` (model
+        units, TIE_TOL), and the tie-break weights (families.tiebreak_weights) minimized."""
+        self.drop_symmetry()
+        main = self._main()
+        self.add(main <= value + TIE_TOL * max(1.0, abs(value)), row("objective.tiebreak"))
+        tb = tiebreak_weights(self.d.cfg.dp, len(self.d.chains), len(self.w), len(self.d.sites))
+        self.prob.setObjective(
+            tb.waves * self.total_waves
+            + tb.sites * pulp.lpSum(self.sites_used.values())
+            + tb.paths * pulp.lpSum(self.w.values())
+            + pulp.lpSum(tb.chain_index * chain_weight(c) * v for c, v in self.n.items())
+        )
 
     def rebuilt(self) -> MilpInner:
         """This model built again over its data, whose contention planes have grown since
@@ -1689,7 +1699,7 @@ class MilpInner:
             return True
         got -= self.prob.objective.constant
         claimed = float(highs.getInfo().objective_function_value)
-        return abs(got - claimed) <= 1e-6 * max(1.0, abs(claimed))
+        return abs(got - claimed) <= OBJECTIVE_MATCH_REL * max(1.0, abs(claimed))
 
     def _highs_outcome(self, highs: Any) -> Outcome:
         """HiGHS' model status read directly (PuLP maps a time limit without a solution to
