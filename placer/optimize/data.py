@@ -586,7 +586,47 @@ def solution_plan(problem: Problem, data: InnerData, sol: InnerSolution) -> Plan
         for r, w in sorted(sol.waves.items())
         if w > 0
     ]
-    return config_plan(problem, cfg, groups, links, sol.routing)
+    return config_plan(problem, cfg, groups, links, drop_stray_shares(data, sol))
+
+
+# A share a backend leaves on a path over a route without capacity, at most this: a MILP's
+# integrality tolerance (HiGHS' mip_feasibility_tolerance, 1e-6) lets a path's flow ride on a
+# wave option that is lit to 1e-6 and then rounded to none. Larger ones are kept, so that
+# the evaluator rejects them (a model mismatch, not a rounding).
+STRAY_SHARE = 1e-6
+
+
+def drop_stray_shares(data: InnerData, sol: InnerSolution) -> list[dict[str, Any]]:
+    """The solution's routing with every share of at most STRAY_SHARE on a path that
+    crosses a route left without capacity set to 0 (the others rescaled to sum to 1).
+    Seen on the links-vs-cost study at a $1.25M budget: HiGHS' proven optimum sent a
+    3.4e-13 share of a data-parallel pair over a route with no wave."""
+
+    def dead(r: RouteKey) -> bool:
+        w = sol.waves.get(r, 0)
+        return not any(o.waves == w and o.capacity_Bps > 0 for o in data.wave_options[r])
+
+    out = []
+    for entry in sol.routing:
+        paths = entry["paths"]
+        keep = [
+            0.0
+            if p["share"] <= STRAY_SHARE
+            and any(dead(route_key(a, b)) for a, b in itertools.pairwise(p["via"]))
+            else p["share"]
+            for p in paths
+        ]
+        total = sum(keep)
+        if total <= 0 or keep == [p["share"] for p in paths]:
+            out.append(entry)
+            continue
+        out.append(
+            {
+                **entry,
+                "paths": [{**p, "share": k / total} for p, k in zip(paths, keep, strict=True)],
+            }
+        )
+    return out
 
 
 def config_plan(
