@@ -22,9 +22,10 @@
 #
 # The study (`notebooks/studies/links_vs_cost.yaml`) sweeps the capex budget
 # `objective.max_cost_usd` from $0 to $2M; at each budget the optimizer returns the
-# fastest plan, which may spend less than the budget (tp = 8, pp = 4 pinned: pp = 8 never
-# wins on this instance and doubles the search; the sync policy is left free). The non-dominated points (no other  # noqa: E501
-# plan is both cheaper and faster) form the Pareto front of link capex vs step time.
+# fastest plan, which may spend less than the budget (tp = 8 as the instance has it; the
+# pipeline depth, the placement and the sync policy are left free). The non-dominated
+# points (no other plan is both cheaper and faster) form the Pareto front of link capex vs
+# step time.
 
 # %%
 import os
