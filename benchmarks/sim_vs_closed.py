@@ -5,6 +5,7 @@ on two-campus-100km, and a random multi-site set.
     .venv/bin/python benchmarks/sim_vs_closed.py            # all three tables
     .venv/bin/python benchmarks/sim_vs_closed.py --quick    # shipped instances only
     .venv/bin/python benchmarks/sim_vs_closed.py --random 200 --seed 1
+    .venv/bin/python benchmarks/sim_vs_closed.py --seed 2 --plan 551 934   # one plan each
 
 `diff` is (closed form - simulation) / simulation: negative = the closed form is
 optimistic. Numbers recorded in benchmarks/README.md.
@@ -252,6 +253,31 @@ def random_set(n: int, seed: int, overlap: bool = False, dump: list | None = Non
     )
 
 
+def one_plan(seed: int, idx: int, overlap: bool) -> None:
+    """Plan `idx` of the random set of `seed` (random_set's draw), taken apart: its draw,
+    and the closed form against the simulation for T_pipe and for what follows it (the
+    exposed sync and the optimizer step), in ms."""
+    rng = random.Random(seed)
+    for _ in range(idx + 1):
+        sites, routes, pp, m, tp, groups, links = draw_plan(rng)
+    prob = make_problem(sites, routes, global_batch=m * sum(c for c, _ in groups), overlap=overlap)
+    res = simulate(prob, make_plan(tp, [8 // pp] * pp, groups, m, links))
+    routes_s = ", ".join(f"{a}-{b} {km:.0f} km {links[(a, b)]}w" for a, b, km in routes)
+    print(
+        f"plan {idx} of seed {seed}, overlap {'on' if overlap else 'off'}: pp {pp}, m {m}, tp {tp}"
+    )
+    print(f"  routes: {routes_s}")
+    chains = ", ".join(f"{c} x {'-'.join(ch)}" for c, ch in groups)
+    print(f"  replica groups: {chains}")
+    after_cf = res.closed_form_s - res.closed_pipe_s
+    after_sim = res.step_time_s - res.pipe_s
+    print(
+        f"  step {res.closed_form_s * 1e3:.1f} closed vs {res.step_time_s * 1e3:.1f} simulated "
+        f"({res.rel_diff:+.1%}); T_pipe {res.closed_pipe_s * 1e3:.1f} vs {res.pipe_s * 1e3:.1f}; "
+        f"after T_pipe {after_cf * 1e3:.1f} vs {after_sim * 1e3:.1f}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="shipped instances only")
@@ -260,7 +286,15 @@ def main() -> None:
     ap.add_argument("--random-only", action="store_true", help="the random set only")
     ap.add_argument("--overlap", choices=["both", "off", "on"], default="both")
     ap.add_argument("--dump", type=Path, help="write the random plans' per-plan records (JSON)")
+    ap.add_argument(
+        "--plan", type=int, nargs="+", help="take these plans of the random set apart (--seed)"
+    )
     args = ap.parse_args()
+    if args.plan:
+        for idx in args.plan:
+            for overlap in {"both": (False, True), "off": (False,), "on": (True,)}[args.overlap]:
+                one_plan(args.seed, idx, overlap)
+        return
 
     def random_sets() -> None:
         dump: list = []
