@@ -180,6 +180,8 @@ def random_set(n: int, seed: int, overlap: bool = False, dump: list | None = Non
                     "plan": len(rows),
                     "closed_s": res.closed_form_s,
                     "sim_s": res.step_time_s,
+                    "closed_pipe_s": res.closed_pipe_s,
+                    "sim_pipe_s": res.pipe_s,
                     "rel_diff": res.rel_diff,
                     "one_site": one_site,
                     "part_filled": _partial_nodes(prob, tp, groups),
