@@ -993,6 +993,46 @@ def test_each_stage_pays_its_own_routes_against_the_simulation() -> None:
     assert abs(res.rel_diff) < 0.02
 
 
+def test_each_stage_pays_its_own_nic_term_against_the_simulation() -> None:
+    """sim_vs_closed.py seed 2 plan 786 (no overlap, tp 1 pp 2): a triangle (every pair
+    flow-routed), 1 replica s0 s2, 15 s0 s1 and 5 s1 s1. Stage 1's one member at s2 sends
+    its site's whole shard through its one NIC (its WAN NIC term, ~11.9 ms); stage 0's
+    members (16 at s0, 5 at s1) have their own NICs, ~2.4 ms. Each stage's WAN rounds run
+    on its own ranks (placer.sim), so stage 0's series is its NIC phase, its two one-way
+    latencies and its own NIC term (or its routes): the closed form's sync is stage 0's
+    series to 0.1 ms and the step within 2% of the simulation, where charging stage 0
+    every stage's NIC term (before) was +22%."""
+    prob = problem(
+        ["s0", "s1", "s2"],
+        [
+            ("s0", "s1", 912.7929951958832),
+            ("s1", "s2", 167.69916239552666),
+            ("s0", "s2", 473.10596174506185),
+        ],
+        global_batch=2 * 21,
+    )
+    groups = [(1, ["s0", "s2"]), (15, ["s0", "s1"]), (5, ["s1", "s1"])]
+    waves = {("s0", "s1"): 1, ("s1", "s2"): 8, ("s0", "s2"): 4}
+    p = plan(1, [4, 4], groups, 2, waves)
+    perf = PerfModel(prob)
+    cfg = config_of(prob, plan_from_data(p))
+    assert perf.any_dp_pair_routed()
+    st = perf.step(cfg, [(c, tuple(ch)) for c, ch in groups], waves)
+    hosts = [{"s0": 16, "s1": 5}, {"s2": 1, "s1": 20}]
+    nic = [perf.wan_nic_s(cfg, k, hosts[k]) for k in range(2)]
+    assert nic[1] > 4 * nic[0]  # the lone member's NIC carries its site's shard
+    # stage 0's series: its NIC phase, two one-way latencies of its path (s0 - s2 - s1,
+    # the shortest), its own NIC term (above its routes' time)
+    intra0 = max(perf.intra_sync_s(cfg, 0, s, members=n) for s, n in hosts[0].items())
+    lat0 = 2 * perf.net.pair_latency_s(None, "data_parallel", "s0", "s1")
+    assert max(st.route_dp_s.values()) < nic[0]
+    series0 = intra0 + lat0 + nic[0]
+    assert st.dp_s == pytest.approx(series0, abs=1e-4)
+    res = simulate(prob, p)
+    assert abs(res.rel_diff) < 0.02
+    assert res.step_time_s - res.pipe_s == pytest.approx(series0, rel=0.02)
+
+
 def _across_sites_full_nodes(overlap: bool):
     """Every stage hosted by both sites in whole nodes (tp 8: a replica a node): the
     WAN phase of every stage's sync, the case the random draws reach least."""

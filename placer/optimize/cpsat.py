@@ -837,20 +837,17 @@ class CpsatInner:
         return v
 
     def _define_stage_routes(self, every_load: dict[Any, Any]) -> None:
-        """With a flow-routed pair, each series key's route term B_{i,k} >= T_dpnic (every
-        stage's WAN NIC term) and >= t_r on every route r its pairs' paths use, enforced
+        """With a flow-routed pair, each series key's route term B_{i,k} >= N_{i,k} (the
+        stage's own WAN NIC term) and >= t_r on every route r its pairs' paths use, enforced
         if the literals that put r in use are (milp._define_stage_routes)."""
         M, add = self.m, self.add
         if self.d.dp_wan_stagger or not self.I_series:
             return
-        self.T_dpnic = M.NewIntVar(0, self.TW, "T_dpnic")
-        for j, v in enumerate(self._nic_exact.get("all", [])):
-            add(M.Add(self.T_dpnic >= v), row("dp.wan_nic_all", j))
         self._stage_bw_terms: dict[Any, list[tuple[Any, tuple[Any, ...]]]] = {}
         for key, uses in self._stage_route_uses.items():
             tag = series_tag(*key)
             B = self.B_series[key] = M.NewIntVar(0, self.TW, f"B_series[{tag}]")
-            add(M.Add(B >= self.T_dpnic), row("dp.stage_nic", tag))
+            add(M.Add(B >= self.N_series[key]), row("dp.stage_nic", tag))
             terms = self._stage_bw_terms[key] = []
             for j, (r, on) in enumerate(uses):
                 if r not in every_load:
@@ -1247,16 +1244,13 @@ class CpsatInner:
                         M.AddMaxEquality(self.R_series[key], [0, *self._series_rep_terms[key]]),
                         row("exact.repeats_series", tag),
                     )
-            if self.B_series:
-                nic = [0, *self._nic_exact.get("all", [])]
-                add(M.AddMaxEquality(self.T_dpnic, nic), row("exact.stage_nic"))
             for key, B in self.B_series.items():
                 tag = series_tag(*key)
                 b_terms = [
                     self._exact_every_term(r, on, "exact.stage_bw", tag, j)
                     for j, (r, on) in enumerate(self._stage_bw_terms[key])
                 ]
-                add(M.AddMaxEquality(B, [self.T_dpnic, *b_terms]), row("exact.stage_bw", tag))
+                add(M.AddMaxEquality(B, [self.N_series[key], *b_terms]), row("exact.stage_bw", tag))
             st = list(self._stagger_exprs)  # each a lower bound, the latest release attains it
             # (a credit scaled by d.dp_credit_scale reaches that many times T_end)
             scale = max(self.d.dp_credit_scale)

@@ -53,9 +53,10 @@ Families, in build order:
               scale (PerfModel.dp_credit_scale); the gather's route per group G_g, every
               stage's bytes on each route its stages sync over (dp.gather_route,
               route.gst); with a flow-routed pair each series key's own route term
-              B_series in place of T_dpbw, >= every stage's NIC term (T_dpnic,
-              dp.wan_nic_all) and >= every stage's load over capacity on each route its
-              pairs' paths use (dp.stage_route, route.dpr; PerfModel.step's stage_bw)
+              B_series in place of T_dpbw, >= the stage's own NIC term (N_series,
+              dp.stage_nic) and >= every stage's load over capacity on each route its
+              pairs' paths use (dp.stage_route, route.dpr; PerfModel.step's stage_bw),
+              and the group's NIC phase alone (no T_dpbw after it)
 * step:       T = T_pipe + T_intra + the sync policy's WAN part (`SYNC`)
 * limits:     max_step_time_s, the frontier walk's caps, the incumbent cutoff
 * resilience: sites in use (also the tie-break's site count), then every single failure
@@ -155,9 +156,9 @@ def wan_nic_terms(
     hosts = d.stage_sites[k]
     out: dict[Any, list[NicTerm]] = {}
     coefs = {"all": {s: d.class_wan_nic(cls, s) for s in hosts}}
-    # the per-stage series' NIC terms only with the release groups' own WAN loads (with
-    # a flow-routed pair T_dpbw holds them all: stagger_works)
-    for i, j in series_keys(d, cls) if d.dp_wan_stagger else []:
+    # the per-stage series' NIC terms (with a flow-routed pair each stage's route term
+    # B_series is at least its own: stagger_works)
+    for i, j in series_keys(d, cls):
         coefs[series_tag(i, j)] = {s: d.wan_nic[(j, s)] for s in hosts}
     for tag, by_site in coefs.items():
         for s, c in by_site.items():
@@ -209,6 +210,13 @@ def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, A
             wan, wan_g = (0 if U is None else U), G.get(i, 0)
         intra = m.T_intra if i == every else m.I_group[i]
         tag = "all" if i == every else i
+        if not stagger and m.B_series:
+            # with a flow-routed pair the group's NIC phase alone: each stage's NIC phase,
+            # latency and own routes or NIC term follow (B_series; PerfModel.step: before,
+            # the group's longest NIC phase in series with every stage's WAN phase, NIC
+            # terms included, up to +22% against placer.sim; benchmarks/README.md, "Each
+            # stage's own NIC term")
+            wan = wan_g = 0
         works = [(intra + wan, tag, True, False, None), (intra + wan_g, tag, False, True, None)]
         for key in m.I_series:
             if key[0] > i:

@@ -682,7 +682,6 @@ class MilpInner:
         tag: Any,
         scale: float = 1.0,
         family: str = "dp.wan_nic",
-        exact_terms: bool = True,
     ) -> None:
         """var >= the WAN phase's NIC term (K - 1)/K c / x of every hosting site
         (PerfModel.wan_nic_s) of target `tag`'s terms. c / x is convex in the member count
@@ -691,9 +690,8 @@ class MilpInner:
         `dp.wan_nic`, relaxed unless the site hosts the class and the class has K hosts
         (by the secant's value at x = 0, the most it can reach when it should not bind).
         The exact step's term per secant is active on both indicators. `scale` != 1 is a
-        failure scenario's (a lost NIC: the terms x its factor, no exact terms), as is
-        `exact_terms` False (a second variable over the same terms)."""
-        exact = self._nic_exact.setdefault(tag, []) if scale == 1.0 and exact_terms else []
+        failure scenario's (a lost NIC: the terms x its factor, no exact terms)."""
+        exact = self._nic_exact.setdefault(tag, []) if scale == 1.0 else []
         for t in self._nic_terms.get(tag, []):
             a = scale * t.coef / self.ts
             for j in range(1, max(2, t.ub)):
@@ -820,8 +818,9 @@ class MilpInner:
 
     def _define_stage_routes(self, every_load: dict[Any, Load], window: float) -> None:
         """With a flow-routed pair (not d.dp_wan_stagger), each series key's route term
-        B_{i,k} (PerfModel.step's stage_bw): B >= T_dpnic, the WAN phase's NIC term of
-        every stage (dp.wan_nic_all), and B >= t_r on every route r its pairs' paths use
+        B_{i,k} (PerfModel.step's stage_bw): B >= N_{i,k}, the stage's own WAN NIC term
+        (dp.stage_nic; before, every stage's: +22% against placer.sim where one stage
+        had a lone member at a site), and B >= t_r on every route r its pairs' paths use
         (B >= t_r - window (n - the sum of the n binaries that put r in use)), t_r every
         stage's load on r over its capacity (a hull). Without it each stage's route term
         was T_dpbw, the busiest route of the whole WAN phase, though its own pairs' flows
@@ -831,12 +830,10 @@ class MilpInner:
         self._stage_bw_terms: dict[Any, list[tuple[Any, tuple[Any, ...]]]] = {}
         if self.d.dp_wan_stagger or not self.I_series:
             return
-        self.T_dpnic = pulp.LpVariable("T_dpnic", 0)
-        self._define_wan_nic(self.T_dpnic, "all", family="dp.wan_nic_all", exact_terms=False)
         for key, uses in self._stage_route_uses.items():
             tag = series_tag(*key)
             B = self.B_series[key] = pulp.LpVariable(_name("B_series", *key), 0)
-            self.add(B >= self.T_dpnic, row("dp.stage_nic", tag))
+            self.add(B >= self.N_series[key], row("dp.stage_nic", tag))
             terms = self._stage_bw_terms[key] = []
             for j, (r, on) in enumerate(uses):
                 if r not in every_load:
@@ -1208,11 +1205,8 @@ class MilpInner:
                     self._exact_max(
                         self.R_series[key], rterms, big_rep, f"exact.repeats_series{tag}"
                     )
-            if self.B_series:
-                nic = [(0, None), *self._nic_exact.get("all", [])]
-                self._exact_max(self.T_dpnic, nic, big_wan, "exact.stage_nic")
             for key, B in self.B_series.items():
-                b_terms: list[tuple[Any, Any]] = [(self.T_dpnic, None)]
+                b_terms: list[tuple[Any, Any]] = [(self.N_series[key], None)]
                 b_terms += [
                     (self._exact_every_route_time(r), on) for r, on in self._stage_bw_terms[key]
                 ]

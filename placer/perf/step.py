@@ -1519,9 +1519,14 @@ class PerfModel:
         pair (any_dp_pair_routed) U_g is the whole WAN phase (every stage's, NIC terms
         included), which (c) never exceeds, and a stage's latency that of the slowest
         path its pairs' flows use; in (b) a stage's routes are its own, the busiest route
-        its pairs' paths use, at every stage's load, or every stage's NIC term (stage_bw:
+        its pairs' paths use, at every stage's load, or its own NIC term (stage_bw:
         before, the whole WAN phase's busiest route, which a stage's flows need not touch:
-        up to +23% against placer.sim; benchmarks/README.md, "Each stage's own routes").
+        up to +23% against placer.sim; benchmarks/README.md, "Each stage's own routes"),
+        and (a) is the group's longest NIC phase alone, each stage's WAN rounds being (b)
+        on its own ranks' NICs (before, every stage's NIC term in (b) and the whole WAN
+        phase after the NIC phase in (a): a stage with a lone member at a site, whose one
+        NIC carries the site's shard, slowed every stage's sync, up to +22% against
+        placer.sim; benchmarks/README.md, "Each stage's own NIC term").
         credit_g = T_end - max over the chain types in use of (T_c -
         tail_c,g) (dp_moments_s; before, delta_g, the
         shortest drain with messages inside a site: a chain whose drain crosses the fiber
@@ -1614,6 +1619,8 @@ class PerfModel:
         # and the routes its pairs' paths use (with a flow-routed pair, its route term is
         # the busiest of these at every stage's load, or the NIC term: stage_bw below)
         stage_routes: list[set[RouteKey]] = [set() for _ in range(cfg.pp)]
+        # and its own WAN NIC term (its hosting members' NICs carry its shard: wan_nic_s)
+        stage_nic = [0.0] * cfg.pp
         for k in range(cfg.pp):
             h = hosts[k]
             intra_k = 0.0
@@ -1649,6 +1656,7 @@ class PerfModel:
                         wan_lat = max(wan_lat, lat_ab)
                         stage_lat = max(stage_lat, lat_ab)
                 stage_series[k] = (intra_k + nic_k) * intra_factor + stage_lat
+                stage_nic[k] = nic_k * intra_factor
                 stage_route[k] = intra_k * intra_factor + stage_lat
                 rep_lat[k] = stage_reps[k] * stage_lat
         route_dp_s = {
@@ -1672,7 +1680,7 @@ class PerfModel:
         # with a flow-routed pair, each stage's WAN bandwidth term: the busiest route its
         # own pairs' paths use, at every stage's load, or the NIC term (every stage's)
         stage_bw = [
-            max([wan_nic, *(route_dp_s.get(r, 0.0) for r in stage_routes[k])])
+            max([stage_nic[k], *(route_dp_s.get(r, 0.0) for r in stage_routes[k])])
             for k in range(cfg.pp)
         ]
         # each group's routes finish its stages' exchanges delta after T_pipe - delta at
@@ -1711,7 +1719,7 @@ class PerfModel:
                 ks = [k for k in range(cfg.pp) if stage_series[k] is not None and release[k] <= g]
                 return max(
                     [
-                        group_intra[g] + route_s,
+                        group_intra[g] + (0.0 if wan_whole else route_s),
                         *(
                             stage_route[k]
                             + share * rep_lat[k]
