@@ -108,8 +108,7 @@ def test_without_a_plan_from_the_second_solve_the_start_stands_unproven(monkeypa
     m, a, b = _triangle_tie_model()
     real = MilpInner._highs_outcome
     calls: list[int] = []
-
-    first: list[tuple[int, int]] = []
+    first: list[tuple[int, int]] = []  # the first solve's replicas at a / b
 
     def outcome(self: Any, highs: Any) -> Outcome:
         calls.append(1)

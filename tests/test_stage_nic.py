@@ -12,7 +12,6 @@ resilience.max_slowdown) maximized, is the evaluator's."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pulp
@@ -20,12 +19,13 @@ import pytest
 import solver_cases as sc
 from ortools.sat.python import cp_model
 from sim_cases import plan as sim_plan
+from test_exact_step import _evaluated
 from test_pinned_plan import pin_cpsat, pin_milp
 
 from placer.evaluate import evaluate
 from placer.io import plan_from_data, problem_from_data
 from placer.optimize.cpsat import CpsatInner
-from placer.optimize.data import InnerSolution, build_inner, solution_plan
+from placer.optimize.data import build_inner
 from placer.optimize.driver import _upper_bound_time
 from placer.optimize.milp import MilpInner
 from placer.optimize.space import chain_types
@@ -54,7 +54,7 @@ def _instance(resilience: bool) -> dict[str, Any]:
     inst["solver"] = {"paths_per_pair": 2, "time_limit_s": 60, "max_sites_per_replica": 2}
     if resilience:
         inst["resilience"] = dict(LOOSE)
-    return copy.deepcopy(inst)
+    return inst
 
 
 def _setup(resilience: bool):
@@ -73,11 +73,6 @@ def _setup(resilience: bool):
     counts = {chains.index(s): c for c, s in GROUPS}
     nodes = {s: n // data.site_node_block.get(s, 1) for s, n in ev.nodes_by_site.items()}
     return problem, perf, data, counts, nodes, ev
-
-
-def _evaluated(problem, perf, data, counts, routing) -> float:
-    plan = solution_plan(problem, data, InnerSolution(counts, {}, 0.0, 0.0, False, routing=routing))
-    return evaluate(problem, plan, perf).step_time_s
 
 
 def test_the_plan_is_one_where_each_stages_own_nic_term_decides() -> None:
@@ -117,5 +112,5 @@ def test_both_backends_price_each_stages_own_nic_term(backend: str, sense: str) 
         solver.parameters.max_time_in_seconds = 60
         assert solver.Solve(c.m) == cp_model.OPTIMAL
         got, routing, rel = solver.Value(c.T) * c.tau, c.routing(solver), 1e-4
-    want = _evaluated(problem, perf, data, counts, routing)
+    want = _evaluated(problem, perf, data, counts, {}, routing)  # no waves: fixed routes
     assert got == pytest.approx(want, rel=rel), (got, want, ev.step_time_s)

@@ -188,11 +188,12 @@ def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, A
     sites (series_keys: a key (i0, k) serves every group from i0 on) its NIC phase,
     latency and latency repeats R_series with the routes, and with the release groups'
     own WAN loads (d.dp_wan_stagger) its own series, NIC phase, latency, NIC term and
-    repeats (with a flow-routed pair T_dpbw, every stage's WAN phase, holds the NIC
-    terms). The routes: the sync's U_group (the last group every stage's, T_dpbw where
-    it has no route of its own, or with a flow-routed pair), the gather's G (every
-    stage's bytes on the group's routes: _define_gather_routes); a stage's own works
-    with a flow-routed pair its B_series (its pairs' routes: _define_stage_routes).
+    repeats (with a flow-routed pair B_series, at least its own NIC term, holds it).
+    The routes: the sync's U_group (the last group every stage's, T_dpbw where it has
+    no route of its own), the gather's G (every stage's bytes on the group's routes:
+    _define_gather_routes); with a flow-routed pair none after the group's NIC phase,
+    and a stage's own works its B_series (its pairs' routes or its own NIC term:
+    _define_stage_routes).
     The repeats go to the sequences with a bucketed share (d.dp_repeat_share). `m` is
     the backend's model (T_intra, T_dpbw, I_group, the series variables, R_series,
     B_series, d)."""
@@ -203,20 +204,18 @@ def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, A
     for i in range(n_groups):
         U = U_group.get(i)
         if not stagger:
-            wan = wan_g = m.T_dpbw
+            # with a flow-routed pair the group's NIC phase alone: each stage's NIC phase,
+            # latency and own routes or NIC term follow (B_series; PerfModel.step: before,
+            # the group's longest NIC phase in series with every stage's WAN phase, NIC
+            # terms included, up to +22% against placer.sim; benchmarks/README.md, "Each
+            # stage's own NIC term")
+            wan = wan_g = 0 if m.B_series else m.T_dpbw
         elif i == every:
             wan = wan_g = m.T_dpbw if U is None else U
         else:
             wan, wan_g = (0 if U is None else U), G.get(i, 0)
         intra = m.T_intra if i == every else m.I_group[i]
         tag = "all" if i == every else i
-        if not stagger and m.B_series:
-            # with a flow-routed pair the group's NIC phase alone: each stage's NIC phase,
-            # latency and own routes or NIC term follow (B_series; PerfModel.step: before,
-            # the group's longest NIC phase in series with every stage's WAN phase, NIC
-            # terms included, up to +22% against placer.sim; benchmarks/README.md, "Each
-            # stage's own NIC term")
-            wan = wan_g = 0
         works = [(intra + wan, tag, True, False, None), (intra + wan_g, tag, False, True, None)]
         for key in m.I_series:
             if key[0] > i:

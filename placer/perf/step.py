@@ -1516,10 +1516,10 @@ class PerfModel:
         before that the group's longest NIC phase and longest NIC term in series (max I +
         max L + max(N, U), up to +25%: branch series). The routes carry every stage's bytes,
         so they stay in series with each stage's own part (pessimistic). With a flow-routed
-        pair (any_dp_pair_routed) U_g is the whole WAN phase (every stage's, NIC terms
-        included), which (c) never exceeds, and a stage's latency that of the slowest
-        path its pairs' flows use; in (b) a stage's routes are its own, the busiest route
-        its pairs' paths use, at every stage's load, or its own NIC term (stage_bw:
+        pair (any_dp_pair_routed) (a) has no U_g, (c) is below (b), and a stage's latency
+        is that of the slowest path its pairs' flows use; in (b) a stage's routes are its
+        own, the busiest route its pairs' paths use, at every stage's load, or its own NIC
+        term (stage_bw:
         before, the whole WAN phase's busiest route, which a stage's flows need not touch:
         up to +23% against placer.sim; benchmarks/README.md, "Each stage's own routes"),
         and (a) is the group's longest NIC phase alone, each stage's WAN rounds being (b)
@@ -1678,7 +1678,7 @@ class PerfModel:
         }
         group_bw = {g: max(group_nic[g], group_route[g]) for g in group_load}
         # with a flow-routed pair, each stage's WAN bandwidth term: the busiest route its
-        # own pairs' paths use, at every stage's load, or the NIC term (every stage's)
+        # own pairs' paths use, at every stage's load, or its own NIC term
         stage_bw = [
             max([stage_nic[k], *(route_dp_s.get(r, 0.0) for r in stage_routes[k])])
             for k in range(cfg.pp)
@@ -1710,8 +1710,8 @@ class PerfModel:
             # in series with its longest NIC phase (a stage synced inside its sites has
             # no latency or repeats) or with a stage's NIC phase, latency and repeats, or
             # a stage's own NIC phase, latency, NIC term and repeats in series. With a
-            # flow-routed pair (wan_whole) the routes are the group's whole WAN phase,
-            # NIC terms included (group_bw), which every stage's own series is below
+            # flow-routed pair (wan_whole) the group's longest NIC phase has no routes
+            # after it: each stage's own routes or NIC term follow its own part (stage_bw)
             # (before: the group's longest NIC phase, the slowest pair's latency and the
             # largest repeats in series, from up to three stages: up to +28% against
             # placer.sim; benchmarks/README.md, "Each stage's own series")
@@ -1719,7 +1719,7 @@ class PerfModel:
                 ks = [k for k in range(cfg.pp) if stage_series[k] is not None and release[k] <= g]
                 return max(
                     [
-                        group_intra[g] + (0.0 if wan_whole else route_s),
+                        group_intra[g] + route_s,
                         *(
                             stage_route[k]
                             + share * rep_lat[k]
@@ -1756,12 +1756,12 @@ class PerfModel:
             at_sync, at_gather = self.dp_credit_scale(cfg)
             rep_sync, rep_gather = self.dp_repeat_share(cfg)
             t_sync_st = max(
-                group_work(g, group_bw[g] if wan_whole else group_route[g], rep_sync)
+                group_work(g, 0.0 if wan_whole else group_route[g], rep_sync)
                 + at_sync * (release_at[release.index(g)] - t_end)
                 for g in group_load
             )
             t_gather_st = max(
-                group_work(g, group_bw[g] if wan_whole else gather_route(g), rep_gather)
+                group_work(g, 0.0 if wan_whole else gather_route(g), rep_gather)
                 + at_gather * (fill_at[release.index(g)] - t_end)
                 for g in group_load
             )
