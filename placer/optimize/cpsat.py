@@ -551,7 +551,9 @@ class CpsatInner:
         # the staggered WAN phase's release groups (milp.define_dp_hosting): per group but
         # the last, the demand of each class's stages released at or after T_pipe - g
         groups = d.release_groups
-        wan_groups = groups[:-1] if d.dp_wan_stagger else []
+        wan_groups = groups[:-1]
+        # routed pair -> per release group but the last, its stages' demand and its most
+        pair_group: dict[Any, dict[float, tuple[list[Any], int]]] = {}
         group_load: dict[float, dict[Any, list[Any]]] = {
             g: {r: [] for r in d.routes} for g in wan_groups
         }
@@ -629,6 +631,11 @@ class CpsatInner:
                 if d.routed((a, b)):
                     pair_dem.setdefault((a, b), []).append((dem, bp, max(shares), in_groups))
                     self._routed_series.setdefault((a, b), []).append(series_keys(d, cls))
+                    for g in wan_groups:
+                        dem_g = self._group_demand(cls, n_hosts, g, (a, b), bp, group_share)
+                        if dem_g is not None:
+                            terms, mx = pair_group.setdefault((a, b), {}).get(g, ([], 0))
+                            pair_group[(a, b)][g] = (terms + [dem_g], mx + group_share[g][1])
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
@@ -645,8 +652,15 @@ class CpsatInner:
         self._route_data_parallel(pair_dem, T_lat, routed_load)
         for r in d.routes:
             dp_load[r] += routed_load[r]
-            for g in wan_groups:  # a flow-routed pair: all its stages in every group
-                group_load[g][r] += routed_load[r]
+        self._define_group_flows(pair_dem, pair_group, group_load)
+        self._group_loads = {
+            i: {r: sum(load[r]) for r in d.routes if load[r]}
+            for i, load in enumerate(group_load.values())
+        }
+        if not d.dp_wan_stagger:
+            # with a flow-routed pair the groups' loads serve each stage's own routes
+            # (_define_stage_routes), not a group's U (milp)
+            group_load = {}
         self._define_wan_nic(self.T_dpbw, "all")
         for key, var in self.N_series.items():
             self._define_wan_nic(var, series_tag(*key))
@@ -698,6 +712,43 @@ class CpsatInner:
         add(M.Add(dem >= sg), row("dp.pair_group", *pair, k, g)).OnlyEnforceIf(on)
         self._group_pairs.append((dem, sg, on))
         return dem
+
+    def _define_group_flows(
+        self,
+        pair_dem: dict[Any, list[tuple[Any, Any, int, list[int]]]],
+        pair_group: dict[Any, dict[float, tuple[list[Any], int]]],
+        group_load: dict[float, dict[Any, list[Any]]],
+    ) -> None:
+        """A flow-routed pair's bytes on a route in release group g: min(D_g, F_r), D_g its
+        stages' demand in the group, F_r its flow on the paths through r (U f: whole flow
+        units, milp._define_group_flows); a route on every path takes D_g itself."""
+        M, add = self.m, self.add
+        index = {g: i for i, g in enumerate(group_load)}
+        for q, by_group in sorted(pair_group.items()):
+            paths = self.d.pair_paths[q]
+            U = self.f_unit[("dp", q)]
+            top = U * -(-sum(mx for _, _, mx, _ in pair_dem[q]) // U)  # the most of U sum f
+            every = U * sum(self.f[("dp", q, j)] for j in range(len(paths)))
+            for g, (terms, _) in sorted(by_group.items()):
+                i, dem_g = index[g], sum(terms)
+                for r in sorted({r for path in paths for r in path.routes}):
+                    through = [j for j, path in enumerate(paths) if r in path.routes]
+                    if len(through) == len(paths):
+                        group_load[g][r] += terms
+                        continue
+                    flow = U * sum(self.f[("dp", q, j)] for j in through)
+                    m = M.NewIntVar(0, top, f"m_group[{q}][{i}][{r}]")
+                    y = M.NewBoolVar(f"y_group[{q}][{i}][{r}]")  # the flow is the smaller
+                    add(M.Add(m <= dem_g), row("dp.group_flow_dem", *q, i, *r))
+                    add(M.Add(m <= flow), row("dp.group_flow_path", *q, i, *r))
+                    add(M.Add(m >= dem_g), row("dp.group_flow_lo_dem", *q, i, *r)).OnlyEnforceIf(
+                        y.Not()
+                    )
+                    add(M.Add(m >= flow), row("dp.group_flow_lo_path", *q, i, *r)).OnlyEnforceIf(y)
+                    # implied (the pair's flow U sum f is at least D_g and F_r): the LP
+                    # relaxation's bound, which the enforced rows lack
+                    add(M.Add(m >= dem_g + flow - every), row("dp.group_flow_cut", *q, i, *r))
+                    group_load[g][r].append(m)
 
     def _define_wan_nic(self, var: Any, tag: Any) -> None:
         """var >= the WAN phase's NIC term of every hosting site of target `tag`'s terms
@@ -817,44 +868,76 @@ class CpsatInner:
             self._hull(t, load, r, caps, None, self.TW, "route.every", self.Q_wan, by_route=True)
         return self._every_t[r]
 
-    def _exact_every_term(self, r: Any, on: tuple[Any, ...], family: str, *index: Any) -> Any:
-        """A variable equal to every stage's load on route r over its capacity, exactly,
-        when the literals `on` all hold, else 0 (_exact_step: a term of G's or B's max);
-        the exact route time once per route."""
+    def _exact_every_term(
+        self, r: Any, on: tuple[Any, ...], family: str, *index: Any, group: int | None = None
+    ) -> Any:
+        """A variable equal to every stage's load (release group `group`'s: B's) on route
+        r over its capacity, exactly, when the literals `on` all hold, else 0
+        (_exact_step: a term of G's or B's max); the exact route time once per route."""
         M, add = self.m, self.add
-        if r not in self._exact_every_t:
-            self._exact_every_t[r] = self._exact_route_time(
-                self._gather_loads[r], r, self.TW, self.Q_wan, "exact.every_route"
-            )
+        if group is not None and group < len(self.d.release_groups) - 1:
+            key = (group, r)
+            if key not in self._exact_every_t:
+                self._exact_every_t[key] = self._exact_route_time(
+                    self._group_loads[group][r], r, self.TW, self.Q_wan, f"exact.group{group}"
+                )
+            exact = self._exact_every_t[key]
+        else:
+            if r not in self._exact_every_t:
+                self._exact_every_t[r] = self._exact_route_time(
+                    self._gather_loads[r], r, self.TW, self.Q_wan, "exact.every_route"
+                )
+            exact = self._exact_every_t[r]
         lit = on[0]
         if len(on) > 1:  # all of them: one literal
             lit = M.NewBoolVar(f"{family}_on{list(index)}")
             add(M.AddBoolAnd(list(on)), row(f"{family}_and", *index)).OnlyEnforceIf(lit)
             add(M.AddBoolOr([lit, *(v.Not() for v in on)]), row(f"{family}_or", *index))
         v = M.NewIntVar(0, self.TW, f"{family}_term{list(index)}")
-        add(M.Add(v == self._exact_every_t[r]), row(f"{family}_on", *index)).OnlyEnforceIf(lit)
+        add(M.Add(v == exact), row(f"{family}_on", *index)).OnlyEnforceIf(lit)
         add(M.Add(v == 0), row(f"{family}_off", *index)).OnlyEnforceIf(lit.Not())
         return v
 
     def _define_stage_routes(self, every_load: dict[Any, Any]) -> None:
-        """With a flow-routed pair, each series key's route term B_{i,k} >= N_{i,k} (the
-        stage's own WAN NIC term) and >= t_r on every route r its pairs' paths use, enforced
-        if the literals that put r in use are (milp._define_stage_routes)."""
+        """With a flow-routed pair, each series key's route term per release group i it
+        serves, B_{i,k} >= N_{i,k} (the stage's own WAN NIC term) and >= t_{i,r}, group i's
+        load on every route r its pairs' paths use over its capacity, enforced if the
+        literals that put r in use are (milp._define_stage_routes)."""
         M, add = self.m, self.add
+        self._group_t: dict[tuple[int, Any], Any] = {}  # _group_route_time's variables
         if self.d.dp_wan_stagger or not self.I_series:
             return
         self._stage_bw_terms: dict[Any, list[tuple[Any, tuple[Any, ...]]]] = {}
+        every = len(self.d.release_groups) - 1
         for key, uses in self._stage_route_uses.items():
-            tag = series_tag(*key)
-            B = self.B_series[key] = M.NewIntVar(0, self.TW, f"B_series[{tag}]")
-            add(M.Add(B >= self.N_series[key]), row("dp.stage_nic", tag))
-            terms = self._stage_bw_terms[key] = []
-            for j, (r, on) in enumerate(uses):
-                if r not in every_load:
-                    continue
-                t = self._every_route_time(r)
-                add(M.Add(B >= t), row("dp.stage_route", tag, *r, j)).OnlyEnforceIf(list(on))
-                terms.append((r, on))
+            for i in range(key[0], every + 1):
+                tag = f"{series_tag(*key)}.g{i}"
+                B = self.B_series[(i, key)] = M.NewIntVar(0, self.TW, f"B_series[{tag}]")
+                add(M.Add(B >= self.N_series[key]), row("dp.stage_nic", tag))
+                terms = self._stage_bw_terms[(i, key)] = []
+                for j, (r, on) in enumerate(uses):
+                    t = self._group_route_time(i, r)
+                    if t is None:
+                        continue
+                    add(M.Add(B >= t), row("dp.stage_route", tag, *r, j)).OnlyEnforceIf(list(on))
+                    terms.append((r, on))
+
+    def _group_route_time(self, i: int, r: Any) -> Any:
+        """t_{i,r} >= release group i's data-parallel load on route r over its capacity in
+        ticks, one variable per group and route (the last group's: _every_route_time);
+        None without load there."""
+        if i == len(self.d.release_groups) - 1:
+            return self._every_route_time(r) if r in self._gather_loads else None
+        load = self._group_loads.get(i, {}).get(r)
+        if load is None:
+            return None
+        if (i, r) not in self._group_t:
+            self._group_t[(i, r)] = t = self.m.NewIntVar(0, self.TW, f"t_group[{i}][{r}]")
+            caps = self._wave_caps(r)
+            self._hull(
+                t, load, r, caps, None, self.TW, f"route.group{i}", self.Q_wan, by_route=True
+            )
+        return self._group_t[(i, r)]
 
     def _stagger_rows(
         self,
@@ -1244,11 +1327,11 @@ class CpsatInner:
                         M.AddMaxEquality(self.R_series[key], [0, *self._series_rep_terms[key]]),
                         row("exact.repeats_series", tag),
                     )
-            for key, B in self.B_series.items():
-                tag = series_tag(*key)
+            for (i, key), B in self.B_series.items():
+                tag = f"{series_tag(*key)}.g{i}"
                 b_terms = [
-                    self._exact_every_term(r, on, "exact.stage_bw", tag, j)
-                    for j, (r, on) in enumerate(self._stage_bw_terms[key])
+                    self._exact_every_term(r, on, "exact.stage_bw", tag, j, group=i)
+                    for j, (r, on) in enumerate(self._stage_bw_terms[(i, key)])
                 ]
                 add(M.AddMaxEquality(B, [self.N_series[key], *b_terms]), row("exact.stage_bw", tag))
             st = list(self._stagger_exprs)  # each a lower bound, the latest release attains it

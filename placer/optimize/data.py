@@ -126,9 +126,9 @@ class InnerData:
     # staggered rows, 1 / the fraction of the sync that runs as one sequence from that
     # moment (PerfModel.dp_credit_scale: 2 for ZeRO-1's overlapped halves)
     dp_credit_scale: tuple[int, int] = (1, 1)
-    # whether the release groups' WAN loads are their own stages' (False on an instance
-    # with a flow-routed pair, PerfModel.any_dp_pair_routed: every group's WAN phase is
-    # every stage's, T_dpbw, and only the NIC phases are staggered)
+    # whether each release group's WAN work is its routes' U_g after its NIC phase (False
+    # on an instance with a flow-routed pair, PerfModel.any_dp_pair_routed: there each
+    # stage's own routes at its group's load, B_series, and the group's NIC phase alone)
     dp_wan_stagger: bool = True
     # physical nodes per formulation "node": 1, or the whole nodes one replica stage of
     # tp x cp x ep GPUs spans when it is wider than a node (rules.replica_slots)

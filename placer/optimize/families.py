@@ -53,10 +53,12 @@ Families, in build order:
               scale (PerfModel.dp_credit_scale); the gather's route per group G_g, every
               stage's bytes on each route its stages sync over (dp.gather_route,
               route.gst); with a flow-routed pair each series key's own route term
-              B_series in place of T_dpbw, >= the stage's own NIC term (N_series,
-              dp.stage_nic) and >= every stage's load over capacity on each route its
-              pairs' paths use (dp.stage_route, route.dpr; PerfModel.step's stage_bw),
-              and the group's NIC phase alone (no T_dpbw after it)
+              per release group B_series in place of T_dpbw, >= the stage's own NIC
+              term (N_series, dp.stage_nic) and >= the group's load over capacity on
+              each route its pairs' paths use (dp.stage_route, route.group{i},
+              route.every; PerfModel.step's stage_bw), a routed pair's group load
+              min(its group demand, its flow on the route) (dp.group_flow*), and the
+              group's NIC phase alone (no T_dpbw after it)
 * step:       T = T_pipe + T_intra + the sync policy's WAN part (`SYNC`)
 * limits:     max_step_time_s, the frontier walk's caps, the incumbent cutoff
 * resilience: sites in use (also the tie-break's site count), then every single failure
@@ -222,10 +224,12 @@ def stagger_works(m: Any, n_groups: int, U_group: dict[int, Any], G: dict[int, A
                 continue
             own, R = m.I_series[key] + m.L_series[key], m.R_series.get(key)
             t = series_tag(i, key[1])
-            # with a flow-routed pair the stage's own routes (B_series), else the group's
-            B = m.B_series.get(key)
+            # with a flow-routed pair the stage's own routes (B_series) at the group's load
+            # (the gathers' at every stage's: they all start with the step), else the
+            # group's
+            B, B_g = m.B_series.get((i, key)), m.B_series.get((every, key))
             works.append((own + (wan if B is None else B), f"{t}r", True, False, R))
-            works.append((own + (wan_g if B is None else B), f"{t}r", False, True, R))
+            works.append((own + (wan_g if B_g is None else B_g), f"{t}r", False, True, R))
             if stagger and m.d.has_wan_nic(key[1]):
                 # (without a NIC term the series is below the route work)
                 works.append((own + m.N_series[key], t, True, True, R))

@@ -561,12 +561,14 @@ class MilpInner:
         # the staggered WAN phase's release groups (PerfModel.dp_release_s): the stages
         # released at or after T_pipe - g, per route (the last group is every stage: dp_load)
         groups = d.release_groups
-        wan_groups = groups[:-1] if d.dp_wan_stagger else []
+        wan_groups = groups[:-1]
         group_load = {g: {r: [] for r in d.routes} for g in wan_groups}
         group_max = {g: {r: 0.0 for r in d.routes} for g in wan_groups}
         pair_dem: dict[
             Any, list[tuple[Any, Any, float, list[int]]]
         ] = {}  # routed pair -> (D, b, S_k, the class's release groups) per class
+        # routed pair -> per release group but the last, its stages' demand and its most
+        pair_group: dict[Any, dict[float, tuple[list[Any], float]]] = {}
         for cls in d.stage_classes:
             k = cls[0]  # the class's representative stage
             hosts = d.stage_sites[k]
@@ -631,6 +633,11 @@ class MilpInner:
                 if d.routed((a, b)):
                     pair_dem.setdefault((a, b), []).append((dem, bp, S_k, in_groups))
                     self._routed_series.setdefault((a, b), []).append(series_keys(d, cls))
+                    for g in wan_groups:
+                        fr = d.class_release_fraction(cls, g)
+                        if fr > 0:
+                            terms, mx = pair_group.setdefault((a, b), {}).get(g, ([], 0.0))
+                            pair_group[(a, b)][g] = (terms + [fr * dem], mx + fr * S_k)
                     continue
                 for r in d.pair_routes[(a, b)]:
                     dp_load[r].append(dem)
@@ -650,9 +657,15 @@ class MilpInner:
         for r in d.routes:
             dp_load[r] += routed_load[r]
             dp_max[r] += routed_max[r]
-            for g in wan_groups:  # a flow-routed pair: all its stages in every group
-                group_load[g][r] += routed_load[r]
-                group_max[g][r] += routed_max[r]
+        self._define_group_flows(pair_dem, pair_group, group_load, group_max)
+        self._group_loads = {
+            i: {r: Load(pulp.lpSum(load[r]), group_max[g][r]) for r in d.routes if load[r]}
+            for i, (g, load) in enumerate(group_load.items())
+        }
+        if not d.dp_wan_stagger:
+            # with a flow-routed pair the groups' loads serve each stage's own routes
+            # (_define_stage_routes), not a group's U
+            group_load, group_max = {}, {}
         self._define_wan_nic(self.T_dpbw, "all")
         for key, var in self.N_series.items():
             self._define_wan_nic(var, series_tag(*key))
@@ -675,6 +688,49 @@ class MilpInner:
                     self.t_max * self.sync.window,
                     "route.dp",
                 )
+
+    def _define_group_flows(
+        self,
+        pair_dem: dict[Any, list[tuple[Any, Any, float, list[int]]]],
+        pair_group: dict[Any, dict[float, tuple[list[Any], float]]],
+        group_load: dict[float, dict[Any, list[Any]]],
+        group_max: dict[float, dict[Any, float]],
+    ) -> None:
+        """A flow-routed pair's bytes on a route in release group g (PerfModel.step):
+        m = min(D_g, F_r), D_g its stages' demand in the group, F_r the pair's flow on the
+        paths through r (both decisions, so their proportional share is not linear; equal
+        to it unless the pair splits over paths, then pessimistic): m <= each, and m >=
+        each less M where a binary says the other is the smaller (`dp.group_flow*`, exact
+        for any value of the two, so the exact step needs nothing more). A route on
+        every path of the pair takes D_g itself."""
+        d, add = self.d, self.add
+        index = {g: i for i, g in enumerate(group_load)}
+        for q, by_group in sorted(pair_group.items()):
+            paths = d.pair_paths[q]
+            on_routes = sorted({r for path in paths for r in path.routes})
+            big = sum(S for _, _, S, _ in pair_dem[q])  # the most of D_g and of F_r
+            every = pulp.lpSum(self.f[("dp", q, j)] for j in range(len(paths)))
+            for g in sorted(by_group):
+                i, (terms, mx) = index[g], by_group[g]
+                dem_g = pulp.lpSum(terms)
+                for r in on_routes:
+                    through = [j for j, path in enumerate(paths) if r in path.routes]
+                    if len(through) == len(paths):
+                        group_load[g][r] += terms
+                        group_max[g][r] += mx
+                        continue
+                    flow = pulp.lpSum(self.f[("dp", q, j)] for j in through)
+                    m = pulp.LpVariable(_name("m_group", *q, i, *r), 0)
+                    y = pulp.LpVariable(_name("y_group", *q, i, *r), cat="Binary")
+                    add(m <= dem_g, row("dp.group_flow_dem", *q, i, *r))
+                    add(m <= flow, row("dp.group_flow_path", *q, i, *r))
+                    add(m >= dem_g - big * y, row("dp.group_flow_lo_dem", *q, i, *r))
+                    add(m >= flow - big * (1 - y), row("dp.group_flow_lo_path", *q, i, *r))
+                    # implied (the pair's flow is its demand, at least D_g and F_r): the LP
+                    # relaxation's bound, tighter than the big-M rows'
+                    add(m >= dem_g + flow - every, row("dp.group_flow_cut", *q, i, *r))
+                    group_load[g][r].append(m)
+                    group_max[g][r] += mx
 
     def _define_wan_nic(
         self,
@@ -817,30 +873,63 @@ class MilpInner:
         return self._exact_every_t[r]
 
     def _define_stage_routes(self, every_load: dict[Any, Load], window: float) -> None:
-        """With a flow-routed pair (not d.dp_wan_stagger), each series key's route term
-        B_{i,k} (PerfModel.step's stage_bw): B >= N_{i,k}, the stage's own WAN NIC term
-        (dp.stage_nic; before, every stage's: +22% against placer.sim where one stage
-        had a lone member at a site), and B >= t_r on every route r its pairs' paths use
-        (B >= t_r - window (n - the sum of the n binaries that put r in use)), t_r every
-        stage's load on r over its capacity (a hull). Without it each stage's route term
-        was T_dpbw, the busiest route of the whole WAN phase, though its own pairs' flows
-        may not touch it (+23% against placer.sim: benchmarks/README.md, "Each stage's
-        own routes")."""
+        """With a flow-routed pair (not d.dp_wan_stagger), each series key's route term in
+        each release group i it serves, B_{i,k} (PerfModel.step's stage_bw): B >= N_{i0,k},
+        the stage's own WAN NIC term (dp.stage_nic; before, every stage's: +22% against
+        placer.sim where one stage had a lone member at a site), and B >= t_{i,r} on every
+        route r its pairs' paths use (B >= t - window (n - the sum of the n binaries that
+        put r in use)), t_{i,r} group i's load on r over its capacity (a hull; the last
+        group's every stage's, which the gathers read in every group: they all start with
+        the step). Before, each stage's route term was T_dpbw, the busiest route of the
+        whole WAN phase, though its own pairs' flows may not touch it (+23% against
+        placer.sim: benchmarks/README.md, "Each stage's own routes"); and then the busiest
+        of its own routes at every stage's load in every group, though the stages
+        released before a group's have sent part of their bytes by then (+14%: "Each
+        release group's routes with a flow-routed pair")."""
         self.B_series: dict[Any, Any] = {}
         self._stage_bw_terms: dict[Any, list[tuple[Any, tuple[Any, ...]]]] = {}
+        self._group_t: dict[tuple[int, Any], Any] = {}  # _group_route_time's variables
         if self.d.dp_wan_stagger or not self.I_series:
             return
+        every = len(self.d.release_groups) - 1
         for key, uses in self._stage_route_uses.items():
-            tag = series_tag(*key)
-            B = self.B_series[key] = pulp.LpVariable(_name("B_series", *key), 0)
-            self.add(B >= self.N_series[key], row("dp.stage_nic", tag))
-            terms = self._stage_bw_terms[key] = []
-            for j, (r, on) in enumerate(uses):
-                if r not in every_load:
-                    continue
-                t, off = self._every_route_time(r, window), len(on) - pulp.lpSum(on)
-                self.add(B >= t - window * off, row("dp.stage_route", tag, *r, j))
-                terms.append((r, on))
+            for i in range(key[0], every + 1):
+                tag = f"{series_tag(*key)}.g{i}"
+                B = self.B_series[(i, key)] = pulp.LpVariable(_name("B_series", *key, i), 0)
+                self.add(B >= self.N_series[key], row("dp.stage_nic", tag))
+                terms = self._stage_bw_terms[(i, key)] = []
+                for j, (r, on) in enumerate(uses):
+                    t = self._group_route_time(i, r, window)
+                    if t is None:
+                        continue
+                    off = len(on) - pulp.lpSum(on)
+                    self.add(B >= t - window * off, row("dp.stage_route", tag, *r, j))
+                    terms.append((r, on))
+
+    def _group_route_time(self, i: int, r: Any, window: float) -> Any:
+        """t_{i,r} >= release group i's data-parallel load on route r over its capacity (a
+        hull), one variable per group and route (the last group's: _every_route_time);
+        None without load there."""
+        if i == len(self.d.release_groups) - 1:
+            return self._every_route_time(r, window) if r in self._gather_loads else None
+        load = self._group_loads.get(i, {}).get(r)
+        if load is None:
+            return None
+        if (i, r) not in self._group_t:
+            self._group_t[(i, r)] = t = pulp.LpVariable(_name("t_group", i, *r), 0)
+            self._hull(t, load, r, self._wave_caps(r), None, window, f"route.group{i}")
+        return self._group_t[(i, r)]
+
+    def _exact_group_route_time(self, i: int, r: Any) -> Any:
+        """Release group i's load on route r over its capacity, exactly (_exact_step), once
+        per group and route."""
+        if i == len(self.d.release_groups) - 1:
+            return self._exact_every_route_time(r)
+        if (i, r) not in self._exact_group_t:
+            self._exact_group_t[(i, r)] = self._exact_route_time(
+                self._group_loads[i][r], r, f"exact.group_route{i}", self.sync.window
+            )
+        return self._exact_group_t[(i, r)]
 
     def _stagger_rows(
         self,
@@ -1205,12 +1294,14 @@ class MilpInner:
                     self._exact_max(
                         self.R_series[key], rterms, big_rep, f"exact.repeats_series{tag}"
                     )
-            for key, B in self.B_series.items():
+            self._exact_group_t: dict[tuple[int, Any], Any] = {}
+            for (i, key), B in self.B_series.items():
                 b_terms: list[tuple[Any, Any]] = [(self.N_series[key], None)]
                 b_terms += [
-                    (self._exact_every_route_time(r), on) for r, on in self._stage_bw_terms[key]
+                    (self._exact_group_route_time(i, r), on)
+                    for r, on in self._stage_bw_terms[(i, key)]
                 ]
-                self._exact_max(B, b_terms, big_wan, f"exact.stage_bw{series_tag(*key)}")
+                self._exact_max(B, b_terms, big_wan, f"exact.stage_bw{series_tag(*key)}.g{i}")
             # every row of T_dpst is a lower bound and the chain type in use whose release
             # is latest attains it (_define_dp_stagger): T_dpst is their max
             # (a credit scaled by d.dp_credit_scale reaches that many times T_end)

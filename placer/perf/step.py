@@ -763,14 +763,15 @@ class PerfModel:
         All zero (every stage's exchange at once, as before) where the stagger does not
         apply: one stage, fewer than two replicas, a sync mode other than synchronous
         (the outer exchange is its own phase) and HSDP (the replicate all-reduce follows
-        each layer's reduce-scatter, not the rank's end). A limitation: on instances where
-        some site pair has several candidate paths (solver.paths_per_pair >= 2 on a route
-        graph with a cycle: any_dp_pair_routed) the offsets stagger the NIC phases only,
-        each release group's WAN phase being every stage's (PerfModel.step): there the
-        formulations split a pair's flow over paths summed over stages, so a group could
-        only count all of a routed pair's stages, and per-group route rows made CP-SAT
-        miss its proof on four-site-metro-longhaul in 60 s (18 s without:
-        benchmarks/README.md, branch ovl2)."""
+        each layer's reduce-scatter, not the rank's end). On instances where some site pair
+        has several candidate paths (solver.paths_per_pair >= 2 on a route graph with a
+        cycle: any_dp_pair_routed) each stage's route term is per release group (its own
+        routes at its group's load: PerfModel.step), a flow-routed pair's group load the
+        smaller of its group's demand and its flow on the route: the formulations split a
+        pair's flow over paths summed over stages, and the proportional share is a
+        product of two decisions (before, every stage's load in every group there: up to
+        +14% against placer.sim; benchmarks/README.md, "Each release group's routes with
+        a flow-routed pair")."""
         p = cfg.pp
         if p < 2 or cfg.dp < 2 or cfg.sync_mode != "synchronous" or cfg.dp_shard > 1:
             return (0.0,) * p
@@ -879,8 +880,8 @@ class PerfModel:
 
     def dp_pair_routed(self, a: str, b: str) -> bool:
         """Whether the formulations split the pair's traffic over several candidate paths
-        (a flow per path, summed over stages: the staggered WAN phase counts all its
-        stages' bytes in every release group, pessimistic; placer.optimize.data.routed)."""
+        (a flow per path, summed over stages: a release group's load on a route is the
+        smaller of its stages' demand and the flow, step; placer.optimize.data.routed)."""
         key = ("routed", *route_key(a, b))
         if key not in self._memo:
             k = self.problem.instance.solver.paths_per_pair
@@ -889,8 +890,8 @@ class PerfModel:
 
     def any_dp_pair_routed(self) -> bool:
         """Whether some connected site pair of the instance has several candidate paths
-        (dp_pair_routed): each release group's WAN phase is every stage's then (the NIC
-        phases alone staggered: dp_release_s, step)."""
+        (dp_pair_routed): each stage's routes are then its own, at its release group's
+        load, and a group's NIC phase has no routes after it (step)."""
         if ("any_routed",) not in self._memo:
             sites = [s.name for s in self.problem.instance.sites]
             self._memo[("any_routed",)] = any(
@@ -1518,8 +1519,12 @@ class PerfModel:
         so they stay in series with each stage's own part (pessimistic). With a flow-routed
         pair (any_dp_pair_routed) (a) has no U_g, (c) is below (b), and a stage's latency
         is that of the slowest path its pairs' flows use; in (b) a stage's routes are its
-        own, the busiest route its pairs' paths use, at every stage's load, or its own NIC
-        term (stage_bw:
+        own, the busiest route its pairs' paths use, at the group's load (every stage's for
+        the gathers, which all start with the step; a flow-routed pair's group load the
+        smaller of its group demand and its flow on the route, the simulation's
+        proportional share unless the pair splits; before, every stage's load in every
+        group: +14% against placer.sim, "Each release group's routes with a flow-routed
+        pair"), or its own NIC term (stage_bw:
         before, the whole WAN phase's busiest route, which a stage's flows need not touch:
         up to +23% against placer.sim; benchmarks/README.md, "Each stage's own routes"),
         and (a) is the group's longest NIC phase alone, each stage's WAN rounds being (b)
@@ -1595,8 +1600,8 @@ class PerfModel:
         dp_load: dict[RouteKey, float] = defaultdict(float)
         wan_lat = 0.0
         # the staggered WAN phase (dp_release_s): per release group delta, the load of the
-        # stages released at or after T_pipe - delta (every stage's on an instance with a
-        # flow-routed pair, any_dp_pair_routed: only the NIC phases are staggered there)
+        # stages released at or after T_pipe - delta (on an instance with a flow-routed
+        # pair, any_dp_pair_routed, each stage's own routes at its group's load: stage_bw)
         release = self.dp_release_s(cfg) if stagger else (0.0,) * cfg.pp
         wan_whole = self.any_dp_pair_routed()
         group_load: dict[float, dict[RouteKey, float]] = {
@@ -1617,10 +1622,18 @@ class PerfModel:
         stage_reps = self.dp_stage_repeats(cfg)
         rep_lat = [0.0] * cfg.pp
         # and the routes its pairs' paths use (with a flow-routed pair, its route term is
-        # the busiest of these at every stage's load, or the NIC term: stage_bw below)
+        # the busiest of these at its release group's load, or the NIC term: stage_bw)
         stage_routes: list[set[RouteKey]] = [set() for _ in range(cfg.pp)]
         # and its own WAN NIC term (its hosting members' NICs carry its shard: wan_nic_s)
         stage_nic = [0.0] * cfg.pp
+        # per site pair synced over the WAN: every stage's demand, per release group the
+        # demand of its stages, and per route the share of the pair's bytes on it (a
+        # plan's routing splits a pair's traffic alike for every stage)
+        pair_demand: dict[tuple[str, str], float] = defaultdict(float)
+        pair_group: dict[tuple[str, str], dict[float, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        pair_share: dict[tuple[str, str], dict[RouteKey, float]] = {}
         for k in range(cfg.pp):
             h = hosts[k]
             intra_k = 0.0
@@ -1637,7 +1650,7 @@ class PerfModel:
                 stage_lat = 0.0
                 wan_nic = max(wan_nic, nic_k)
                 for g in group_nic:
-                    if wan_whole or release[k] <= g:
+                    if release[k] <= g:
                         group_nic[g] = max(group_nic[g], nic_k)
                 for i, a in enumerate(sites):
                     for b in sites[i + 1 :]:
@@ -1645,13 +1658,17 @@ class PerfModel:
                         if uses is None:
                             unreachable.append((a, b))
                             continue
+                        pair_demand[(a, b)] += demand
+                        for g in group_load:
+                            if release[k] <= g:
+                                pair_group[(a, b)][g] += demand
+                        on: dict[RouteKey, float] = defaultdict(float)
                         for use in uses:
                             stage_routes[k].update(use.path.routes)
                             for key in use.path.routes:
                                 dp_load[key] += demand * use.share
-                                for g, load in group_load.items():
-                                    if wan_whole or release[k] <= g:
-                                        load[key] += demand * use.share
+                                on[key] += use.share
+                        pair_share[(a, b)] = on  # the same split for every stage
                         lat_ab = 2 * net.pair_latency_s(routing, "data_parallel", a, b)
                         wan_lat = max(wan_lat, lat_ab)
                         stage_lat = max(stage_lat, lat_ab)
@@ -1659,6 +1676,15 @@ class PerfModel:
                 stage_nic[k] = nic_k * intra_factor
                 stage_route[k] = intra_k * intra_factor + stage_lat
                 rep_lat[k] = stage_reps[k] * stage_lat
+        # each release group's load on a route: per pair, its group's demand times the
+        # pair's share on the route, as the simulation sends it, where the formulations
+        # read min(the group's demand, the pair's flow on the route), equal unless a pair
+        # splits over paths (then pessimistic: a proportional share is linear in neither
+        # the flow nor the demand, which are both decisions; rows `dp.group_flow`)
+        for q, on in pair_share.items():
+            for key, sh in on.items():
+                for g, dem_g in pair_group[q].items():
+                    group_load[g][key] += min(dem_g, sh * pair_demand[q])
         route_dp_s = {
             k: _div(v, cap[k]) * dpf.get(k, 1.0) if v > 0 else 0.0 for k, v in dp_load.items()
         }
@@ -1677,12 +1703,23 @@ class PerfModel:
             for g, load in group_load.items()
         }
         group_bw = {g: max(group_nic[g], group_route[g]) for g in group_load}
-        # with a flow-routed pair, each stage's WAN bandwidth term: the busiest route its
-        # own pairs' paths use, at every stage's load, or its own NIC term
-        stage_bw = [
-            max([stage_nic[k], *(route_dp_s.get(r, 0.0) for r in stage_routes[k])])
-            for k in range(cfg.pp)
-        ]
+
+        # with a flow-routed pair, each stage's WAN bandwidth term per release group: the
+        # busiest route its own pairs' paths use, at that group's load (every stage's for
+        # the gathers, which all start with the step), or its own NIC term
+        def stage_bw(k: int, g: float | None) -> float:
+            load = dp_load if g is None else group_load[g]
+            return max(
+                [
+                    stage_nic[k],
+                    *(
+                        _div(load[r], cap[r]) * dpf.get(r, 1.0)
+                        for r in stage_routes[k]
+                        if load.get(r, 0.0) > 0
+                    ),
+                ]
+            )
+
         # each group's routes finish its stages' exchanges delta after T_pipe - delta at
         # the earliest (one work-conserving route: max over release times r of r + the work
         # released at or after r); delta 0 is the last stage group alone, the largest delta
@@ -1715,7 +1752,7 @@ class PerfModel:
             # (before: the group's longest NIC phase, the slowest pair's latency and the
             # largest repeats in series, from up to three stages: up to +28% against
             # placer.sim; benchmarks/README.md, "Each stage's own series")
-            def group_work(g: float, route_s: float, share: float) -> float:
+            def group_work(g: float, route_s: float, share: float, gather: bool) -> float:
                 ks = [k for k in range(cfg.pp) if stage_series[k] is not None and release[k] <= g]
                 return max(
                     [
@@ -1723,7 +1760,7 @@ class PerfModel:
                         *(
                             stage_route[k]
                             + share * rep_lat[k]
-                            + (stage_bw[k] if wan_whole else route_s)
+                            + (stage_bw(k, None if gather else g) if wan_whole else route_s)
                             for k in ks
                         ),
                         *(stage_series[k] + share * rep_lat[k] for k in ks),
@@ -1756,12 +1793,12 @@ class PerfModel:
             at_sync, at_gather = self.dp_credit_scale(cfg)
             rep_sync, rep_gather = self.dp_repeat_share(cfg)
             t_sync_st = max(
-                group_work(g, 0.0 if wan_whole else group_route[g], rep_sync)
+                group_work(g, 0.0 if wan_whole else group_route[g], rep_sync, False)
                 + at_sync * (release_at[release.index(g)] - t_end)
                 for g in group_load
             )
             t_gather_st = max(
-                group_work(g, 0.0 if wan_whole else gather_route(g), rep_gather)
+                group_work(g, 0.0 if wan_whole else gather_route(g), rep_gather, True)
                 + at_gather * (fill_at[release.index(g)] - t_end)
                 for g in group_load
             )

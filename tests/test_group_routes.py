@@ -1,0 +1,172 @@
+"""Each release group's own load on a flow-routed pair's routes (PerfModel.step's
+stage_bw per group; the formulations' B_series per release group, rows dp.group_flow*).
+A stage's sync starts at its own release (placer.sim), so by the time the last group's
+stages start, the earlier ones have had their head start on the routes; a routed pair's
+group load is min(its group demand, its flow on the route), the simulation's
+proportional share when the pair keeps to one path. Before, every group's stages paid
+every stage's bytes on their routes with a flow-routed pair (+11% against the
+simulation: tests/test_simulate.py::
+test_each_release_group_loads_its_routes_with_its_own_stages_against_the_simulation).
+
+Here a plan where that decides is pinned in both backends on a triangle (every pair
+flow-routed), its a - b sync on the direct path or split 3 : 1 with the detour via c
+(the flows pinned: with them free CP-SAT does not prove the pinned plan in 60 s on one
+worker, before this change either): the step they price, minimized and (with the exact
+pins of resilience.max_slowdown) maximized, is the evaluator's for the routing they
+return. Split, stage 0's group (59% of the pair's bytes) puts min(D_g, F_r) on each path:
+its own bytes on the direct path (75% of the flow) and the flow on the detour (25%),
+above the simulation's proportional share there (the formulations' pessimistic side)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulp
+import pytest
+import solver_cases as sc
+from ortools.sat.python import cp_model
+from test_exact_step import _evaluated
+from test_pinned_plan import pin_cpsat, pin_milp
+
+from placer.evaluate import evaluate
+from placer.io import plan_from_data, problem_from_data
+from placer.optimize.cpsat import CpsatInner
+from placer.optimize.data import build_inner
+from placer.optimize.driver import _upper_bound_time
+from placer.optimize.milp import MilpInner
+from placer.optimize.space import chain_types
+from placer.perf.step import PerfModel
+from placer.rules import config_of
+
+pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:DeprecationWarning")
+
+# both stages synced across the a - b pair (3 replicas at a, 2 at b)
+GROUPS = [(3, ("a", "a")), (2, ("b", "b"))]
+# tp 1 pp 2 dp 5, layers 5 + 3, 8 micro-batches
+BASE = {
+    "parallelism": {"tp": 1, "pp": 2, "dp": 5, "micro_batch": 1, "num_micro_batches": 8},
+    "stage_layers": [5, 3],
+    "replica_groups": [{"count": c, "stage_sites": list(s)} for c, s in GROUPS],
+}
+LOOSE = {"survive": ["wave"], "collective": "ring", "max_slowdown": 10.0}
+
+
+def _instance(resilience: bool) -> dict[str, Any]:
+    inst = sc.part_filled_instance(50.0, dp=5, overlap=False, site_gpus=8)
+    inst["sites"] = [
+        {"name": s, "gpu": "h100-sxm", "gpus": g, "gpus_per_node": 4}
+        for s, g in (("a", 8), ("b", 4), ("c", 0))
+    ]
+    # slow routes (the sync's WAN rounds bound by them), a detour via c
+    inst["routes"] = [
+        {"sites": list(p), "km": km, "capacity_gbps": 100, "max_waves": 0}
+        for p, km in ((("a", "b"), 50.0), (("a", "c"), 30.0), (("c", "b"), 30.0))
+    ]
+    inst["solver"] = {"paths_per_pair": 2, "time_limit_s": 60, "max_sites_per_replica": 1}
+    if resilience:
+        inst["resilience"] = dict(LOOSE)
+    return inst
+
+
+def _setup(resilience: bool):
+    problem = problem_from_data(_instance(resilience))
+    perf = PerfModel(problem)
+    assert perf.any_dp_pair_routed()
+    plan = plan_from_data(BASE)
+    cfg = config_of(problem, plan)
+    chains = chain_types(problem, perf, cfg)
+    data = build_inner(problem, perf, cfg, chains)
+    ev = evaluate(problem, plan, perf)
+    assert ev.feasible, ev.violations
+    counts = {chains.index(s): c for c, s in GROUPS}
+    nodes = {s: n // data.site_node_block.get(s, 1) for s, n in ev.nodes_by_site.items()}
+    return problem, perf, data, counts, nodes, ev
+
+
+def test_the_plan_is_one_where_a_release_groups_own_load_decides() -> None:
+    """On the direct path the sync is below every stage's bytes on the route after the
+    NIC phase and latency (the old rule's last release group), and above stage 0's alone
+    there: the second release group, credited its head start, decides."""
+    _problem, perf, _data, _counts, _nodes, ev = _setup(False)
+    cfg, st = ev.config, ev.step
+    assert len(set(perf.dp_release_s(cfg))) == 2
+    intra = max(
+        perf.intra_sync_s(cfg, k, s, members=n) for k in range(2) for s, n in (("a", 3), ("b", 2))
+    )
+    lat = 2 * perf.net.pair_latency_s(None, "data_parallel", "a", "b")
+    cap = perf.net.capacity_Bps(("a", "b"), 0)
+    alone, both = (sum(perf.stage_wan_bytes(cfg, k) for k in ks) / cap for ks in ([0], [0, 1]))
+    assert intra + lat + alone < st.dp_s < intra + lat + both - 1e-3
+
+
+def test_a_split_pair_pays_the_smaller_of_its_group_demand_and_its_flow() -> None:
+    """With the a - b sync split in halves, stage 0's release group puts min(its demand,
+    half the pair's demand) on each path: stage 0's bytes exceed half of both stages',
+    so the halves (PerfModel.step's group loads, by hand)."""
+    _problem, perf, _data, _counts, _nodes, ev = _setup(False)
+    cfg = ev.config
+    s0, s1 = (perf.stage_wan_bytes(cfg, k) for k in range(2))
+    assert s0 > (s0 + s1) / 2  # the min is the flow: pessimistic against s0 / 2
+    halves = plan_from_data(
+        {
+            **BASE,
+            "routing": [
+                {
+                    "phase": "data_parallel",
+                    "sites": ["a", "b"],
+                    "paths": [
+                        {"via": ["a", "b"], "share": 0.5},
+                        {"via": ["a", "c", "b"], "share": 0.5},
+                    ],
+                }
+            ],
+        }
+    )
+    routing = evaluate(_problem, halves, perf).routing
+    st = evaluate(_problem, halves, perf).step
+    intra = max(
+        perf.intra_sync_s(cfg, k, s, members=n) for k in range(2) for s, n in (("a", 3), ("b", 2))
+    )
+    lat = 2 * perf.net.pair_latency_s(routing, "data_parallel", "a", "b")  # the detour's
+    assert lat > 2 * perf.net.pair_latency_s(None, "data_parallel", "a", "b")
+    cap = perf.net.capacity_Bps(("a", "b"), 0)
+    # stage 0's group alone pays half of both stages' bytes on each route (the min), as
+    # many as every stage's: no head start left to credit
+    assert st.dp_s == pytest.approx(intra + lat + (s0 + s1) / 2 / cap, rel=1e-6)
+
+
+@pytest.mark.parametrize("split", ["direct", "3:1"])
+@pytest.mark.parametrize("backend", ["milp", "cpsat"])
+@pytest.mark.parametrize("sense", ["minimize", "maximize"])
+def test_both_backends_price_each_release_groups_own_routes(
+    backend: str, sense: str, split: str
+) -> None:
+    problem, perf, data, counts, nodes, ev = _setup(sense == "maximize")
+    assert not data.dp_wan_stagger
+    q = ("a", "b")
+    if backend == "milp":
+        m = MilpInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
+        pin_milp(m, counts, {}, lambda s: nodes.get(s, 0))
+        f0, f1 = m.f[("dp", q, 0)], m.f[("dp", q, 1)]
+        m.prob += (f1 == 0) if split == "direct" else (f0 == 3 * f1)
+        if sense == "maximize":
+            m.prob.sense = pulp.LpMaximize
+            m.prob.setObjective(m.T)
+        out = m._solve_once(60, 1, {})
+        assert out.kind == "optimal", out
+        got, routing, rel = pulp.value(m.T) * m.ts, m.routing(), 1e-6
+    else:
+        c = CpsatInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
+        pin_cpsat(c, counts, {}, lambda s: nodes.get(s, 0))
+        f0, f1 = c.f[("dp", q, 0)], c.f[("dp", q, 1)]
+        c.m.Add(f1 == 0) if split == "direct" else c.m.Add(f0 == 3 * f1)
+        c.m.Maximize(c.T) if sense == "maximize" else c.m.Minimize(c.T)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = 60
+        assert solver.Solve(c.m) == cp_model.OPTIMAL
+        got, routing, rel = solver.Value(c.T) * c.tau, c.routing(solver), 1e-4
+    detour = sum(p["share"] for r in routing for p in r["paths"] if p["via"] == ["a", "c", "b"])
+    assert detour == pytest.approx(0.25 if split == "3:1" else 0.0, abs=1e-3)
+    want = _evaluated(problem, perf, data, counts, {}, routing)  # no waves: fixed routes
+    assert got == pytest.approx(want, rel=rel), (got, want, ev.step_time_s)
