@@ -20,7 +20,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:Deprecat
 
 # how each backend writes a max, a rounding or a one-hot it alone needs: the namespaces
 # (the name up to the first ':') whose rows only one backend has
-MILP_ONLY = ("dp.k_onehot", ".pick", ".onehot", ".active")
+# (a flow-routed pair's group load min(D_g, F_r) from below: the MILP's two big-M rows on
+# a binary, CP-SAT's AddMinEquality under the first one's name, dp.group_flow_lo_dem)
+MILP_ONLY = ("dp.k_onehot", ".pick", ".onehot", ".active", "dp.group_flow_lo_path")
 CPSAT_ONLY = (
     "dp.k_share",
     "step.time_round",

@@ -738,15 +738,14 @@ class CpsatInner:
                         continue
                     flow = U * sum(self.f[("dp", q, j)] for j in through)
                     m = M.NewIntVar(0, top, f"m_group[{q}][{i}][{r}]")
-                    y = M.NewBoolVar(f"y_group[{q}][{i}][{r}]")  # the flow is the smaller
                     add(M.Add(m <= dem_g), row("dp.group_flow_dem", *q, i, *r))
                     add(M.Add(m <= flow), row("dp.group_flow_path", *q, i, *r))
-                    add(M.Add(m >= dem_g), row("dp.group_flow_lo_dem", *q, i, *r)).OnlyEnforceIf(
-                        y.Not()
-                    )
-                    add(M.Add(m >= flow), row("dp.group_flow_lo_path", *q, i, *r)).OnlyEnforceIf(y)
+                    # m = the min (the MILP: two big-M rows on a binary); as two rows
+                    # enforced by a literal, one worker took 72 s on four-metro-resilient
+                    # against 9 s with AddMinEquality
+                    add(M.AddMinEquality(m, [dem_g, flow]), row("dp.group_flow_lo_dem", *q, i, *r))
                     # implied (the pair's flow U sum f is at least D_g and F_r): the LP
-                    # relaxation's bound, which the enforced rows lack
+                    # relaxation's bound from below
                     add(M.Add(m >= dem_g + flow - every), row("dp.group_flow_cut", *q, i, *r))
                     group_load[g][r].append(m)
 
