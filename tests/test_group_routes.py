@@ -21,22 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import pulp
 import pytest
 import solver_cases as sc
-from ortools.sat.python import cp_model
 from test_exact_step import _evaluated
-from test_pinned_plan import pin_cpsat, pin_milp
+from test_stage_nic import pinned_case, pinned_step
 
 from placer.evaluate import evaluate
-from placer.io import plan_from_data, problem_from_data
-from placer.optimize.cpsat import CpsatInner
-from placer.optimize.data import build_inner
-from placer.optimize.driver import _upper_bound_time
+from placer.io import plan_from_data
 from placer.optimize.milp import MilpInner
-from placer.optimize.space import chain_types
-from placer.perf.step import PerfModel
-from placer.rules import config_of
 
 pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:DeprecationWarning")
 
@@ -69,18 +61,7 @@ def _instance(resilience: bool) -> dict[str, Any]:
 
 
 def _setup(resilience: bool):
-    problem = problem_from_data(_instance(resilience))
-    perf = PerfModel(problem)
-    assert perf.any_dp_pair_routed()
-    plan = plan_from_data(BASE)
-    cfg = config_of(problem, plan)
-    chains = chain_types(problem, perf, cfg)
-    data = build_inner(problem, perf, cfg, chains)
-    ev = evaluate(problem, plan, perf)
-    assert ev.feasible, ev.violations
-    counts = {chains.index(s): c for c, s in GROUPS}
-    nodes = {s: n // data.site_node_block.get(s, 1) for s, n in ev.nodes_by_site.items()}
-    return problem, perf, data, counts, nodes, ev
+    return pinned_case(_instance(resilience), BASE, GROUPS)
 
 
 def test_the_plan_is_one_where_a_release_groups_own_load_decides() -> None:
@@ -101,9 +82,10 @@ def test_the_plan_is_one_where_a_release_groups_own_load_decides() -> None:
 
 def test_a_split_pair_pays_the_smaller_of_its_group_demand_and_its_flow() -> None:
     """With the a - b sync split in halves, stage 0's release group puts min(its demand,
-    half the pair's demand) on each path: stage 0's bytes exceed half of both stages',
-    so the halves (PerfModel.step's group loads, by hand)."""
-    _problem, perf, _data, _counts, _nodes, ev = _setup(False)
+    half the pair's demand) on each path: stage 0's bytes exceed half of both stages', so
+    each path carries half of both stages' bytes, not half of stage 0's (PerfModel.step's
+    group loads, by hand)."""
+    problem, perf, _data, _counts, _nodes, ev = _setup(False)
     cfg = ev.config
     s0, s1 = (perf.stage_wan_bytes(cfg, k) for k in range(2))
     assert s0 > (s0 + s1) / 2  # the min is the flow: pessimistic against s0 / 2
@@ -122,8 +104,8 @@ def test_a_split_pair_pays_the_smaller_of_its_group_demand_and_its_flow() -> Non
             ],
         }
     )
-    routing = evaluate(_problem, halves, perf).routing
-    st = evaluate(_problem, halves, perf).step
+    split = evaluate(problem, halves, perf)
+    routing, st = split.routing, split.step
     intra = max(
         perf.intra_sync_s(cfg, k, s, members=n) for k in range(2) for s, n in (("a", 3), ("b", 2))
     )
@@ -144,28 +126,16 @@ def test_both_backends_price_each_release_groups_own_routes(
     problem, perf, data, counts, nodes, ev = _setup(sense == "maximize")
     assert not data.dp_wan_stagger
     q = ("a", "b")
-    if backend == "milp":
-        m = MilpInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
-        pin_milp(m, counts, {}, lambda s: nodes.get(s, 0))
-        f0, f1 = m.f[("dp", q, 0)], m.f[("dp", q, 1)]
-        m.prob += (f1 == 0) if split == "direct" else (f0 == 3 * f1)
-        if sense == "maximize":
-            m.prob.sense = pulp.LpMaximize
-            m.prob.setObjective(m.T)
-        out = m._solve_once(60, 1, {})
-        assert out.kind == "optimal", out
-        got, routing, rel = pulp.value(m.T) * m.ts, m.routing(), 1e-6
-    else:
-        c = CpsatInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
-        pin_cpsat(c, counts, {}, lambda s: nodes.get(s, 0))
-        f0, f1 = c.f[("dp", q, 0)], c.f[("dp", q, 1)]
-        c.m.Add(f1 == 0) if split == "direct" else c.m.Add(f0 == 3 * f1)
-        c.m.Maximize(c.T) if sense == "maximize" else c.m.Minimize(c.T)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        solver.parameters.max_time_in_seconds = 60
-        assert solver.Solve(c.m) == cp_model.OPTIMAL
-        got, routing, rel = solver.Value(c.T) * c.tau, c.routing(solver), 1e-4
+
+    def constrain(model) -> None:
+        f0, f1 = model.f[("dp", q, 0)], model.f[("dp", q, 1)]
+        row = (f1 == 0) if split == "direct" else (f0 == 3 * f1)
+        if isinstance(model, MilpInner):
+            model.prob += row
+        else:
+            model.m.Add(row)
+
+    got, routing, rel = pinned_step(backend, sense, data, counts, nodes, constrain)
     detour = sum(p["share"] for r in routing for p in r["paths"] if p["via"] == ["a", "c", "b"])
     assert detour == pytest.approx(0.25 if split == "3:1" else 0.0, abs=1e-3)
     want = _evaluated(problem, perf, data, counts, {}, routing)  # no waves: fixed routes

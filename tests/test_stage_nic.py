@@ -57,22 +57,56 @@ def _instance(resilience: bool) -> dict[str, Any]:
     return inst
 
 
-def _setup(resilience: bool):
-    problem = problem_from_data(_instance(resilience))
+def pinned_case(instance: dict[str, Any], base: dict[str, Any], groups: list):
+    """The problem, the plan `base` (its replicas placed as `groups`: (count, stage
+    sites)) evaluated, its configuration's inner data, and the chain-type counts and
+    nodes that pin it in a backend (pinned_step)."""
+    problem = problem_from_data(instance)
     perf = PerfModel(problem)
     assert perf.any_dp_pair_routed()
-    # the plan: tp 1 pp 2 dp 5 (layers 5 + 3, 8 micro-batches: the instance's optimum's
-    # configuration) with its replicas placed as GROUPS, its routing the evaluator's
-    base = sim_plan(1, [5, 3], [(c, list(s)) for c, s in GROUPS], 8)
     plan = plan_from_data(base)
     cfg = config_of(problem, plan)
     chains = chain_types(problem, perf, cfg)
     data = build_inner(problem, perf, cfg, chains)
     ev = evaluate(problem, plan, perf)
     assert ev.feasible, ev.violations
-    counts = {chains.index(s): c for c, s in GROUPS}
+    counts = {chains.index(s): c for c, s in groups}
     nodes = {s: n // data.site_node_block.get(s, 1) for s, n in ev.nodes_by_site.items()}
     return problem, perf, data, counts, nodes, ev
+
+
+def pinned_step(backend: str, sense: str, data, counts, nodes, constrain=None):
+    """The step the backend prices for the pinned plan, minimized or (with the exact pins
+    of resilience.max_slowdown) maximized, with the routing it returns and the tolerance
+    to hold it to; `constrain(model)` adds rows first (the model: MilpInner, CpsatInner)."""
+    if backend == "milp":
+        m = MilpInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
+        pin_milp(m, counts, {}, lambda s: nodes.get(s, 0))
+        if constrain:
+            constrain(m)
+        if sense == "maximize":
+            m.prob.sense = pulp.LpMaximize
+            m.prob.setObjective(m.T)
+        out = m._solve_once(60, 1, {})
+        assert out.kind == "optimal", out
+        return pulp.value(m.T) * m.ts, m.routing(), 1e-6
+    c = CpsatInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
+    pin_cpsat(c, counts, {}, lambda s: nodes.get(s, 0))
+    if constrain:
+        constrain(c)
+    c.m.Maximize(c.T) if sense == "maximize" else c.m.Minimize(c.T)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = 60
+    assert solver.Solve(c.m) == cp_model.OPTIMAL
+    return solver.Value(c.T) * c.tau, c.routing(solver), 1e-4
+
+
+def _setup(resilience: bool):
+    # the plan: tp 1 pp 2 dp 5 (layers 5 + 3, 8 micro-batches: the instance's optimum's
+    # configuration) with its replicas placed as GROUPS, its routing the evaluator's
+    base = sim_plan(1, [5, 3], [(c, list(s)) for c, s in GROUPS], 8)
+    return pinned_case(_instance(resilience), base, GROUPS)
 
 
 def test_the_plan_is_one_where_each_stages_own_nic_term_decides() -> None:
@@ -94,23 +128,6 @@ def test_the_plan_is_one_where_each_stages_own_nic_term_decides() -> None:
 @pytest.mark.parametrize("sense", ["minimize", "maximize"])
 def test_both_backends_price_each_stages_own_nic_term(backend: str, sense: str) -> None:
     problem, perf, data, counts, nodes, ev = _setup(sense == "maximize")
-    if backend == "milp":
-        m = MilpInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
-        pin_milp(m, counts, {}, lambda s: nodes.get(s, 0))
-        if sense == "maximize":
-            m.prob.sense = pulp.LpMaximize
-            m.prob.setObjective(m.T)
-        out = m._solve_once(60, 1, {})
-        assert out.kind == "optimal", out
-        got, routing, rel = pulp.value(m.T) * m.ts, m.routing(), 1e-6
-    else:
-        c = CpsatInner(data, "step_time", _upper_bound_time(data) * 1.001 + 1e-6)
-        pin_cpsat(c, counts, {}, lambda s: nodes.get(s, 0))
-        c.m.Maximize(c.T) if sense == "maximize" else c.m.Minimize(c.T)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        solver.parameters.max_time_in_seconds = 60
-        assert solver.Solve(c.m) == cp_model.OPTIMAL
-        got, routing, rel = solver.Value(c.T) * c.tau, c.routing(solver), 1e-4
+    got, routing, rel = pinned_step(backend, sense, data, counts, nodes)
     want = _evaluated(problem, perf, data, counts, {}, routing)  # no waves: fixed routes
     assert got == pytest.approx(want, rel=rel), (got, want, ev.step_time_s)

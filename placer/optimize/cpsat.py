@@ -729,10 +729,14 @@ class CpsatInner:
             U = self.f_unit[("dp", q)]
             top = U * -(-sum(mx for _, _, mx, _ in pair_dem[q]) // U)  # the most of U sum f
             every = U * sum(self.f[("dp", q, j)] for j in range(len(paths)))
+            # each route of the pair's paths: the paths through it
+            on_routes = {
+                r: [j for j, path in enumerate(paths) if r in path.routes]
+                for r in sorted({r for path in paths for r in path.routes})
+            }
             for g, (terms, _) in sorted(by_group.items()):
                 i, dem_g = index[g], sum(terms)
-                for r in sorted({r for path in paths for r in path.routes}):
-                    through = [j for j, path in enumerate(paths) if r in path.routes]
+                for r, through in on_routes.items():
                     if len(through) == len(paths):
                         group_load[g][r] += terms
                         continue
@@ -822,7 +826,7 @@ class CpsatInner:
                 )
             self._stagger_terms.append((U, loads, i))
         G = self._define_gather_routes(every_load)
-        self._define_stage_routes(every_load)
+        self._define_stage_routes()
         # per group and sequence one work variable, the max of its works (milp)
         ub = 2 * (self.TT + self.TW) + self._rep_ub
         for i, sync, work, tag in work_maxes(
@@ -874,19 +878,9 @@ class CpsatInner:
         r over its capacity, exactly, when the literals `on` all hold, else 0
         (_exact_step: a term of G's or B's max); the exact route time once per route."""
         M, add = self.m, self.add
-        if group is not None and group < len(self.d.release_groups) - 1:
-            key = (group, r)
-            if key not in self._exact_every_t:
-                self._exact_every_t[key] = self._exact_route_time(
-                    self._group_loads[group][r], r, self.TW, self.Q_wan, f"exact.group{group}"
-                )
-            exact = self._exact_every_t[key]
-        else:
-            if r not in self._exact_every_t:
-                self._exact_every_t[r] = self._exact_route_time(
-                    self._gather_loads[r], r, self.TW, self.Q_wan, "exact.every_route"
-                )
-            exact = self._exact_every_t[r]
+        exact = self._exact_group_route_time(
+            len(self.d.release_groups) - 1 if group is None else group, r
+        )
         lit = on[0]
         if len(on) > 1:  # all of them: one literal
             lit = M.NewBoolVar(f"{family}_on{list(index)}")
@@ -897,7 +891,20 @@ class CpsatInner:
         add(M.Add(v == 0), row(f"{family}_off", *index)).OnlyEnforceIf(lit.Not())
         return v
 
-    def _define_stage_routes(self, every_load: dict[Any, Any]) -> None:
+    def _exact_group_route_time(self, i: int, r: Any) -> Any:
+        """Release group i's load on route r over its capacity in ticks, exactly
+        (_exact_step; the last group's every stage's), once per group and route
+        (milp._exact_group_route_time)."""
+        last = len(self.d.release_groups) - 1
+        if (i, r) not in self._exact_every_t:
+            load = self._gather_loads[r] if i == last else self._group_loads[i][r]
+            family = "exact.every_route" if i == last else f"exact.group{i}"
+            self._exact_every_t[(i, r)] = self._exact_route_time(
+                load, r, self.TW, self.Q_wan, family
+            )
+        return self._exact_every_t[(i, r)]
+
+    def _define_stage_routes(self) -> None:
         """With a flow-routed pair, each series key's route term per release group i it
         serves, B_{i,k} >= N_{i,k} (the stage's own WAN NIC term) and >= t_{i,r}, group i's
         load on every route r its pairs' paths use over its capacity, enforced if the

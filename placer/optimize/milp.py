@@ -707,14 +707,17 @@ class MilpInner:
         index = {g: i for i, g in enumerate(group_load)}
         for q, by_group in sorted(pair_group.items()):
             paths = d.pair_paths[q]
-            on_routes = sorted({r for path in paths for r in path.routes})
+            # each route of the pair's paths: the paths through it
+            on_routes = {
+                r: [j for j, path in enumerate(paths) if r in path.routes]
+                for r in sorted({r for path in paths for r in path.routes})
+            }
             big = sum(S for _, _, S, _ in pair_dem[q])  # the most of D_g and of F_r
             every = pulp.lpSum(self.f[("dp", q, j)] for j in range(len(paths)))
             for g in sorted(by_group):
                 i, (terms, mx) = index[g], by_group[g]
                 dem_g = pulp.lpSum(terms)
-                for r in on_routes:
-                    through = [j for j, path in enumerate(paths) if r in path.routes]
+                for r, through in on_routes.items():
                     if len(through) == len(paths):
                         group_load[g][r] += terms
                         group_max[g][r] += mx
@@ -818,7 +821,7 @@ class MilpInner:
                 self._hull(U, load, r, self._wave_caps(r), None, window, f"route.dpst{i}")
             self._stagger_terms.append((U, loads, i))
         G = self._define_gather_routes(every_load, window)
-        self._define_stage_routes(every_load, window)
+        self._define_stage_routes(window)
         # per group and sequence one work variable, the max of its works (exact: _exact_step)
         for i, sync, work, tag in work_maxes(
             self,
@@ -872,7 +875,7 @@ class MilpInner:
             )
         return self._exact_every_t[r]
 
-    def _define_stage_routes(self, every_load: dict[Any, Load], window: float) -> None:
+    def _define_stage_routes(self, window: float) -> None:
         """With a flow-routed pair (not d.dp_wan_stagger), each series key's route term in
         each release group i it serves, B_{i,k} (PerfModel.step's stage_bw): B >= N_{i0,k},
         the stage's own WAN NIC term (dp.stage_nic; before, every stage's: +22% against
