@@ -197,6 +197,8 @@ def random_set(n: int, seed: int, overlap: bool = False, dump: list | None = Non
                 shared / tick,
                 _partial_nodes(prob, tp, groups),
                 one_site,
+                perf.any_dp_pair_routed(),
+                (res.closed_pipe_s - res.pipe_s) - (dp_cf - dp_sim),
             )
         )
     wall = time.perf_counter() - t0
@@ -246,6 +248,20 @@ def random_set(n: int, seed: int, overlap: bool = False, dump: list | None = Non
             print(
                 f"| {label} | {len(sel)} | {statistics.median(sel):+.1%} / {min(sel):+.1%} / {max(sel):+.1%} | {sum(abs(x) <= 0.02 for x in sel)}/{len(sel)} |"  # noqa: E501
             )
+    # what drives each plan more than 2% off: the part before T_pipe or the part after it
+    # (the larger difference in seconds), on instances with a flow-routed pair (a ring or a
+    # triangle: PerfModel.any_dp_pair_routed) or not. With overlap on the simulated T_pipe
+    # holds the exposed parameter gather, which the closed form books after it: no split
+    print("\n| plans more than 2% off | T_pipe-driven | sync-driven | of which flow-routed |")
+    print("|---|---:|---:|---:|")
+    for label, pick in (
+        ("closed form above", lambda r: r[2] > 0.02),
+        ("closed form below", lambda r: r[2] < -0.02),
+    ):
+        sel = [r for r in rows if pick(r)]
+        pipe = sum(r[9] * (1 if r[2] > 0 else -1) > 0 for r in sel)
+        split = ("n/a", f"n/a ({len(sel)} plans)") if overlap else (pipe, len(sel) - pipe)
+        print(f"| {label} | {split[0]} | {split[1]} | {sum(r[8] for r in sel)} |")
     over = [r for r in rows if r[4] > r[3] * 1.02]
     under = [r for r in rows if r[4] < r[3] * 0.98]
     print(
