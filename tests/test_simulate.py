@@ -102,6 +102,42 @@ def test_fabric_recomputes_rates_at_every_arrival_and_departure() -> None:
     assert fab.links["L"].peak_Bps == pytest.approx(10.0, rel=1e-12)
 
 
+def test_fabric_finish_timers_across_components_and_ties() -> None:
+    """The fabric keeps one timer at the earliest finish (placer.sim.fabric): a flow that
+    starts later on another link but ends first gets its own earlier finish, the timer set
+    for the later one still fires once, and two flows due at the same instant end at that
+    instant together. Link X (1 B/s): D (10 B) at t=0, due at 10. Link Y (2 B/s): E (2 B)
+    at t=3, due at 4. Link Z (4 B/s): F and G (8 B each) at t=5 share it at 2, both due at
+    9, before D. Then H (1 B) on X at t=9.5 halves D's rate: D has 0.5 B left at 0.5 B/s
+    and ends at 10.5, not at 10 as first set; H has 0.5 B left then, alone: 11."""
+    import simpy
+
+    env = simpy.Environment()
+    fab = Fabric(env)
+    fab.add_link("X", 1.0)
+    fab.add_link("Y", 2.0)
+    fab.add_link("Z", 4.0)
+    done: dict[str, list[float]] = {}
+
+    def flow(name: str, at: float, nbytes: float, path: list[str]):
+        yield env.timeout(at)
+        yield fab.transfer(nbytes, path)
+        done.setdefault(name, []).append(env.now)
+
+    env.process(flow("D", 0, 10, ["X"]))
+    env.process(flow("E", 3, 2, ["Y"]))
+    env.process(flow("F", 5, 8, ["Z"]))
+    env.process(flow("G", 5, 8, ["Z"]))
+    env.process(flow("H", 9.5, 1, ["X"]))
+    env.run()
+    assert done["E"] == [pytest.approx(4.0, rel=1e-12)]
+    assert done["F"] == done["G"] == [pytest.approx(9.0, rel=1e-12)]
+    assert done["D"] == [pytest.approx(10.5, rel=1e-12)]  # once, not at 10 as first set
+    assert done["H"] == [pytest.approx(11.0, rel=1e-12)]
+    fab.close()
+    assert fab.links["X"].bytes == pytest.approx(11.0, rel=1e-12)
+
+
 # ----------------------------------------------------------------------------- (b) lockstep
 
 
