@@ -22,9 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import solver_cases as sc
 from test_exact_step import _evaluated
-from test_stage_nic import pinned_case, pinned_step
+from test_stage_nic import pinned_case, pinned_step, triangle_instance
 
 from placer.evaluate import evaluate
 from placer.io import plan_from_data
@@ -40,24 +39,17 @@ BASE = {
     "stage_layers": [5, 3],
     "replica_groups": [{"count": c, "stage_sites": list(s)} for c, s in GROUPS],
 }
-LOOSE = {"survive": ["wave"], "collective": "ring", "max_slowdown": 10.0}
 
 
 def _instance(resilience: bool) -> dict[str, Any]:
-    inst = sc.part_filled_instance(50.0, dp=5, overlap=False, site_gpus=8)
-    inst["sites"] = [
-        {"name": s, "gpu": "h100-sxm", "gpus": g, "gpus_per_node": 4}
-        for s, g in (("a", 8), ("b", 4), ("c", 0))
-    ]
     # slow routes (the sync's WAN rounds bound by them), a detour via c
-    inst["routes"] = [
-        {"sites": list(p), "km": km, "capacity_gbps": 100, "max_waves": 0}
-        for p, km in ((("a", "b"), 50.0), (("a", "c"), 30.0), (("c", "b"), 30.0))
-    ]
-    inst["solver"] = {"paths_per_pair": 2, "time_limit_s": 60, "max_sites_per_replica": 1}
-    if resilience:
-        inst["resilience"] = dict(LOOSE)
-    return inst
+    return triangle_instance(
+        {"a": 8, "b": 4, "c": 0},
+        {("a", "b"): 50.0, ("a", "c"): 30.0, ("c", "b"): 30.0},
+        100,
+        1,
+        resilience,
+    )
 
 
 def _setup(resilience: bool):

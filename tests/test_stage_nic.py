@@ -19,7 +19,7 @@ import pytest
 import solver_cases as sc
 from ortools.sat.python import cp_model
 from sim_cases import plan as sim_plan
-from test_exact_step import _evaluated
+from test_exact_step import LOOSE, _evaluated
 from test_pinned_plan import pin_cpsat, pin_milp
 
 from placer.evaluate import evaluate
@@ -37,24 +37,44 @@ pytestmark = pytest.mark.filterwarnings("ignore:Constructing LpVariable:Deprecat
 # stage 0 at a (3) and b (2); stage 1 at a (2), b (2) and c (1): c's one member sends c's
 # whole shard of stage 1 through its one NIC
 GROUPS = [(2, ("a", "a")), (2, ("b", "b")), (1, ("a", "c"))]
-LOOSE = {"survive": ["wave"], "collective": "ring", "max_slowdown": 10.0}
 
 
-def _instance(resilience: bool) -> dict[str, Any]:
-    inst = sc.part_filled_instance(60.0, dp=5, overlap=False, site_gpus=8)
+def triangle_instance(
+    gpus: dict[str, int],
+    km: dict[tuple[str, str], float],
+    capacity_gbps: float,
+    max_sites_per_replica: int,
+    resilience: bool,
+) -> dict[str, Any]:
+    """A dp 5 job on three sites of nodes of 4 H100s joined in a triangle (no waves to buy,
+    every pair flow-routed over 2 paths), with the loose wave-survival limit when asked."""
+    inst = sc.part_filled_instance(dp=5, overlap=False)  # its sites and routes replaced
     inst["sites"] = [
-        {"name": s, "gpu": "h100-sxm", "gpus": g, "gpus_per_node": 4}
-        for s, g in (("a", 8), ("b", 4), ("c", 4))
+        {"name": s, "gpu": "h100-sxm", "gpus": g, "gpus_per_node": 4} for s, g in gpus.items()
     ]
-    # routes fast enough that the NIC terms, not the routes, bound the WAN rounds
     inst["routes"] = [
-        {"sites": list(p), "km": km, "capacity_gbps": 1600, "max_waves": 0}
-        for p, km in ((("a", "b"), 60.0), (("b", "c"), 80.0), (("a", "c"), 120.0))
+        {"sites": list(p), "km": d, "capacity_gbps": capacity_gbps, "max_waves": 0}
+        for p, d in km.items()
     ]
-    inst["solver"] = {"paths_per_pair": 2, "time_limit_s": 60, "max_sites_per_replica": 2}
+    inst["solver"] = {
+        "paths_per_pair": 2,
+        "time_limit_s": 60,
+        "max_sites_per_replica": max_sites_per_replica,
+    }
     if resilience:
         inst["resilience"] = dict(LOOSE)
     return inst
+
+
+def _instance(resilience: bool) -> dict[str, Any]:
+    # routes fast enough that the NIC terms, not the routes, bound the WAN rounds
+    return triangle_instance(
+        {"a": 8, "b": 4, "c": 4},
+        {("a", "b"): 60.0, ("b", "c"): 80.0, ("a", "c"): 120.0},
+        1600,
+        2,
+        resilience,
+    )
 
 
 def pinned_case(instance: dict[str, Any], base: dict[str, Any], groups: list):
