@@ -12,7 +12,10 @@ process.
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from shared_memo import MEMO_ENV
 
 SERIAL_MODULES = {
     "test_deadline.py",  # the whole command ends within its limit
@@ -32,9 +35,40 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+# The modules that hold the suite's longest tests (pytest --durations=0, stop 46: notebook
+# 02 110 s, the shipped instances' backend agreement 153 s in all, byte-identical repeats
+# 64 s, ...), longest first. They run first: pytest-xdist's worksteal hands each worker a
+# contiguous half of the list and lets an idle worker take from the other's queue, so the
+# pass ends on short tests instead of one core idling while the other finishes a long one.
+LONGEST_FIRST = (
+    "test_study_notebooks.py",
+    "test_solver_library.py",
+    "test_repeat_solve.py",
+    "test_readme.py",
+    "test_solver_properties.py",
+    "test_pinned_plan.py",
+    "test_symmetry.py",
+    "test_solver_status.py",
+    "test_tradeoffs.py",
+    "test_fuzz.py",
+    "test_presolve_heuristic.py",
+    "test_plan_figure.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = item.path.name
         name = f"{module}::{item.originalname if hasattr(item, 'originalname') else item.name}"
         if module in SERIAL_MODULES or name in SERIAL_TESTS:
             item.add_marker(pytest.mark.serial)
+    rank = {m: i for i, m in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda it: rank.get(it.path.name, len(rank)))  # stable: modules stay whole
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_memo_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """xdist's workers share tests/shared_memo.py's answers through a folder beside their
+    own temporary folders (the parent of each worker's basetemp is the run's)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ[MEMO_ENV] = str(tmp_path_factory.getbasetemp().parent / "shared-memo")

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from shared_memo import shared_cache
+
 from placer.io import default_catalog_data, problem_from_data
 from placer.network import Network
 from placer.optimize.data import build_inner
@@ -515,6 +517,25 @@ def cases() -> list[Case]:
         + GROUP_LATENCY_CASES
         + WAN_NIC_CASES
     )
+
+
+@cache
+def case_ids() -> dict[str, Case]:
+    return {c.id: c for c in cases()}
+
+
+@shared_cache
+def brute_solve(case_id: str) -> Any:
+    """The brute-force backend's answer on a case (a SolveResult, or the exception it
+    raised), once per test run: test_solver_library, test_pinned_plan and
+    test_presolve_heuristic all need it."""
+    from placer.optimize.driver import solve
+
+    case = case_ids()[case_id]
+    try:
+        return solve(problem_from_data(case.instance), backend="brute")
+    except Exception as exc:  # the caller decides what an infeasible case means
+        return exc
 
 
 # 8 layers of h = 2048 at s = 2048: ~1 ms per stage forward, 8 MB pipeline messages, so that

@@ -23,7 +23,7 @@ from placer.io import Problem, problem_from_data
 from placer.optimize.contention import add_violated_planes
 from placer.optimize.cpsat import CpsatInner
 from placer.optimize.data import InnerData, build_inner
-from placer.optimize.driver import SolveResult, _upper_bound_time, solve
+from placer.optimize.driver import SolveResult, _upper_bound_time
 from placer.optimize.milp import MilpInner
 from placer.optimize.space import chain_types
 from placer.perf.step import PerfModel
@@ -55,7 +55,8 @@ CASES = [c for c in sc.cases() if _eligible(c)]
 def pinned(case_id: str) -> tuple[Problem, SolveResult, InnerData, dict[int, int], dict[Any, int]]:
     case = next(c for c in CASES if c.id == case_id)
     problem = problem_from_data(case.instance)
-    res = solve(problem, backend="brute")
+    res = sc.brute_solve(case_id)
+    assert isinstance(res, SolveResult), res
     perf = PerfModel(problem)
     cfg = config_of(problem, res.plan)
     chains = chain_types(problem, perf, cfg)
