@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placer.perf.critical_path import critical_path, interleaved_order
+from placer.perf.critical_path import critical_path, interleaved_order, service_order
 from placer.perf.pipeline import one_f_one_b_time
 
 _t = st.floats(0.0, 5.0, allow_nan=False)
@@ -77,3 +77,46 @@ def test_interleaved_order_runs_every_chunk_forward_and_backward_once() -> None:
         assert sorted(ops) == sorted((k, x, s) for k in "FB" for x in range(m) for s in stages)
     with pytest.raises(ValueError, match="multiple of pp"):
         interleaved_order(4, 6, 2, 0)
+
+
+def test_a_transmit_time_per_message_by_hand() -> None:
+    """transmit_of gives each message its own transmit time (the per-op tick experiment,
+    benchmarks/coincident_ticks.py). p = 2, m = 1: F0 1 s, the activation 3 s, 0.5 s of
+    fiber, F1 1 s, B1 2 s, the gradient 5 s, 0.5 s, B0 2 s: 15 s in series (7.2 s with the
+    boundary's own 0.1 s both ways)."""
+    f, b, lat, tx = [1.0, 1.0], [2.0, 2.0], [0.5], [0.1]
+    assert critical_path(f, b, lat, tx, 1).makespan_s == pytest.approx(7.2)
+    per_kind = critical_path(
+        f, b, lat, tx, 1, transmit_of=lambda msg, j: 3.0 if msg[0] == "F" else 5.0
+    )
+    assert per_kind.makespan_s == pytest.approx(15.0)
+    # p = 2, m = 2, no fiber, free messages but micro-batch 1's activation (10 s): stage 1
+    # runs F0 [1, 2], B0 [2, 4], then waits for that activation (sent at 2 when stage 0's
+    # F1 ends, there at 12): F1 [12, 13], B1 [13, 15]; stage 0's B1 [15, 17]
+    slow = critical_path(
+        f, b, [0.0], [0.0], 2, transmit_of=lambda msg, j: 10.0 if msg == ("F", 1, 1) else 0.0
+    )
+    assert slow.makespan_s == pytest.approx(17.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=chains())
+def test_transmit_of_the_boundary_time_changes_nothing(case) -> None:
+    """Given each message its boundary's own transmit time, the makespan is the same to the
+    bit, with each boundary on its FIFOs and with all boundaries sharing one per direction
+    (a shared FIFO held for the part above the NIC floor)."""
+    p, m, f, b, lat, tx, _, _ = case
+    same = critical_path(f, b, lat, tx, m, transmit_of=lambda msg, j: tx[j])
+    assert same.makespan_s == critical_path(f, b, lat, tx, m).makespan_s
+    if p >= 3:
+        queues = [(0, 1)] * (p - 1)  # every boundary's activations on FIFO 0, gradients on 1
+        service = service_order(f, b, lat, tx, m, 1, queues)
+        floor = [t / 2 for t in tx]
+        want = critical_path(f, b, lat, tx, m, 1, queues, service, floor)
+        got = critical_path(f, b, lat, tx, m, 1, queues, service, floor, lambda msg, j: tx[j])
+        assert got.makespan_s == want.makespan_s
+        # and twice each boundary's time per message is the schedule of doubled transmits
+        double = [2 * t for t in tx]
+        want2 = critical_path(f, b, lat, double, m, 1, queues, service, floor)
+        got2 = critical_path(f, b, lat, tx, m, 1, queues, service, floor, lambda msg, j: double[j])
+        assert got2.makespan_s == pytest.approx(want2.makespan_s, rel=1e-12, abs=1e-12)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -144,6 +144,7 @@ def critical_path(
     queues: Queues | None = None,
     service: Service | None = None,
     floor: Sequence[float] | None = None,
+    transmit_of: Callable[[_Msg, int], float] | None = None,
 ) -> CriticalPath:
     """Makespan of one step and its longest path's boundary counts.
 
@@ -160,9 +161,17 @@ def critical_path(
     holds its own direction's FIFO for its transmit time (its sender's NIC) and a shared
     one for the part of it above ``floor`` (its NIC serialization: what the route's
     tick adds, 0 where the NIC is the bottleneck), so the planes stay linear in
-    ``transmit``."""
+    ``transmit``.
+
+    ``transmit_of(message, boundary)``: a transmit time per message instead of per
+    boundary (the message is (kind, micro-batch, model stage it is delivered to)), for
+    experiments with per-op lockstep ticks (benchmarks/coincident_ticks.py); placer's
+    model passes None. A shared FIFO is then held for the message's own time above
+    ``floor``."""
     hold = [t - f for t, f in zip(transmit, floor or transmit, strict=True)]
-    return _evaluate(fwd, bwd, latency, transmit, m, v, queues, service or {}, None, hold)
+    return _evaluate(
+        fwd, bwd, latency, transmit, m, v, queues, service or {}, None, hold, transmit_of
+    )
 
 
 def service_order(
@@ -220,6 +229,7 @@ def _evaluate(
     service: Service,
     record: dict[_Msg, tuple[int, float]] | None,
     hold: Sequence[float] | None,
+    transmit_of: Callable[[_Msg, int], float] | None = None,
 ) -> CriticalPath:
     p, nb = _shape(fwd, bwd, latency, transmit, v)
     last = v * p - 1
@@ -244,10 +254,12 @@ def _evaluate(
         part above the NIC (`hold`)."""
         d = 0 if msg[0] == "F" else 1
         tx = _later(_later(end, own[d][j]), fifo[q])
-        done = (tx[0] + transmit[j], (tx[1], j))
+        t_j = transmit[j] if transmit_of is None else transmit_of(msg, j)
+        done = (tx[0] + t_j, (tx[1], j))
         own[d][j] = done
         assert hold is not None
-        fifo[q] = (tx[0] + max(0.0, hold[j]), done[1])
+        held = hold[j] if transmit_of is None else hold[j] + t_j - transmit[j]
+        fifo[q] = (tx[0] + max(0.0, held), done[1])
         arrived[msg] = (done[0] + latency[j], (done[1], nb + j))
 
     def send(q: int, j: int, msg: _Msg, end: _Stamp) -> None:
@@ -257,7 +269,7 @@ def _evaluate(
             if record is not None:
                 record[msg] = (j, tx[0])
             step = (tx[1], j)
-            t = tx[0] + transmit[j]
+            t = tx[0] + (transmit[j] if transmit_of is None else transmit_of(msg, j))
             fifo[q] = (t, step)
             arrived[msg] = (t + latency[j], (step, nb + j))
             return
