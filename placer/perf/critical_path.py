@@ -258,7 +258,7 @@ def _evaluate(
         done = (tx[0] + t_j, (tx[1], j))
         own[d][j] = done
         assert hold is not None
-        held = hold[j] if transmit_of is None else hold[j] + t_j - transmit[j]
+        held = hold[j] if transmit_of is None else hold[j] + (t_j - transmit[j])
         fifo[q] = (tx[0] + max(0.0, held), done[1])
         arrived[msg] = (done[0] + latency[j], (done[1], nb + j))
 
