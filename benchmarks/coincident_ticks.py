@@ -47,9 +47,10 @@ from placer.perf.critical_path import _evaluate, critical_path  # noqa: E402
 from placer.perf.step import PerfModel, _div, hops_of  # noqa: E402
 
 
-def pipe_variants(prob, plan_data: dict, mixes: list[float]) -> dict[str, float]:
-    """T_pipe of one plan under placer's tick ("placer", recomputed by this harness),
-    the coincident ticks and each mix."""
+def pipe_variants(prob, plan_data: dict, step, mixes: list[float]) -> dict[str, float]:
+    """T_pipe of one plan under placer's tick ("placer": the evaluator's route ticks,
+    re-timed by this harness), the coincident ticks and each mix. `step`: the evaluator's
+    StepResult of the plan (its route ticks and route-average bounds)."""
     perf = PerfModel(prob)
     plan = plan_from_data(plan_data)
     cfg = config_of(prob, plan)
@@ -83,35 +84,22 @@ def pipe_variants(prob, plan_data: dict, mixes: list[float]) -> dict[str, float]
                     hops.append(hop)
             sent[(chain, message)] = (hops, start, nic[j])
 
+    def busiest(hops, bytes_on) -> float:
+        """The largest bytes_on(hop) over the hop's route capacity, over a message's hops."""
+        return max((_div(bytes_on(h), cap.get(route_key(*h), 0.0)) for h in hops), default=0.0)
+
     def coincident(hops, start, width) -> float:
-        return max(
-            (
-                _div(
-                    sum(
-                        by for s0, w0, by, _ in on_hop[h] if s0 < start + width and start < s0 + w0
-                    ),
-                    cap.get(route_key(*h), 0.0),
-                )
-                for h in hops
+        return busiest(
+            hops,
+            lambda h: sum(
+                by for s0, w0, by, _ in on_hop[h] if s0 < start + width and start < s0 + w0
             ),
-            default=0.0,
         )
 
     def all_of_kind(hops, kind) -> float:
-        return max(
-            (
-                _div(sum(by for *_x, by, k in on_hop[h] if k == kind) / m, cap[route_key(*h)])
-                for h in hops
-            ),
-            default=0.0,
-        )
+        return busiest(hops, lambda h: sum(by for *_x, by, k in on_hop[h] if k == kind) / m)
 
-    tick_s = perf.route_tick_s(cfg, groups, cap)
-    load: dict = defaultdict(float)
-    for count, chain in groups:
-        for key, n in perf.chain_crossings(chain, None).items():
-            load[key] += count * n * perf.pp_bytes_per_crossing(cfg)
-    route_avg = [_div(x, cap[k]) for k, x in load.items() if x > 0]
+    tick_s, route_avg = step.route_tick_s, list(step.route_pp_s.values())
 
     def t_pipe(tx_of_chain) -> float:
         chain_t = []
@@ -177,7 +165,7 @@ def main() -> None:
         prob = make_problem(sites, routes, global_batch=m * sum(c for c, _ in groups))
         data = make_plan(tp, [8 // pp] * pp, groups, m, links)
         ev = evaluate(prob, data)
-        var = pipe_variants(prob, data, args.mix)
+        var = pipe_variants(prob, data, ev.step, args.mix)
         same += abs(var["placer"] - ev.step.pipe_s) <= 1e-12 * ev.step.pipe_s
         rows.append((sim[i], ev, var))
     print(f"harness: placer's T_pipe reproduced on {same} of {len(rows)} plans")

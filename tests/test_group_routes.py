@@ -46,9 +46,9 @@ def _instance(resilience: bool) -> dict[str, Any]:
     return triangle_instance(
         {"a": 8, "b": 4, "c": 0},
         {("a", "b"): 50.0, ("a", "c"): 30.0, ("c", "b"): 30.0},
-        100,
-        1,
-        resilience,
+        capacity_gbps=100,
+        max_sites_per_replica=1,
+        resilience=resilience,
     )
 
 

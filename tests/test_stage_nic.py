@@ -71,9 +71,9 @@ def _instance(resilience: bool) -> dict[str, Any]:
     return triangle_instance(
         {"a": 8, "b": 4, "c": 4},
         {("a", "b"): 60.0, ("b", "c"): 80.0, ("a", "c"): 120.0},
-        1600,
-        2,
-        resilience,
+        capacity_gbps=1600,
+        max_sites_per_replica=2,
+        resilience=resilience,
     )
 
 
