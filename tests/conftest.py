@@ -40,10 +40,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The modules that hold the suite's longest tests (pytest --durations=0, stop 46: notebook
-# 02 110 s (serial since stop 47), the shipped instances' backend agreement 153 s in all, byte-identical repeats
-# 64 s, ...), longest first. They run first: pytest-xdist's worksteal hands each worker a
-# contiguous half of the list and lets an idle worker take from the other's queue, so the
-# pass ends on short tests instead of one core idling while the other finishes a long one.
+# 02 110 s (serial since stop 47), the shipped instances' backend agreement 153 s in all,
+# byte-identical repeats 64 s, ...), longest first. They run first: pytest-xdist's
+# worksteal hands each worker a contiguous half of the list and lets an idle worker take
+# from the other's queue, so the pass ends on short tests instead of one core idling while
+# the other finishes a long one.
 LONGEST_FIRST = (
     "test_study_notebooks.py",
     "test_solver_library.py",
