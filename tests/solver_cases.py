@@ -520,7 +520,8 @@ def cases() -> list[Case]:
 
 
 @cache
-def case_ids() -> dict[str, Case]:
+def cases_by_id() -> dict[str, Case]:
+    """The library's cases by id (brute_solve's key: a string, so that it pickles and hashes)."""
     return {c.id: c for c in cases()}
 
 
@@ -531,7 +532,7 @@ def brute_solve(case_id: str) -> Any:
     test_presolve_heuristic all need it."""
     from placer.optimize.driver import solve
 
-    case = case_ids()[case_id]
+    case = cases_by_id()[case_id]
     try:
         return solve(problem_from_data(case.instance), backend="brute")
     except Exception as exc:  # the caller decides what an infeasible case means

@@ -38,7 +38,7 @@ INSTANCES = sorted((Path(__file__).resolve().parent.parent / "instances").glob("
 
 @shared_cache
 def outcome(case_id: str, backend: str) -> SolveResult | InfeasibleError:
-    if backend == "brute" and case_id in sc.case_ids():  # shared with other modules' tests
+    if backend == "brute" and case_id in sc.cases_by_id():  # shared with other modules' tests
         res = sc.brute_solve(case_id)
         if isinstance(res, Exception) and not isinstance(res, InfeasibleError):
             raise res
